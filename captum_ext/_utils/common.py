@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+r"""Input parsing, target resolution and the model forward shared by all methods.
+
+Call convention (the one every captum_ext method and metric follows)::
+
+    method.attribute(input_ids, target=None,
+                     additional_forward_args=(attention_mask,))
+    # or (attention_mask, token_type_ids), or a bare attention_mask, or None
+
+``input_ids`` is ``[batch, pos]`` of token ids; ``attention_mask`` is 1 on real
+tokens and 0 on padding (left or right).
+"""
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Tuple
+
+import torch
+from captum._utils.typing import TargetType
+from torch import nn, Tensor
+
+from captum_ext.adapters import ModelAdapter
+
+__all__ = [
+    "TokenBatch",
+    "classifier_forward",
+    "parse_token_batch",
+    "resolve_target",
+    "run_model",
+]
+
+
+@dataclass
+class TokenBatch:
+    r"""A batch of token ids with its masks (all ``[batch, pos]``)."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    token_type_ids: Optional[Tensor] = None
+
+    @property
+    def valid(self) -> Tensor:
+        r"""Boolean ``[batch, pos]``: True on real (non-pad) tokens."""
+        return self.attention_mask.bool()
+
+
+def _as_tensor_input(inputs: Any) -> Tensor:
+    if isinstance(inputs, tuple):
+        if len(inputs) != 1:
+            raise ValueError(
+                f"captum_ext methods take one input tensor of token ids, got a tuple "
+                f"of {len(inputs)}; pass masks through additional_forward_args"
+            )
+        inputs = inputs[0]
+    if not isinstance(inputs, Tensor):
+        raise TypeError(f"inputs must be a tensor of token ids, got {type(inputs)}")
+    if inputs.dtype.is_floating_point or inputs.dtype == torch.bool:
+        raise TypeError(
+            f"inputs must be integer token ids [batch, pos], got dtype {inputs.dtype}"
+        )
+    if inputs.dim() != 2:
+        raise ValueError(
+            f"inputs must be token ids of shape [batch, pos], got {tuple(inputs.shape)}"
+            + (
+                "; add a batch dimension with .unsqueeze(0)"
+                if inputs.dim() == 1
+                else ""
+            )
+        )
+    return inputs
+
+
+def _extra_tensors(additional_forward_args: Any) -> Tuple[Optional[Tensor], ...]:
+    if additional_forward_args is None:
+        return ()
+    if isinstance(additional_forward_args, Tensor):
+        return (additional_forward_args,)
+    if isinstance(additional_forward_args, (tuple, list)):
+        if len(additional_forward_args) > 2:
+            raise ValueError(
+                "additional_forward_args is (attention_mask,) or "
+                "(attention_mask, token_type_ids); got "
+                f"{len(additional_forward_args)} items"
+            )
+        return tuple(additional_forward_args)
+    raise TypeError(
+        "additional_forward_args must be None, an attention mask, or a tuple "
+        f"(attention_mask[, token_type_ids]); got {type(additional_forward_args)}"
+    )
+
+
+def parse_token_batch(
+    adapter: ModelAdapter, inputs: Any, additional_forward_args: Any = None
+) -> TokenBatch:
+    r"""Validates ``inputs`` and ``additional_forward_args`` into a :class:`TokenBatch`.
+
+    Raises a specific error for: a non-integer or non-2D input, an empty batch or
+    sequence, a mask of another shape, an example with no attended token, an example
+    made only of special tokens, and an input longer than the model's positions.
+    """
+    input_ids = _as_tensor_input(inputs)
+    batch, pos = input_ids.shape
+    if batch == 0 or pos == 0:
+        raise ValueError(f"empty input: inputs has shape {tuple(input_ids.shape)}")
+    extras = _extra_tensors(additional_forward_args) + (None, None)
+    attention_mask, token_type_ids = extras[0], extras[1]
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    for name, tensor in (
+        ("attention_mask", attention_mask),
+        ("token_type_ids", token_type_ids),
+    ):
+        if tensor is not None and tensor.shape != input_ids.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(tensor.shape)} but inputs has "
+                f"{tuple(input_ids.shape)}"
+            )
+    _check_not_empty(adapter, input_ids, attention_mask.bool())
+    max_positions = adapter.max_positions
+    if max_positions is not None and pos > max_positions:
+        raise ValueError(
+            f"input has {pos} positions but the model has only {max_positions} "
+            "position embeddings; truncate it (tokenizer(..., truncation=True))"
+        )
+    return TokenBatch(input_ids, attention_mask, token_type_ids)
+
+
+def _check_not_empty(adapter: ModelAdapter, input_ids: Tensor, valid: Tensor) -> None:
+    empty = (~valid.any(-1)).nonzero().flatten()
+    if len(empty):
+        raise ValueError(
+            f"empty input: example(s) {empty.tolist()} have no attended token "
+            "(attention_mask is all zero)"
+        )
+    special = torch.tensor(adapter.special_token_ids(), device=input_ids.device)
+    content = valid & ~torch.isin(input_ids, special)
+    only_special = (~content.any(-1)).nonzero().flatten()
+    if len(special) and len(only_special):
+        raise ValueError(
+            f"empty input: example(s) {only_special.tolist()} hold only special "
+            "tokens; there is nothing to attribute"
+        )
+
+
+def resolve_target(target: TargetType, logits: Tensor) -> Tensor:
+    r"""Turns Captum's ``target`` into one class index per example, ``[batch]``.
+
+    ``None`` means each example's predicted class (argmax of ``logits``); an int or
+    a 0-d tensor applies to every example; a list or 1-d tensor gives one class per
+    example. Raises on a class out of range or a length that is not the batch size.
+    """
+    batch, num_classes = logits.shape
+    if target is None:
+        return logits.argmax(-1)
+    if isinstance(target, tuple):
+        raise ValueError(
+            "target as a tuple indexes a multi-dimensional output; a classifier's "
+            "output is [batch, classes], so pass an int, a list or a 1-d tensor"
+        )
+    index = torch.as_tensor(target, device=logits.device)
+    if index.dtype.is_floating_point or index.dim() > 1:
+        raise ValueError(f"target must be integer class indices, got {target!r}")
+    index = index.long().expand(batch) if index.dim() == 0 else index.long()
+    if index.shape[0] != batch:
+        raise ValueError(
+            f"target has {index.shape[0]} entries but the batch has {batch} examples"
+        )
+    if bool(((index < 0) | (index >= num_classes)).any()):
+        raise IndexError(
+            f"target {index.tolist()} out of range for a model with {num_classes} "
+            "output(s)"
+        )
+    return index
+
+
+def run_model(
+    adapter: ModelAdapter,
+    batch: TokenBatch,
+    *,
+    hidden_states: bool = False,
+    attentions: bool = False,
+) -> Any:
+    r"""One forward pass of the model on ``batch`` (Hugging Face output object).
+
+    Callers that ask for ``attentions`` check
+    :meth:`ModelAdapter.require_attention_weights` first, with their own name.
+    """
+    kwargs = adapter.forward_kwargs(batch.attention_mask, batch.token_type_ids)
+    return adapter.model(
+        input_ids=batch.input_ids,
+        output_hidden_states=hidden_states,
+        output_attentions=attentions,
+        return_dict=True,
+        **kwargs,
+    )
+
+
+def classifier_forward(model: nn.Module) -> Callable[..., Tensor]:
+    r"""A Captum ``forward_func`` for a Hugging Face classifier:
+    ``f(input_ids, attention_mask=None, token_type_ids=None) -> logits [batch, C]``.
+
+    Use it with Captum's own methods and with :mod:`captum_ext.metrics`.
+    """
+
+    def forward(
+        input_ids: Tensor,
+        attention_mask: Optional[Tensor] = None,
+        token_type_ids: Optional[Tensor] = None,
+    ) -> Tensor:
+        kwargs = {"attention_mask": attention_mask}
+        if token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        return model(input_ids=input_ids, **kwargs).logits
+
+    return forward

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+r"""Tiny random-init models of every supported family, built from configs in code
+(no files, well under a second each), and small token batches for them."""
+
+from typing import Dict, Tuple
+
+import torch
+import transformers
+from torch import nn, Tensor
+
+VOCAB = 99
+PAD_ID = 0
+CLS_ID = 2
+SEP_ID = 3
+FIRST_CONTENT_ID = 5
+
+_SIZES = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+)
+_SPECIALS = dict(pad_token_id=PAD_ID, cls_token_id=CLS_ID, sep_token_id=SEP_ID)
+
+ENCODER_FAMILIES = ("bert", "roberta", "electra", "distilbert", "albert", "deberta-v2")
+CAUSAL_FAMILIES = ("gpt2", "llama")
+ALL_FAMILIES = ENCODER_FAMILIES + CAUSAL_FAMILIES
+# Post-LayerNorm encoders with separate value/output projections (GlobEnc).
+POST_LN_FAMILIES = ("bert", "roberta", "electra", "distilbert")
+
+
+def _config(family: str, num_labels: int) -> transformers.PretrainedConfig:
+    common = dict(num_labels=num_labels, **_SPECIALS)
+    if family == "bert":
+        return transformers.BertConfig(**_SIZES, **common)
+    if family == "roberta":
+        # RoBERTa offsets positions by pad_token_id + 1.
+        return transformers.RobertaConfig(**_SIZES, **common)
+    if family == "electra":
+        return transformers.ElectraConfig(**_SIZES, embedding_size=16, **common)
+    if family == "albert":
+        return transformers.AlbertConfig(**_SIZES, embedding_size=16, **common)
+    if family == "deberta-v2":
+        return transformers.DebertaV2Config(**_SIZES, **common)
+    if family == "distilbert":
+        return transformers.DistilBertConfig(
+            vocab_size=VOCAB,
+            dim=32,
+            n_layers=2,
+            n_heads=4,
+            hidden_dim=37,
+            max_position_embeddings=64,
+            **common,
+        )
+    if family == "gpt2":
+        return transformers.GPT2Config(
+            vocab_size=VOCAB,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=64,
+            bos_token_id=1,
+            eos_token_id=1,
+            **common,
+        )
+    if family == "llama":
+        return transformers.LlamaConfig(
+            **_SIZES, num_key_value_heads=2, bos_token_id=1, eos_token_id=1, **common
+        )
+    raise KeyError(family)
+
+
+def tiny_classifier(
+    family: str,
+    num_labels: int = 3,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "eager",
+) -> nn.Module:
+    r"""A random-init ``*ForSequenceClassification`` model in eval mode."""
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForSequenceClassification.from_config(
+        _config(family, num_labels), attn_implementation=attn_implementation
+    )
+    return model.to(dtype).eval()
+
+
+def tiny_masked_lm(family: str, seed: int = 0) -> nn.Module:
+    r"""A random-init ``*ForMaskedLM`` model in eval mode."""
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForMaskedLM.from_config(
+        _config(family, 2), attn_implementation="eager"
+    )
+    return model.eval()
+
+
+def token_batch(
+    lengths: Tuple[int, ...] = (7, 4, 9),
+    pad_side: str = "right",
+    seed: int = 0,
+    causal: bool = False,
+) -> Dict[str, Tensor]:
+    r"""Random content tokens framed like the family's tokenizer would frame them.
+
+    Encoders get ``[CLS] ... [SEP]``; causal models get plain content. Lengths count
+    every real token; shorter rows are padded with ``PAD_ID`` on ``pad_side``.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    input_ids = torch.full((len(lengths), width), PAD_ID, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for row, length in enumerate(lengths):
+        tokens = torch.randint(FIRST_CONTENT_ID, VOCAB, (length,), generator=generator)
+        if not causal:
+            tokens[0], tokens[-1] = CLS_ID, SEP_ID
+        start = 0 if pad_side == "right" else width - length
+        input_ids[row, start : start + length] = tokens
+        attention_mask[row, start : start + length] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def is_causal(family: str) -> bool:
+    return family in CAUSAL_FAMILIES
+
+
+def model_state(model: nn.Module) -> Dict[str, object]:
+    r"""Everything a method must leave untouched: modes, grad flags, grads, hooks."""
+    return {
+        "training": [m.training for m in model.modules()],
+        "requires_grad": [p.requires_grad for p in model.parameters()],
+        "grads": [
+            None if p.grad is None else p.grad.clone() for p in model.parameters()
+        ],
+        "hooks": [
+            (
+                len(m._forward_hooks),
+                len(m._forward_pre_hooks),
+                len(m._backward_hooks),
+                len(getattr(m, "_backward_pre_hooks", {})),
+            )
+            for m in model.modules()
+        ],
+    }
+
+
+def assert_same_state(before: Dict[str, object], after: Dict[str, object]) -> None:
+    assert before["training"] == after["training"]
+    assert before["requires_grad"] == after["requires_grad"]
+    assert before["hooks"] == after["hooks"]
+    for g0, g1 in zip(before["grads"], after["grads"]):  # type: ignore[call-overload]
+        assert (g0 is None) == (g1 is None)
+        if g0 is not None:
+            assert torch.equal(g0, g1)

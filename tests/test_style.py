@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+r"""The code style Captum checks on its own code: black + usort formatting and
+flake8, so an upstream contribution needs no reformatting."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGETS = ["captum_ext", "tests"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["black", "--check", "--quiet"],
+        ["usort", "check"],
+        ["flake8"],
+    ],
+    ids=["black", "usort", "flake8"],
+)
+def test_style(command):
+    result = subprocess.run(
+        [sys.executable, "-m", *command, *TARGETS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
