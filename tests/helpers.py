@@ -125,6 +125,15 @@ def is_causal(family: str) -> bool:
     return family in CAUSAL_FAMILIES
 
 
+def _method_hooks(hooks: Dict[int, object]) -> int:
+    r"""Forward hooks not installed by transformers itself: transformers >= 5 adds
+    inactive ``output_capturing_hook``s once per model, the first time hidden states
+    or attentions are requested."""
+    return sum(
+        getattr(h, "__name__", "") != "output_capturing_hook" for h in hooks.values()
+    )
+
+
 def model_state(model: nn.Module) -> Dict[str, object]:
     r"""Everything a method must leave untouched: modes, grad flags, grads, hooks."""
     return {
@@ -135,7 +144,7 @@ def model_state(model: nn.Module) -> Dict[str, object]:
         ],
         "hooks": [
             (
-                len(m._forward_hooks),
+                _method_hooks(m._forward_hooks),
                 len(m._forward_pre_hooks),
                 len(m._backward_hooks),
                 len(getattr(m, "_backward_pre_hooks", {})),

@@ -21,6 +21,7 @@ from torch import nn, Tensor
 from captum_ext.adapters import ModelAdapter
 
 __all__ = [
+    "ClassifierLogits",
     "TokenBatch",
     "classifier_forward",
     "parse_token_batch",
@@ -194,14 +195,23 @@ def run_model(
     )
 
 
-def classifier_forward(model: nn.Module) -> Callable[..., Tensor]:
-    r"""A Captum ``forward_func`` for a Hugging Face classifier:
-    ``f(input_ids, attention_mask=None, token_type_ids=None) -> logits [batch, C]``.
+class ClassifierLogits(nn.Module):
+    r"""A Hugging Face classifier as a Captum ``forward_func`` that returns logits:
+    ``f(input_ids, attention_mask=None, token_type_ids=None) -> [batch, C]``.
 
-    Use it with Captum's own methods and with :mod:`captum_ext.metrics`.
+    ``input_ids`` are token ids ``[batch, pos]``, or word embeddings
+    ``[batch, pos, d]`` when ``inputs_embeds=True`` (for methods that interpolate
+    or add noise in input space). Being an ``nn.Module`` it also serves methods
+    that need one (Captum's DeepLift family).
     """
 
+    def __init__(self, model: nn.Module, inputs_embeds: bool = False) -> None:
+        super().__init__()
+        self.model = model
+        self.inputs_embeds = inputs_embeds
+
     def forward(
+        self,
         input_ids: Tensor,
         attention_mask: Optional[Tensor] = None,
         token_type_ids: Optional[Tensor] = None,
@@ -209,6 +219,19 @@ def classifier_forward(model: nn.Module) -> Callable[..., Tensor]:
         kwargs = {"attention_mask": attention_mask}
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
-        return model(input_ids=input_ids, **kwargs).logits
+        name = "inputs_embeds" if self.inputs_embeds else "input_ids"
+        kwargs[name] = input_ids
+        return self.model(**kwargs).logits
 
-    return forward
+
+def classifier_forward(
+    model: nn.Module, inputs_embeds: bool = False
+) -> Callable[..., Tensor]:
+    r"""A Captum ``forward_func`` for a Hugging Face classifier:
+    ``f(input_ids, attention_mask=None, token_type_ids=None) -> logits [batch, C]``
+    (word embeddings instead of ids with ``inputs_embeds=True``); see
+    :class:`ClassifierLogits`.
+
+    Use it with Captum's own methods and with :mod:`captum_ext.metrics`.
+    """
+    return ClassifierLogits(model, inputs_embeds)

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+r"""Cost of the perturbation metrics relative to one forward pass.
+
+AOPC over 11 levels (0 %, 10 %, ..., 100 %) on the first 128 test snippets of
+``load_split("sentiment")`` with the default model
+(``load_default_model("sentiment")``) must stay within 12 forward passes of
+those 128 examples: every level of the batch is evaluated together, one forward
+pass per level plus one for the unperturbed input. Prints the ratios in one run.
+
+CPU timings are noisy on a shared machine: each time is the median of
+``--repeats`` runs after a warm-up.
+
+Usage::
+
+    python -m benchmarks.bench_metrics            # the default model
+    python -m benchmarks.bench_metrics --tiny     # random BERT, no download
+"""
+
+import argparse
+import statistics
+import time
+from typing import Callable, Dict, Tuple
+
+import torch
+import transformers
+from captum_ext import classifier_forward
+from captum_ext.metrics import aopc, sufficiency
+
+EXAMPLES = 128
+LEVELS = [i / 10 for i in range(11)]
+
+
+def _median_seconds(run: Callable[[], object], repeats: int) -> float:
+    run()  # warm-up: allocator, first-call dispatch
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _default_inputs() -> Tuple[torch.nn.Module, Dict[str, torch.Tensor], Dict]:
+    from captum_ext.datasets import load_split
+    from captum_ext.default_models import load_default_model, MAX_LENGTH
+
+    model, tokenizer = load_default_model("sentiment")
+    texts = load_split("sentiment").texts[:EXAMPLES]
+    batch = tokenizer(
+        texts,
+        truncation=True,
+        max_length=MAX_LENGTH,
+        padding=True,
+        return_tensors="pt",
+        return_special_tokens_mask=True,
+    )
+    ids = dict(mask_token_id=tokenizer.mask_token_id, pad_token_id=0)
+    return model, dict(batch), ids
+
+
+def _tiny_inputs() -> Tuple[torch.nn.Module, Dict[str, torch.Tensor], Dict]:
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=1000,
+        hidden_size=384,
+        num_hidden_layers=6,
+        num_attention_heads=12,
+        intermediate_size=1536,
+        num_labels=2,
+    )
+    model = transformers.BertForSequenceClassification(config).eval()
+    lengths = torch.randint(8, 48, (EXAMPLES,))
+    mask = (torch.arange(int(lengths.max()))[None] < lengths[:, None]).long()
+    input_ids = torch.randint(5, 1000, mask.shape) * mask
+    input_ids[:, 0] = 2
+    input_ids[torch.arange(EXAMPLES), lengths - 1] = 3
+    special = (input_ids == 2) | (input_ids == 3)
+    batch = dict(input_ids=input_ids, attention_mask=mask, special_tokens_mask=special)
+    return model, batch, dict(mask_token_id=4, pad_token_id=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="random tiny BERT")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    model, batch, token_ids = _tiny_inputs() if args.tiny else _default_inputs()
+    forward = classifier_forward(model)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    special = batch["special_tokens_mask"]
+    scores = torch.randn(ids.shape, generator=torch.Generator().manual_seed(0))
+
+    def one_pass() -> None:
+        with torch.no_grad():
+            forward(ids, mask)
+
+    def metric(fn: Callable, chunk, **kwargs) -> Callable[[], object]:
+        return lambda: fn(
+            forward,
+            ids,
+            scores,
+            None,
+            (mask,),
+            special_tokens_mask=special,
+            max_examples_per_batch=chunk,
+            **token_ids,
+            **kwargs,
+        )
+
+    base = _median_seconds(one_pass, args.repeats)
+    print(
+        f"{type(model).__name__}, {EXAMPLES} examples, width {ids.shape[1]}, "
+        f"{torch.get_num_threads()} threads"
+    )
+    print(f"one forward pass: {base * 1000:.1f} ms")
+    cases = {
+        "AOPC default, 11 levels, deletion, one pass": metric(
+            aopc, None, levels=LEVELS
+        ),
+        "AOPC default, 11 levels, deletion, 128 rows/pass": metric(
+            aopc, EXAMPLES, levels=LEVELS
+        ),
+        "AOPC normxlogit, 9 levels, [MASK], 128 rows/pass": metric(
+            aopc, EXAMPLES, preset="normxlogit"
+        ),
+        "sufficiency default, 10 levels, deletion, 128 rows/pass": metric(
+            sufficiency, EXAMPLES
+        ),
+    }
+    for name, run in cases.items():
+        seconds = _median_seconds(run, args.repeats)
+        print(f"{name}: {seconds * 1000:.0f} ms = {seconds / base:.2f}x one pass")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+r"""AttCAT: class activation tokens weighted by the attention each token receives."""
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from captum_ext._utils.common import TokenBatch
+from captum_ext.attr._core.cat import CAT
+
+__all__ = ["AttCAT"]
+
+
+class AttCAT(CAT):
+    r"""
+    Attentive Class Activation Tokens (AttCAT) weight each token's gradient times
+    hidden state (:class:`CAT`) by the attention the token receives, per layer,
+    and sum over layers:
+
+    .. math::
+        \mathrm{AttCAT}_i = \sum_l \mathbb{E}_H\left(\alpha_{h,i}^l\right)
+        \, \mathrm{CAT}_i^l, \qquad
+        \mathrm{CAT}_i^l = \sum_d \left(\frac{\partial y^c}{\partial h_i^l}
+        \odot h_i^l\right)_d
+
+    :math:`y^c` is the target logit before softmax (by default the model's
+    predicted class) and :math:`\alpha_{h,i}^l` the attention token :math:`i`
+    receives from head :math:`h` of block :math:`l`: the post-softmax attention
+    averaged over the valid (non-pad) query rows, so that
+
+    .. math::
+        \mathbb{E}_H\left(\alpha_{h,i}^l\right) = \frac{1}{H\,n}
+        \sum_{h=1}^{H} \sum_{q\ \mathrm{valid}} A^l_{h,q,i},
+
+    the column mean as in the authors' code (not the [CLS] row), with :math:`n`
+    valid rows. The paper's Eq. 11-12 average over heads after the product with
+    the per-dimension CAT and sum over :math:`d` last; :math:`\alpha` does not
+    depend on :math:`d`, so the order does not matter. Scores keep their sign.
+    Special tokens such as [CLS]/[SEP] are never masked out of the attention
+    (the authors' code does, which changes the prediction being explained).
+
+    Layers: ``layers="inputs"`` (default, the authors' code) pairs the input of
+    block :math:`l`, ``hidden_states[l-1]``, with block :math:`l`'s attention;
+    ``layers="outputs"`` (the paper's Eq. 10) pairs its output,
+    ``hidden_states[l]``, with the same attention.
+
+    For causal models the attention is causal, so token :math:`i` is attended
+    only by queries :math:`q \geq i`; the column mean over the valid query rows
+    is still defined and is smaller for later tokens. This is the formula
+    applied as is, not a choice of the paper.
+
+    Needs attention weights: load the model with ``attn_implementation="eager"``
+    (a clear error is raised otherwise). One forward and one backward pass per
+    call, whatever the batch size; works with frozen parameters and leaves
+    every ``.grad`` untouched.
+
+    More details can be found in the original paper (Qiang et al., "AttCAT:
+    Explaining Transformers via Attentive Class Activation Tokens", NeurIPS
+    2022):
+    https://proceedings.neurips.cc/paper_files/paper/2022/hash/20e45668fe04a8ea9ed1e3c4d4a9a8f4-Abstract-Conference.html
+    and the authors' code: https://github.com/qiangyao1988/AttCAT
+    """
+
+    _uses_attention = True
+
+    def _token_weights(self, batch: TokenBatch, out: Any) -> Tensor:
+        r"""Attention received per block and token, :math:`\alpha`:
+        ``[batch, L, pos]``."""
+        valid = batch.valid.to(out.attentions[0].dtype)  # [batch, q]
+        row_weights = valid / valid.sum(-1, keepdim=True)  # mean over valid rows
+        heads = out.attentions[0].shape[1]
+        # attentions[k]: [batch, heads, q, k] of block k + 1
+        return torch.stack(
+            [
+                torch.einsum("bhqk,bq->bk", attention, row_weights) / heads
+                for attention in out.attentions
+            ],
+            dim=1,
+        )

@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+r"""CAT: class activation tokens, gradient times hidden state summed over layers."""
+
+from typing import Any, Optional, Tuple, Union
+
+import torch
+from captum._utils.typing import TargetType
+from captum.attr._utils.attribution import GradientAttribution
+from captum.log import log_usage
+from torch import nn, Tensor
+
+from captum_ext._utils.common import (
+    parse_token_batch,
+    resolve_target,
+    run_model,
+    TokenBatch,
+)
+from captum_ext._utils.hooks import eval_semantics, HookSet
+from captum_ext.adapters import get_adapter
+
+__all__ = ["CAT"]
+
+_LAYERS = ("inputs", "outputs")
+
+
+class CAT(GradientAttribution):
+    r"""
+    Class Activation Tokens (CAT) score token :math:`i` with the gradient of the
+    target logit :math:`y^c` (before softmax) times the token's hidden state,
+    summed over the hidden dimension and over layers:
+
+    .. math::
+        \mathrm{CAT}_i^l = \sum_d \left(\frac{\partial y^c}{\partial h_i^l}
+        \odot h_i^l\right)_d, \qquad \mathrm{CAT}_i = \sum_l \mathrm{CAT}_i^l
+
+    :math:`c` is the target class, by default the model's predicted class. The
+    scores keep their sign (the sign is the direction of the evidence).
+
+    Which hidden states :math:`h^l` are used:
+
+    - ``layers="inputs"`` (default, the AttCAT authors' code): the inputs of the
+      L blocks, ``hidden_states[0..L-1]``;
+    - ``layers="outputs"`` (the AttCAT paper's Eq. 10): the outputs of the L
+      blocks, ``hidden_states[1..L]``.
+
+    CAT is the AttCAT ablation without attention weights (:class:`AttCAT` with
+    :math:`\alpha \equiv 1`); neither the paper nor its code defines it exactly,
+    so this is the project's reading. One forward and one backward pass per
+    call, whatever the batch size; works with frozen parameters and leaves every
+    ``.grad`` untouched. The forward and backward passes run in the model's
+    dtype; the sum over :math:`d`, whose terms cancel strongly after a LayerNorm,
+    is accumulated in float32, and scores are returned in the model's dtype.
+    With bfloat16 post-LN encoders (BERT family) scores are still only
+    approximate (relative error of 10-60 % on small random models), as the
+    bfloat16 gradients cannot resolve a sum that cancels to about 1e-3 of its
+    terms; use float32 where values matter.
+
+    More details can be found in the AttCAT paper (Qiang et al., "AttCAT:
+    Explaining Transformers via Attentive Class Activation Tokens", NeurIPS
+    2022):
+    https://proceedings.neurips.cc/paper_files/paper/2022/hash/20e45668fe04a8ea9ed1e3c4d4a9a8f4-Abstract-Conference.html
+    and the authors' code: https://github.com/qiangyao1988/AttCAT
+    """
+
+    # Subclasses that weight tokens by attention need it in the forward pass.
+    _uses_attention = False
+
+    def __init__(self, forward_func: nn.Module, layers: str = "inputs") -> None:
+        r"""
+        Args:
+
+            forward_func (torch.nn.Module): A Hugging Face
+                        ``*ForSequenceClassification`` model of a family supported
+                        by :func:`captum_ext.get_adapter`.
+            layers (str, optional): ``"inputs"`` for ``hidden_states[0..L-1]``
+                        (block inputs, the authors' code) or ``"outputs"`` for
+                        ``hidden_states[1..L]`` (block outputs, the paper's
+                        Eq. 10).
+                        Default: ``"inputs"``
+        """
+        if layers not in _LAYERS:
+            raise ValueError(f"layers must be one of {_LAYERS}, got {layers!r}")
+        GradientAttribution.__init__(self, forward_func)
+        self.adapter = get_adapter(forward_func)
+        self.layers = layers
+
+    @log_usage()
+    def attribute(
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        target: TargetType = None,
+        additional_forward_args: Any = None,
+        return_layers: bool = False,
+    ) -> Tensor:
+        r"""
+        Args:
+
+            inputs (Tensor): Token ids ``[batch, pos]``, padded on either side.
+            target (int, list, or Tensor, optional): Class whose logit (before
+                        softmax) is differentiated: an int or 0-d tensor for every
+                        example, or a list / 1-d tensor with one class per
+                        example.
+                        Default: None (the model's predicted class of each
+                        example)
+            additional_forward_args (Tensor or tuple, optional): ``attention_mask``
+                        ``[batch, pos]`` (1 on real tokens, 0 on padding) or
+                        ``(attention_mask, token_type_ids)``.
+                        Default: None (every position is a real token)
+            return_layers (bool, optional): Return the score of every layer,
+                        ``[batch, L, pos]``, instead of their sum. Layer ``k``
+                        is block ``k + 1`` (its input or output, see
+                        ``layers``).
+                        Default: False
+
+        Returns:
+            *Tensor* of **attributions**:
+            - **attributions** (*Tensor*): ``[batch, pos]`` signed scores (or
+                        ``[batch, L, pos]`` with ``return_layers=True``, whose
+                        sum over dim 1 is the default output) in the model's
+                        dtype, exactly zero where ``attention_mask`` is 0.
+
+        Examples::
+
+            >>> model = AutoModelForSequenceClassification.from_pretrained(
+            ...     name, attn_implementation="eager"
+            ... )
+            >>> enc = tokenizer(texts, padding=True, return_tensors="pt")
+            >>> attcat = AttCAT(model)
+            >>> attr = attcat.attribute(
+            ...     enc["input_ids"], additional_forward_args=(enc["attention_mask"],)
+            ... )
+        """
+        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
+        if self._uses_attention:
+            self.adapter.require_attention_weights(type(self).__name__)
+        with eval_semantics(self.forward_func), HookSet() as hooks:
+            # Frozen parameters would leave the hidden states out of the graph.
+            hooks.make_output_require_grad(self.adapter.embedding_output_module())
+            with torch.enable_grad():
+                out = run_model(
+                    self.adapter,
+                    batch,
+                    hidden_states=True,
+                    attentions=self._uses_attention,
+                )
+                hidden, grads = self._hidden_and_grads(out, target)
+            with torch.no_grad():
+                scores = _grad_times_hidden(hidden, grads)  # [batch, L, pos]
+                weights = self._token_weights(batch, out)
+                if weights is not None:
+                    scores = scores * weights
+        scores = scores.masked_fill(~batch.valid[:, None], 0)
+        scores = scores if return_layers else scores.sum(1)
+        return scores.to(out.logits.dtype)
+
+    def _hidden_and_grads(
+        self, out: Any, target: TargetType
+    ) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...]]:
+        r"""The L hidden states used and the target logit's gradients w.r.t. them."""
+        index = resolve_target(target, out.logits)  # [batch]
+        hidden = self._used_hidden_states(out.hidden_states)
+        # Examples do not interact, so the gradient of the batch sum gives every
+        # example its own gradient in a single backward pass.
+        selected = out.logits.gather(1, index[:, None]).sum()
+        return hidden, torch.autograd.grad(selected, hidden)
+
+    def _used_hidden_states(
+        self, hidden_states: Tuple[Tensor, ...]
+    ) -> Tuple[Tensor, ...]:
+        if self.layers == "inputs":
+            return tuple(hidden_states[:-1])
+        return tuple(hidden_states[1:])
+
+    def _token_weights(self, batch: TokenBatch, out: Any) -> Optional[Tensor]:
+        r"""Per-layer token weights ``[batch, L, pos]``; CAT has none."""
+        return None
+
+
+def _grad_times_hidden(hidden: Tuple[Tensor, ...], grads: Tuple[Tensor, ...]) -> Tensor:
+    r"""``sum_d grad * hidden`` per layer and token: ``[batch, L, pos]``, float32."""
+    # The terms cancel strongly (after a LayerNorm the gradient is nearly
+    # orthogonal to the hidden state), so half-precision products lose the sum.
+    return torch.stack(
+        [(g.float() * h.float()).sum(-1) for g, h in zip(grads, hidden)], dim=1
+    )

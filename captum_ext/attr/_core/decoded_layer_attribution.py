@@ -1,0 +1,438 @@
+#!/usr/bin/env python3
+r"""Decoded layer attribution: any Captum layer attribution on ``hidden_states[l]``,
+decoded onto the input tokens through the vocabulary (Hou & Castanon, ICML 2023,
+https://proceedings.mlr.press/v202/hou23a.html)."""
+
+from contextlib import nullcontext
+from typing import Any, Callable, Dict, Optional, Tuple, Type, Union
+
+import torch
+from captum._utils.typing import TargetType
+from captum.attr import LayerConductance, LayerGradientShap, LayerGradientXActivation
+from captum.attr._utils.attribution import LayerAttribution
+from captum.log import log_usage
+from torch import nn, Tensor
+
+from captum_ext._utils.common import (
+    classifier_forward,
+    parse_token_batch,
+    resolve_target,
+    run_model,
+    TokenBatch,
+)
+from captum_ext._utils.hooks import eval_semantics, HookSet
+from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
+
+__all__ = ["DecodedLayerAttribution", "EmbeddingDecoder", "RELU_MODES"]
+
+Decoder = Callable[[Tensor], Tensor]  # [batch, pos, d] -> [batch, pos, vocab]
+MethodSpec = Union[Type[LayerAttribution], LayerAttribution]
+
+RELU_MODES = ("outside", "inside", None)
+
+# Captum layer methods that interpolate or add noise in input space: token ids
+# cannot be interpolated, so they get word embeddings as inputs.
+_INPUT_SPACE_METHODS = (LayerConductance, LayerGradientShap)
+_INPUT_SPACES = ("ids", "embeddings")
+
+# Hidden-state rows decoded at once: bounds the [rows, vocab] logits (about
+# 60 MiB for a 30k vocabulary in float32).
+_DECODE_ROWS = 512
+
+
+class EmbeddingDecoder(nn.Module):
+    r"""The tied input-embedding decoder ``h -> h @ E^T`` (no bias), ``E`` being the
+    model's word-embedding matrix ``[vocab, d]``.
+
+    Args:
+        model (nn.Module): a Hugging Face model; its word embeddings must have the
+            hidden size (not so for ALBERT/ELECTRA's factorised embeddings).
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        adapter = get_adapter(model)
+        # The shared parameter only: the model's embedding module (and its mode)
+        # stays out of this decoder.
+        self.weight = adapter.word_embeddings().weight  # [vocab, d]
+        width = self.weight.shape[1]
+        if width != adapter.hidden_size:
+            raise UnsupportedModelError(
+                f"{adapter.family}: word embeddings have size {width} but hidden "
+                f"states {adapter.hidden_size}, so h @ E^T is undefined; use the "
+                "MLM head or a fitted decoder (load_fitted_decoder)"
+            )
+        self.eval()
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        return hidden @ self.weight.T  # [..., d] -> [..., vocab]
+
+
+def check_options(tau: Optional[int], relu: Optional[str]) -> None:
+    r"""Raises on a ``tau`` that is not a positive int or None, or an unknown
+    ``relu`` mode."""
+    if tau is not None and (isinstance(tau, bool) or not isinstance(tau, int)):
+        raise TypeError(f"tau must be a positive int or None, got {tau!r}")
+    if tau is not None and tau < 1:
+        raise ValueError(f"tau must be >= 1 (or None for no limit), got {tau}")
+    if relu not in RELU_MODES:
+        raise ValueError(f"relu must be one of {RELU_MODES}, got {relu!r}")
+
+
+def _decoder_context(decoder: Decoder) -> Any:
+    return eval_semantics(decoder) if isinstance(decoder, nn.Module) else nullcontext()
+
+
+@torch.no_grad()
+def decoded_input_probabilities(
+    decoder: Decoder, hidden: Tensor, batch: TokenBatch, vocab_size: int
+) -> Tensor:
+    r"""``D[b, j, i] = softmax(decoder(h[b, j]))[t_i]``: the probability, over the
+    full vocabulary, that position ``j`` decodes to the token at position ``i``.
+
+    Args:
+        decoder (Callable): ``[1, rows, d] -> [1, rows, vocab]`` logits.
+        hidden (Tensor): ``[batch, pos, d]``, ``h_l``.
+        batch (TokenBatch): the input ids and masks.
+        vocab_size (int): the model's vocabulary size; the decoder must match it.
+
+    Returns:
+        Tensor ``[batch, pos, pos]`` (rows ``j``, columns ``i``), zero on pad rows.
+    """
+    example, position = batch.valid.nonzero(as_tuple=True)  # decode real tokens only
+    states = hidden[example, position]  # [rows, d]
+    tokens = batch.input_ids[example]  # [rows, pos]: the tokens of each row's example
+    pieces = []
+    with _decoder_context(decoder):
+        for start in range(0, len(states), _DECODE_ROWS):
+            logits = decoder(states[None, start : start + _DECODE_ROWS])[0]
+            _check_vocab(logits, vocab_size)
+            chosen = logits.gather(-1, tokens[start : start + _DECODE_ROWS])
+            pieces.append((chosen - logits.logsumexp(-1, keepdim=True)).exp())
+    probabilities = hidden.new_zeros(batch.input_ids.shape + batch.input_ids.shape[1:])
+    probabilities[example, position] = torch.cat(pieces).to(hidden.dtype)
+    return probabilities
+
+
+def _check_vocab(logits: Tensor, vocab_size: int) -> None:
+    if logits.shape[-1] != vocab_size:
+        raise ValueError(
+            f"the decoder maps hidden states to {logits.shape[-1]} logits but the "
+            f"model's vocabulary has {vocab_size} tokens; use a decoder made for this "
+            "model's tokenizer"
+        )
+
+
+def _first_occurrence(batch: TokenBatch) -> Tensor:
+    r"""``[batch, pos]``: index of the first real position holding the same token
+    (one column per unique token ``t_i``)."""
+    ids = batch.input_ids
+    same = (ids[:, :, None] == ids[:, None, :]) & batch.valid[:, None, :]
+    return same.float().argmax(-1)  # argmax returns the first maximum
+
+
+def _top_tau_mask(probabilities: Tensor, first: Tensor, tau: int) -> Tensor:
+    r"""``M[b, j, i] = 1`` when ``t_i`` is among the ``tau`` unique input tokens
+    most probable at position ``j`` (Alg. 1 l.8); repeated tokens share it."""
+    pos = probabilities.shape[-1]
+    unique = first == torch.arange(pos, device=first.device)  # [batch, i]
+    ranked = probabilities.masked_fill(~unique[:, None, :], float("-inf"))
+    top = ranked.topk(min(tau, pos), dim=-1).indices  # [batch, j, k]
+    keep = torch.zeros_like(ranked, dtype=torch.bool).scatter_(-1, top, True)
+    keep &= unique[:, None, :]  # fewer than tau unique tokens: drop the -inf picks
+    return keep.gather(-1, first[:, None, :].expand_as(keep))
+
+
+def aggregate(
+    probabilities: Tensor,
+    position_scores: Tensor,
+    batch: TokenBatch,
+    tau: Optional[int] = None,
+    relu: Optional[str] = "outside",
+) -> Tensor:
+    r"""Token scores ``s_i`` from decoded probabilities and per-position scores.
+
+    ``"outside"``: ``s_i = ReLU(sum_j M_ij D_ij a_j)`` (Eq. 6); ``"inside"``:
+    ``s_i = sum_j M_ij D_ij ReLU(a_j)`` (Alg. 1 literally); ``None``: signed.
+
+    Args:
+        probabilities (Tensor): ``[batch, pos_j, pos_i]``, ``D`` from
+            :func:`decoded_input_probabilities`.
+        position_scores (Tensor): ``[batch, pos_j]``, ``a_j = sum_k alpha[j, k]``.
+        batch (TokenBatch): the input ids and masks.
+        tau (int, optional): top-tau limit per position; None = no limit.
+        relu (str, optional): ``"outside"``, ``"inside"`` or None.
+
+    Returns:
+        Tensor ``[batch, pos]``; repeated tokens share one score, pads are zero.
+    """
+    valid = batch.valid.to(probabilities.dtype)  # [batch, pos]
+    weights = probabilities * valid[:, :, None]  # drop pad positions j
+    if tau is not None:
+        weights = weights * _top_tau_mask(probabilities, _first_occurrence(batch), tau)
+    scores = position_scores.to(weights.dtype)
+    if relu == "inside":
+        scores = scores.clamp(min=0)
+    tokens = torch.einsum("bji,bj->bi", weights, scores)  # [batch, pos_i]
+    if relu == "outside":
+        tokens = tokens.clamp(min=0)
+    return tokens * valid
+
+
+def _method_type(method: MethodSpec) -> type:
+    return method if isinstance(method, type) else type(method)
+
+
+def _input_space(method: MethodSpec, input_space: Optional[str]) -> str:
+    if input_space is None:
+        perturbs = issubclass(_method_type(method), _INPUT_SPACE_METHODS)
+        return "embeddings" if perturbs else "ids"
+    if input_space not in _INPUT_SPACES:
+        raise ValueError(
+            f"input_space must be one of {_INPUT_SPACES} or None, got {input_space!r}"
+        )
+    return input_space
+
+
+def _capture_all(hooks: HookSet, module: nn.Module) -> Dict[nn.Module, Any]:
+    r"""First output of ``module`` and of each of its submodules in the next
+    forward pass, as they are (tensors or tuples)."""
+    outputs: Dict[nn.Module, Any] = {}
+
+    def hook(sub: nn.Module, _inputs: Tuple[Any, ...], output: Any) -> None:
+        outputs.setdefault(sub, output)
+
+    for sub in module.modules():
+        hooks.forward(sub, hook)
+    return outputs
+
+
+def _tensor_module(module: nn.Module, outputs: Dict[nn.Module, Any]) -> nn.Module:
+    r"""``module`` when its output is a tensor; else the first submodule whose
+    output *is* its first output (e.g. DeBERTa's ``(hidden, None)`` blocks), so
+    Captum's layer hooks see a plain tensor."""
+    output = outputs.get(module)
+    if isinstance(output, Tensor):
+        return module
+    if output is None:
+        raise RuntimeError(f"{type(module).__name__} was not called in the forward")
+    first = output[0] if isinstance(output, (tuple, list)) and output else None
+    for sub in module.modules():
+        if sub is not module and first is not None and outputs.get(sub) is first:
+            return sub
+    raise UnsupportedModelError(
+        f"{type(module).__name__} returns {type(output).__name__} and no submodule "
+        "returns its hidden state as a tensor; Captum's layer hooks need a module "
+        "whose output is one tensor"
+    )
+
+
+class DecodedLayerAttribution(LayerAttribution):
+    r"""
+    Decoded layer attribution (Hou & Castanon, *Decoding Layer Saliency in
+    Language Transformers*, ICML 2023,
+    https://proceedings.mlr.press/v202/hou23a.html), generalised from Grad-CAM to
+    any Captum layer attribution method.
+
+    Let ``h_l`` (``[n, d]``) be ``hidden_states[l]`` (``0`` = embedding output,
+    ``L`` = last block) and ``t_1..t_T`` the unique token ids of the input (pads
+    excluded, special tokens kept).
+
+    - ``alpha = method.attribute(...)`` on the module that outputs ``h_l``,
+      ``[n, d]`` (for the default ``LayerGradientXActivation``,
+      ``alpha = (dy/dh_l) * h_l``, Eq. 1); its output is used unchanged, and
+      ``a_j = sum_k alpha[j, k]``.
+    - ``D[i, j] = softmax(decoder(h_l[j]))[t_i]``, ``[T, n]``: softmax over the
+      full vocabulary (Eq. 4), then the columns of the input's unique tokens.
+    - ``M[i, j] = 1`` if ``D[i, j]`` is among the top ``tau`` values of column
+      ``j`` (Alg. 1 l.8); ``tau=None`` keeps all (``M = 1``).
+    - ``relu="outside"`` (default, Eq. 6): ``s_i = ReLU(sum_j M_ij D_ij a_j)``;
+      ``relu="inside"`` (Alg. 1 l.9 read literally):
+      ``s_i = sum_j M_ij D_ij ReLU(a_j)``; ``relu=None``: signed
+      ``sum_j M_ij D_ij a_j``.
+
+    Every position holding ``t_i`` gets ``s_i``; pads get 0. The decoder is any
+    module mapping hidden states to vocabulary logits: a pre-trained MLM head
+    (the paper's setting, e.g. ``get_adapter(mlm_model).mlm_head()``), the tied
+    input embeddings (:class:`EmbeddingDecoder`), or a decoder fitted on the
+    frozen encoder (:func:`~captum_ext.attr.load_fitted_decoder`).
+
+    The wrapped method receives the token ids, or their word embeddings for
+    methods that interpolate or add noise in input space (``LayerConductance``,
+    ``LayerGradientShap``; see ``input_space``), together with the resolved target
+    and ``additional_forward_args`` as ``(attention_mask[, token_type_ids])``.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        layer: Optional[Union[int, nn.Module]],
+        decoder: Decoder,
+        method: MethodSpec = LayerGradientXActivation,
+        method_kwargs: Optional[Dict[str, Any]] = None,
+        input_space: Optional[str] = None,
+    ) -> None:
+        r"""
+        Args:
+            model (nn.Module): a Hugging Face sequence classifier.
+            layer (int or nn.Module or None): index ``l`` into ``hidden_states``
+                (negative counts from the end), or the module whose output is
+                ``h_l``. None: the layer of the ``method`` instance.
+            decoder (Callable): maps ``[batch, pos, d]`` hidden states to
+                ``[batch, pos, vocab]`` logits over the model's vocabulary.
+            method (type or LayerAttribution, optional): a Captum layer
+                attribution class, built here as
+                ``method(forward_func, module, **method_kwargs)`` with a forward
+                function returning the model's logits, or an instance already aimed
+                at the module of ``h_l``. Default: ``LayerGradientXActivation``.
+            method_kwargs (dict, optional): constructor arguments of a ``method``
+                class (e.g. ``{"multiply_by_inputs": False}``).
+            input_space (str, optional): ``"ids"`` or ``"embeddings"``: what the
+                wrapped method receives as inputs (integer ``baselines`` are then
+                embedded too). None: ``"embeddings"`` for ``LayerConductance`` and
+                ``LayerGradientShap`` (which interpolate or add noise to inputs),
+                else ``"ids"``. An instance's forward function must accept it.
+        """
+        self.adapter: ModelAdapter = get_adapter(model)
+        self.input_space = _input_space(method, input_space)
+        module = self._layer_module(layer, method)
+        forward = classifier_forward(model, self.input_space == "embeddings")
+        if not isinstance(method, type):
+            forward = method.forward_func
+        LayerAttribution.__init__(self, forward, module)
+        self.model = model
+        self.decoder = decoder
+        self._method = method
+        self._method_kwargs = dict(method_kwargs or {})
+        self._built: Dict[nn.Module, LayerAttribution] = {}
+        if not isinstance(method, type) and self._method_kwargs:
+            raise ValueError("method_kwargs apply only when method is a class")
+
+    def _layer_module(
+        self, layer: Optional[Union[int, nn.Module]], method: MethodSpec
+    ) -> nn.Module:
+        own = None if isinstance(method, type) else method.layer
+        if own is not None and not isinstance(own, nn.Module):
+            raise ValueError("the method instance must be aimed at one module")
+        if layer is None:
+            if own is None:
+                raise ValueError("pass a layer index or module (or a method instance)")
+            return own
+        module = layer
+        if not isinstance(layer, nn.Module):
+            module = self.adapter.hidden_state_module(layer)
+        if own is not None and own is not module:
+            raise ValueError(
+                f"the method instance is aimed at {type(own).__name__}, not at the "
+                f"module of layer {layer!r} ({type(module).__name__})"
+            )
+        return module
+
+    def _wrapped(self, module: nn.Module) -> LayerAttribution:
+        r"""The layer method aimed at ``module`` (built once per module)."""
+        if not isinstance(self._method, type):
+            if module is not self._method.layer:
+                raise UnsupportedModelError(
+                    f"the method instance is aimed at {type(self.layer).__name__}, "
+                    "whose output is not a single tensor; pass the method class "
+                    f"instead, or aim it at its submodule {type(module).__name__}"
+                )
+            return self._method
+        if module not in self._built:
+            self._built[module] = self._method(
+                self.forward_func, module, **self._method_kwargs
+            )
+        return self._built[module]
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.adapter.config.vocab_size)
+
+    def _probe(self, batch: TokenBatch) -> Tuple[Tensor, Tensor, nn.Module]:
+        r"""One forward pass without gradients: ``h_l`` ``[batch, pos, d]``, the
+        logits ``[batch, C]`` and the module whose tensor output is ``h_l``."""
+        with torch.no_grad(), HookSet() as hooks:
+            outputs = _capture_all(hooks, self.layer)
+            logits = run_model(self.adapter, batch).logits
+        module = _tensor_module(self.layer, outputs)
+        return outputs[module], logits, module
+
+    def _method_inputs(self, batch: TokenBatch, kwargs: Dict[str, Any]) -> Tuple:
+        if self.input_space == "ids":
+            return batch.input_ids, kwargs
+        embed = self.adapter.word_embeddings()
+        with torch.no_grad():
+            inputs = embed(batch.input_ids)
+            baselines = kwargs.get("baselines")
+            if isinstance(baselines, Tensor) and not baselines.is_floating_point():
+                kwargs = {**kwargs, "baselines": embed(baselines)}
+        return inputs, kwargs
+
+    def _position_scores(
+        self, module: nn.Module, batch: TokenBatch, target: Tensor, kwargs: Dict
+    ) -> Tensor:
+        r"""Runs the wrapped method; returns ``a_j = sum_k alpha[j, k]``,
+        ``[batch, pos]``."""
+        if kwargs.get("return_convergence_delta"):
+            raise ValueError(
+                "return_convergence_delta is not supported: the decoded scores use "
+                "the wrapped method's attributions only; call the method itself "
+                "for its delta"
+            )
+        inputs, kwargs = self._method_inputs(batch, kwargs)
+        extra: Tuple[Tensor, ...] = (batch.attention_mask,)
+        if batch.token_type_ids is not None:
+            extra += (batch.token_type_ids,)
+        alpha = self._wrapped(module).attribute(
+            inputs, target=target, additional_forward_args=extra, **kwargs
+        )
+        shape = tuple(batch.input_ids.shape)
+        if not isinstance(alpha, Tensor) or tuple(alpha.shape[:2]) != shape:
+            got = tuple(alpha.shape) if isinstance(alpha, Tensor) else type(alpha)
+            raise ValueError(
+                f"the wrapped method returned {got}; decoding needs one tensor "
+                f"[batch, pos, ...] with [batch, pos] = {list(shape)}"
+            )
+        return alpha.detach().reshape(*shape, -1).sum(-1)  # [batch, pos]
+
+    @log_usage()
+    def attribute(
+        self,
+        inputs: Tensor,
+        target: TargetType = None,
+        additional_forward_args: Any = None,
+        tau: Optional[int] = None,
+        relu: Optional[str] = "outside",
+        **attribute_kwargs: Any,
+    ) -> Tensor:
+        r"""
+        Args:
+            inputs (Tensor): token ids ``[batch, pos]`` (left or right padding).
+            target (int, list or Tensor, optional): the class whose pre-softmax
+                logit is explained, per example or for all. None: each example's
+                predicted class. Default: None.
+            additional_forward_args (Tensor or tuple, optional): ``attention_mask``
+                or ``(attention_mask, token_type_ids)``. Default: None (no padding).
+            tau (int, optional): keep, per position, only the ``tau`` unique input
+                tokens it decodes to most probably (Alg. 1's top-tau). None: no
+                limit. Default: None.
+            relu (str, optional): ``"outside"`` (Eq. 6), ``"inside"`` (Alg. 1 read
+                literally) or None (signed). Default: ``"outside"``.
+            **attribute_kwargs: passed unchanged to the wrapped method's
+                ``attribute`` (e.g. ``baselines``, ``n_steps``,
+                ``internal_batch_size``).
+
+        Returns:
+            Tensor ``[batch, pos]``: one score per position; positions holding the
+            same token share it; zero on padding.
+        """
+        check_options(tau, relu)
+        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
+        with eval_semantics(self.model):
+            hidden, logits, module = self._probe(batch)
+            index = resolve_target(target, logits)
+            scores = self._position_scores(module, batch, index, attribute_kwargs)
+            decoded = decoded_input_probabilities(
+                self.decoder, hidden, batch, self.vocab_size
+            )
+        return aggregate(decoded, scores, batch, tau, relu)

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+r"""Decoded Grad-CAM (Hou & Castanon, ICML 2023,
+https://proceedings.mlr.press/v202/hou23a.html): decoded layer attribution with
+gradient x activation, plus a sweep over every layer in one backward pass."""
+
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import torch
+from captum._utils.typing import TargetType
+from captum.attr import LayerGradientXActivation
+from captum.log import log_usage
+from torch import nn, Tensor
+
+from captum_ext._utils.common import (
+    parse_token_batch,
+    resolve_target,
+    run_model,
+    TokenBatch,
+)
+from captum_ext._utils.hooks import eval_semantics, HookSet
+from captum_ext.attr._core.decoded_layer_attribution import (
+    aggregate,
+    check_options,
+    decoded_input_probabilities,
+    DecodedLayerAttribution,
+    Decoder,
+)
+
+__all__ = ["DecodedLayerGradCam"]
+
+
+class DecodedLayerGradCam(DecodedLayerAttribution):
+    r"""
+    Decoded Grad-CAM, the configuration of Hou & Castanon (*Decoding Layer
+    Saliency in Language Transformers*, ICML 2023,
+    https://proceedings.mlr.press/v202/hou23a.html):
+    :class:`DecodedLayerAttribution` with Captum's ``LayerGradientXActivation``.
+
+    - ``alpha = (dy/dh_l) * h_l`` (Eq. 1), ``[n, d]``, with ``y`` the target's
+      pre-softmax logit and ``h_l = hidden_states[l]``; ``a_j = sum_k
+      alpha[j, k]``. (This is not Captum's ``LayerGradCam``, which mean-pools
+      the gradients.)
+    - ``D[i, j] = softmax(decoder(h_l[j]))[t_i]`` over the input's unique tokens
+      ``t_i`` (pads excluded, special tokens kept); ``M`` the per-position top-tau
+      mask.
+    - ``relu="outside"`` (Eq. 6): ``s_i = ReLU(sum_j M_ij D_ij a_j)``;
+      ``"inside"`` (Alg. 1): ``s_i = sum_j M_ij D_ij ReLU(a_j)``; None: signed.
+
+    :meth:`attribute_all_layers` gives every layer ``0..L`` from one forward and
+    one backward pass.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        layer: Union[int, nn.Module],
+        decoder: Decoder,
+        multiply_by_inputs: bool = True,
+    ) -> None:
+        r"""
+        Args:
+            model (nn.Module): a Hugging Face sequence classifier.
+            layer (int or nn.Module): index ``l`` into ``hidden_states``, or the
+                module whose output is ``h_l``. :meth:`attribute_all_layers`
+                ignores it.
+            decoder (Callable): maps ``[batch, pos, d]`` hidden states to
+                ``[batch, pos, vocab]`` logits (MLM head, :class:`EmbeddingDecoder`
+                or a fitted decoder).
+            multiply_by_inputs (bool, optional): False drops the activation
+                factor (``alpha = dy/dh_l``). Default: True.
+        """
+        super().__init__(
+            model,
+            layer,
+            decoder,
+            LayerGradientXActivation,
+            {"multiply_by_inputs": multiply_by_inputs},
+        )
+        self.multiply_by_inputs = multiply_by_inputs
+
+    def _all_gradients(
+        self, batch: TokenBatch, target: TargetType
+    ) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...]]:
+        r"""One forward and one backward pass: ``hidden_states[0..L]`` and the
+        target logit's gradient w.r.t. each, all ``[batch, pos, d]``."""
+        with HookSet() as hooks, torch.enable_grad():
+            # Frozen parameters would leave the hidden states out of the graph.
+            hooks.make_output_require_grad(self.adapter.embedding_output_module())
+            output = run_model(self.adapter, batch, hidden_states=True)
+            index = resolve_target(target, output.logits.detach())
+            chosen = output.logits.gather(1, index[:, None]).sum()
+            gradients = torch.autograd.grad(chosen, output.hidden_states)
+        hidden = tuple(h.detach() for h in output.hidden_states)
+        return hidden, gradients
+
+    def _decoders(self, decoders: Optional[Sequence[Decoder]]) -> List[Decoder]:
+        count = self.adapter.num_layers + 1
+        if decoders is None:
+            return [self.decoder] * count
+        if len(decoders) != count:
+            raise ValueError(
+                f"decoders must hold one decoder per layer 0..{count - 1} "
+                f"({count}), got {len(decoders)}"
+            )
+        return list(decoders)
+
+    @log_usage()
+    def attribute_all_layers(
+        self,
+        inputs: Tensor,
+        target: TargetType = None,
+        additional_forward_args: Any = None,
+        tau: Optional[int] = None,
+        relu: Optional[str] = "outside",
+        decoders: Optional[Sequence[Decoder]] = None,
+    ) -> Tensor:
+        r"""Decoded Grad-CAM of every layer ``l = 0..L``, from one forward and one
+        backward pass (``torch.autograd.grad`` w.r.t. all hidden states at once);
+        each layer equals :meth:`attribute` on that layer.
+
+        Args:
+            inputs (Tensor): token ids ``[batch, pos]``.
+            target (int, list or Tensor, optional): the class explained; None:
+                each example's predicted class. Default: None.
+            additional_forward_args (Tensor or tuple, optional): ``attention_mask``
+                or ``(attention_mask, token_type_ids)``. Default: None.
+            tau (int, optional): top-tau limit per position; None: no limit.
+            relu (str, optional): ``"outside"``, ``"inside"`` or None.
+            decoders (sequence, optional): one decoder per layer ``0..L`` (e.g.
+                fitted ones); None: this object's decoder for every layer.
+
+        Returns:
+            Tensor ``[batch, L + 1, pos]``, zero on padding.
+        """
+        check_options(tau, relu)
+        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
+        chosen = self._decoders(decoders)
+        with eval_semantics(self.model):
+            hidden, gradients = self._all_gradients(batch, target)
+            layers = [
+                self._decoded(decoder, h, g, batch, tau, relu)
+                for decoder, h, g in zip(chosen, hidden, gradients)
+            ]
+        return torch.stack(layers, dim=1)
+
+    def _decoded(
+        self,
+        decoder: Decoder,
+        hidden: Tensor,
+        gradient: Tensor,
+        batch: TokenBatch,
+        tau: Optional[int],
+        relu: Optional[str],
+    ) -> Tensor:
+        alpha = gradient * hidden if self.multiply_by_inputs else gradient
+        decoded = decoded_input_probabilities(decoder, hidden, batch, self.vocab_size)
+        return aggregate(decoded, alpha.sum(-1), batch, tau, relu)  # [batch, pos]

@@ -1,0 +1,340 @@
+#!/usr/bin/env python3
+r"""Decoders fitted on a frozen encoder, for models without a masked-LM head.
+
+Decoded layer attribution (Hou & Castanon, ICML 2023,
+https://proceedings.mlr.press/v202/hou23a.html) needs ``f_lm``: a map from the
+hidden states ``h_l`` to vocabulary logits. When the model has no pre-trained
+MLM head, one small head per layer ``l`` is fitted by minimising the paper's
+Eq. 3 with ``t`` = the input tokens themselves (reconstruction):
+
+    ``min_theta  - sum_j log softmax(f_theta(h_l[j]))[t_j]``
+
+over real text, with the encoder frozen. Each head is
+``dense -> gelu -> LayerNorm -> E^T + b`` (the BERT MLM head's shape), ``E`` being
+the model's own (frozen, shared) word-embedding matrix, so only
+``d^2 + 3d + V`` parameters per layer are trained.
+
+Cost: one forward pass over the texts gives the hidden states of all layers at
+once; each head then trains on sampled positions for a few steps. The softmax
+over the full vocabulary dominates.
+"""
+
+import hashlib
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn, Tensor
+from tqdm.auto import tqdm
+
+from captum_ext._utils.cache import cached_directory
+from captum_ext._utils.hooks import eval_semantics
+from captum_ext.adapters import get_adapter, ModelAdapter
+from captum_ext.datasets import load_split
+
+__all__ = [
+    "DecoderHead",
+    "FitConfig",
+    "FittedDecoders",
+    "fit_decoders",
+    "load_fitted_decoder",
+    "load_fitted_decoders",
+]
+
+_RECIPE_VERSION = "v1"
+_REPORT = "report.json"
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    r"""How the decoders are fitted.
+
+    Args:
+        fit_texts (int): texts whose positions train the heads (the first ones).
+        held_out_texts (int): the next texts, for the reported accuracy.
+        max_length (int): tokens per text, specials included.
+        steps (int): optimiser steps per layer.
+        batch_positions (int): positions sampled per step.
+        lr (float): Adam learning rate, decayed linearly to 0.
+        text_batch (int): texts per encoder forward pass.
+        seed (int): sampling and initialisation seed.
+    """
+
+    fit_texts: int = 1000
+    held_out_texts: int = 300
+    max_length: int = 64
+    steps: int = 60
+    batch_positions: int = 256
+    lr: float = 3e-3
+    text_batch: int = 64
+    seed: int = 0
+
+
+class DecoderHead(nn.Module):
+    r"""``h -> LayerNorm(gelu(W h + c)) @ E^T + b``: ``[..., d] -> [..., V]``.
+
+    ``E`` (``[V, e]``) is the model's word-embedding matrix, shared and frozen (a
+    non-persistent buffer: it is not saved with the head).
+
+    Args:
+        hidden_size (int): ``d``.
+        embedding (Tensor): ``E``, ``[vocab, e]``.
+    """
+
+    def __init__(self, hidden_size: int, embedding: Tensor) -> None:
+        super().__init__()
+        vocab, width = embedding.shape
+        self.dense = nn.Linear(hidden_size, width)
+        self.layer_norm = nn.LayerNorm(width)
+        self.bias = nn.Parameter(torch.zeros(vocab))
+        self.register_buffer("embedding", embedding.detach(), persistent=False)
+
+    def forward(self, hidden: Tensor) -> Tensor:
+        features = self.layer_norm(F.gelu(self.dense(hidden)))  # [..., e]
+        return features @ self.embedding.T + self.bias  # [..., V]
+
+
+@dataclass
+class FittedDecoders:
+    r"""One fitted head per layer ``0..L`` and how well it reconstructs.
+
+    Args:
+        heads (list[DecoderHead]): ``heads[l]`` decodes ``hidden_states[l]``.
+        accuracy (list[float]): held-out top-1 reconstruction accuracy per layer,
+            over non-special tokens.
+        fit_seconds (float): wall time of the fit (encoder pass included).
+    """
+
+    heads: List[DecoderHead]
+    accuracy: List[float]
+    fit_seconds: float
+
+
+def _check_vocab(adapter: ModelAdapter, tokenizer: object) -> None:
+    vocab = int(adapter.config.vocab_size)
+    tokens = len(tokenizer)  # type: ignore[arg-type]
+    rows = adapter.word_embeddings().weight.shape[0]
+    if not tokens == vocab == rows:
+        raise ValueError(
+            f"vocabulary sizes differ: tokenizer {tokens}, model config {vocab}, "
+            f"word embeddings {rows}; a decoder must predict exactly the model's "
+            "tokens, so use the model's own tokenizer"
+        )
+
+
+def _batches(texts: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+    for start in range(0, len(texts), size):
+        yield texts[start : start + size]
+
+
+@torch.no_grad()
+def _hidden_states(
+    adapter: ModelAdapter, tokenizer: object, texts: Sequence[str], config: FitConfig
+) -> Tuple[Tensor, Tensor, Tensor]:
+    r"""One forward pass per text batch, all layers at once.
+
+    Returns:
+        ``[N, L + 1, d]`` hidden states of every real token, their ids ``[N]``
+        and whether each is a special token ``[N]``.
+    """
+    states, ids = [], []
+    device = next(adapter.model.parameters()).device
+    for chunk in _batches(texts, config.text_batch):
+        encoded = tokenizer(  # type: ignore[operator]
+            list(chunk),
+            padding=True,
+            truncation=True,
+            max_length=config.max_length,
+            return_tensors="pt",
+        ).to(device)
+        output = adapter.model(**encoded, output_hidden_states=True)
+        valid = encoded["attention_mask"].bool()
+        states.append(torch.stack([h[valid] for h in output.hidden_states], dim=1))
+        ids.append(encoded["input_ids"][valid])
+    token_ids = torch.cat(ids)
+    special = torch.tensor(adapter.special_token_ids(tokenizer), device=device)
+    return torch.cat(states).float(), token_ids, torch.isin(token_ids, special)
+
+
+def _train_head(
+    states: Tensor,
+    ids: Tensor,
+    embedding: Tensor,
+    config: FitConfig,
+    progress: tqdm,
+) -> DecoderHead:
+    r"""Fits one head on ``states`` ``[N, d]`` to predict ``ids`` ``[N]``."""
+    generator = torch.Generator().manual_seed(config.seed)
+    with torch.random.fork_rng(devices=[]):  # seeded init, global RNG untouched
+        torch.manual_seed(config.seed)
+        head = DecoderHead(states.shape[1], embedding).to(states.device)
+    optimizer = torch.optim.Adam(head.parameters(), lr=config.lr)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 1 - step / config.steps
+    )
+    for _ in range(config.steps):
+        rows = torch.randint(len(ids), (config.batch_positions,), generator=generator)
+        rows = rows.to(states.device)
+        loss = F.cross_entropy(head(states[rows]), ids[rows])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        progress.update()
+        progress.set_postfix(loss=f"{loss.item():.2f}")
+    return head.eval()
+
+
+@torch.no_grad()
+def _accuracy(head: DecoderHead, states: Tensor, ids: Tensor) -> float:
+    if len(ids) == 0:
+        return float("nan")
+    predicted = torch.cat([head(part).argmax(-1) for part in states.split(4096)])
+    return (predicted == ids).float().mean().item()
+
+
+def fit_decoders(
+    model: nn.Module,
+    tokenizer: object,
+    texts: Sequence[str],
+    config: FitConfig = FitConfig(),
+) -> FittedDecoders:
+    r"""Fits one :class:`DecoderHead` per layer ``0..L`` on the frozen encoder
+    (Eq. 3 with ``t`` = the input tokens), without caching; see
+    :func:`load_fitted_decoders`.
+
+    Args:
+        model (nn.Module): a Hugging Face model (not changed).
+        tokenizer (PreTrainedTokenizerBase): its tokenizer.
+        texts (sequence of str): the first ``config.fit_texts`` train the heads,
+            the next ``config.held_out_texts`` measure their accuracy.
+        config (FitConfig, optional): the recipe.
+
+    Returns:
+        FittedDecoders: heads in eval mode, with held-out accuracy per layer.
+    """
+    adapter = get_adapter(model)
+    _check_vocab(adapter, tokenizer)
+    start = time.perf_counter()
+    fit_part = texts[: config.fit_texts]
+    held_part = texts[config.fit_texts : config.fit_texts + config.held_out_texts]
+    with eval_semantics(model):
+        states, ids, _ = _hidden_states(adapter, tokenizer, fit_part, config)
+        held_states, held_ids, special = _hidden_states(
+            adapter, tokenizer, held_part, config
+        )
+    embedding = adapter.word_embeddings().weight.detach()
+    layers = states.shape[1]
+    heads, accuracy = [], []
+    total = layers * config.steps
+    with tqdm(total=total, desc="fitting decoders", unit="step") as progress:
+        for layer in range(layers):
+            head = _train_head(states[:, layer], ids, embedding, config, progress)
+            heads.append(head)
+            content = held_states[~special, layer]
+            accuracy.append(_accuracy(head, content, held_ids[~special]))
+    return FittedDecoders(heads, accuracy, time.perf_counter() - start)
+
+
+def _fingerprint(model: nn.Module, tokenizer: object, texts: Sequence[str]) -> str:
+    r"""Digest of the weights, the tokenizer's vocabulary and the texts."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(
+            tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+        )
+    vocab = tokenizer.get_vocab()  # type: ignore[attr-defined]
+    digest.update(json.dumps(vocab, sort_keys=True).encode())
+    for text in texts:
+        digest.update(text.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _save(fitted: FittedDecoders, config: FitConfig, directory: Path) -> None:
+    for layer, head in enumerate(fitted.heads):
+        torch.save(head.state_dict(), directory / f"layer_{layer}.pt")
+    report = {
+        "accuracy": fitted.accuracy,
+        "fit_seconds": fitted.fit_seconds,
+        "config": asdict(config),
+    }
+    (directory / _REPORT).write_text(json.dumps(report, indent=1))
+
+
+def _load(directory: Path, adapter: ModelAdapter) -> FittedDecoders:
+    report = json.loads((directory / _REPORT).read_text())
+    embedding = adapter.word_embeddings().weight.detach()
+    heads = []
+    for layer in range(len(report["accuracy"])):
+        head = DecoderHead(adapter.hidden_size, embedding).to(embedding.device)
+        state = torch.load(directory / f"layer_{layer}.pt", map_location="cpu")
+        head.load_state_dict(state)
+        heads.append(head.eval())
+    return FittedDecoders(heads, report["accuracy"], report["fit_seconds"])
+
+
+def load_fitted_decoders(
+    model: nn.Module,
+    tokenizer: object,
+    texts: Optional[Sequence[str]] = None,
+    config: FitConfig = FitConfig(),
+) -> FittedDecoders:
+    r"""The fitted decoders of every layer ``0..L``: fitted once with
+    :func:`fit_decoders`, then cached (keyed by the model's weights, the
+    tokenizer's vocabulary, the texts and ``config``).
+
+    Args:
+        model (nn.Module): a Hugging Face model (not changed).
+        tokenizer (PreTrainedTokenizerBase): its tokenizer; its vocabulary must be
+            the model's.
+        texts (sequence of str, optional): real text; None: the training split of
+            the ``"sentiment"`` task (:func:`captum_ext.datasets.load_split`).
+        config (FitConfig, optional): the recipe.
+
+    Returns:
+        FittedDecoders: ``heads[l]`` decodes ``hidden_states[l]``.
+    """
+    adapter = get_adapter(model)
+    _check_vocab(adapter, tokenizer)
+    chosen = list(load_split("sentiment", "train").texts if texts is None else texts)
+    used = chosen[: config.fit_texts + config.held_out_texts]
+    key = _fingerprint(model, tokenizer, used) + json.dumps(asdict(config))
+    name = hashlib.sha256(key.encode()).hexdigest()[:16]
+
+    def build(directory: Path) -> None:
+        _save(fit_decoders(model, tokenizer, used, config), config, directory)
+
+    directory = cached_directory(f"fitted-decoder-{_RECIPE_VERSION}-{name}", build)
+    return _load(directory, adapter)
+
+
+def load_fitted_decoder(
+    model: nn.Module,
+    tokenizer: object,
+    layer: int,
+    texts: Optional[Sequence[str]] = None,
+    config: FitConfig = FitConfig(),
+) -> DecoderHead:
+    r"""The fitted decoder of ``hidden_states[layer]`` (see
+    :func:`load_fitted_decoders`; all layers are fitted and cached together,
+    because one encoder pass serves them all).
+
+    Args:
+        model (nn.Module): a Hugging Face model (not changed).
+        tokenizer (PreTrainedTokenizerBase): its tokenizer.
+        layer (int): index into ``hidden_states`` (0 = embedding output).
+        texts (sequence of str, optional): real text; None: the ``"sentiment"``
+            training split.
+        config (FitConfig, optional): the recipe.
+
+    Returns:
+        DecoderHead: ``[..., d] -> [..., vocab]`` logits, in eval mode.
+    """
+    layer = get_adapter(model).check_layer(layer)
+    return load_fitted_decoders(model, tokenizer, texts, config).heads[layer]

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+r"""LogAt: the model's own head applied to every token's final hidden state."""
+
+from typing import Any, Optional, Tuple, Union
+
+import torch
+from captum._utils.typing import TargetType
+from captum.attr._utils.attribution import Attribution
+from captum.log import log_usage
+from torch import nn, Tensor
+
+from captum_ext._utils.common import (
+    parse_token_batch,
+    resolve_target,
+    run_model,
+    TokenBatch,
+)
+from captum_ext._utils.hooks import eval_semantics
+from captum_ext.adapters import get_adapter
+
+__all__ = ["LogAt"]
+
+
+class LogAt(Attribution):
+    r"""
+    LogAt ("logit attribution") scores token :math:`i` with the logit the model's
+    own head-on-top (HoT) gives when it reads token :math:`i`'s final hidden state
+    :math:`x_i^L` instead of the classification position:
+
+    .. math::
+        \mathrm{LogAt}(x_i) = \mathrm{HoT}(x_i^L)[c]
+
+    where :math:`c` is the target class (by default the model's predicted class)
+    and the logit is taken before softmax. For a regression model
+    (``num_labels == 1``) the score is the distance to the model's output:
+
+    .. math::
+        \mathrm{LogAt}(x_i) = \left|\mathrm{HoT}(x_i^L) - \mathrm{HoT}(x_{cls}^L)
+        \right|
+
+    where :math:`cls` is the position the model predicts from ([CLS]/<s> for
+    encoders, the last real token for causal classifiers), so
+    :math:`\mathrm{HoT}(x_{cls}^L)` is the model's output.
+
+    **Per-layer variant.** With ``layer=l`` the head reads ``hidden_states[l]``
+    instead; with a ``decoder`` (any module mapping hidden states to vocabulary
+    logits, e.g. a masked-LM head) the score is
+    :math:`\mathrm{decoder}(x_i^l)[t]` for a vocabulary id :math:`t`. For causal
+    models, whose ``hidden_states[L]`` has passed the final norm but whose earlier
+    hidden states have not, the final norm is applied to ``hidden_states[l]``,
+    ``l < L``, before the head or decoder, so it reads what it was trained on.
+
+    Scores are signed, computed in the model's dtype from one forward pass
+    without gradients, and exactly zero on padding. All tokens, special ones
+    included, are scored.
+
+    The HoT of each family is :meth:`ModelAdapter.head_on_every_position`, e.g.
+    ``classifier(tanh(pooler.dense(x_i)))`` for BERT, ``score(x_i)`` for
+    GPT-2 / Llama.
+
+    More details can be found in the NormXLogit paper (Abbasi, Modarres and
+    Pilehvar, "NormXLogit: The Head-on-Top Never Lies", EMNLP 2025):
+    https://arxiv.org/abs/2411.16252 and the authors' code:
+    https://github.com/sinaabbasi1/NormXLogit
+    """
+
+    def __init__(
+        self,
+        forward_func: nn.Module,
+        layer: Optional[int] = None,
+        decoder: Optional[nn.Module] = None,
+    ) -> None:
+        r"""
+        Args:
+
+            forward_func (torch.nn.Module): A Hugging Face transformer of a family
+                        supported by :func:`captum_ext.get_adapter`; a
+                        ``*ForSequenceClassification`` model unless a ``decoder``
+                        is given.
+            layer (int, optional): Index into ``hidden_states`` (0 = embedding
+                        output, L = last block; negative counts from L) the head
+                        or decoder reads.
+                        Default: None (L, the paper's setting)
+            decoder (torch.nn.Module, optional): Maps hidden states
+                        ``[batch, pos, d_model]`` to vocabulary logits
+                        ``[batch, pos, V]`` and replaces the classification
+                        head, e.g. ``get_adapter(mlm_model).mlm_head()``. Then
+                        ``target`` is a vocabulary id and must be given.
+                        Default: None (the model's classification head)
+        """
+        Attribution.__init__(self, forward_func)
+        self.adapter = get_adapter(forward_func)
+        self.layer = self.adapter.num_layers
+        if layer is not None:
+            self.layer = self.adapter.check_layer(layer)
+        self.decoder = decoder
+
+    @log_usage()
+    def attribute(
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        target: TargetType = None,
+        additional_forward_args: Any = None,
+    ) -> Tensor:
+        r"""
+        Args:
+
+            inputs (Tensor): Token ids ``[batch, pos]``, padded on either side.
+            target (int, list, or Tensor, optional): Class whose logit is
+                        attributed: an int or 0-d tensor for every example, or a
+                        list / 1-d tensor with one class per example. With a
+                        ``decoder`` it is a vocabulary id and is required. For a
+                        regression model it can only be 0 (or None).
+                        Default: None (the model's predicted class of each
+                        example)
+            additional_forward_args (Tensor or tuple, optional): ``attention_mask``
+                        ``[batch, pos]`` (1 on real tokens, 0 on padding) or
+                        ``(attention_mask, token_type_ids)``.
+                        Default: None (every position is a real token)
+
+        Returns:
+            *Tensor* of **attributions**:
+            - **attributions** (*Tensor*): ``[batch, pos]`` signed scores in the
+                        model's dtype, exactly zero where ``attention_mask`` is 0.
+
+        Examples::
+
+            >>> model = AutoModelForSequenceClassification.from_pretrained(name)
+            >>> enc = tokenizer(texts, padding=True, return_tensors="pt")
+            >>> logat = LogAt(model)
+            >>> attr = logat.attribute(
+            ...     enc["input_ids"], additional_forward_args=(enc["attention_mask"],)
+            ... )
+        """
+        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
+        with eval_semantics(self.forward_func), torch.no_grad():
+            out = run_model(self.adapter, batch, hidden_states=True)
+            scores = self._scores(batch, out, target)  # [batch, pos]
+        return scores.masked_fill(~batch.valid, 0)
+
+    def _scores(self, batch: TokenBatch, out: Any, target: TargetType) -> Tensor:
+        r"""Per-position target logits ``[batch, pos]`` (subclasses rescale them)."""
+        logits = self._position_logits(out.hidden_states[self.layer])  # [b, pos, C]
+        if self.decoder is not None:
+            return _at_target(logits, _vocabulary_target(target, logits))
+        index = resolve_target(target, out.logits)  # [batch]
+        if not self.adapter.is_regression:
+            return _at_target(logits, index)
+        position = self.adapter.classification_position(
+            batch.input_ids, batch.attention_mask
+        )
+        values = logits[..., 0]  # [batch, pos]
+        at_cls = values.gather(1, position[:, None])  # [batch, 1]
+        return (values - at_cls).abs()
+
+    def _position_logits(self, hidden: Tensor) -> Tensor:
+        r"""Head or decoder on every position: ``[batch, pos, d] -> [b, pos, C]``."""
+        last = self.adapter.num_layers
+        if self.adapter.is_causal and self.layer < last:
+            # For causal families hidden_states[L] is the final norm's output, and
+            # the head was trained on normalised states only.
+            hidden = self.adapter.hidden_state_module(last)(hidden)
+        if self.decoder is not None:
+            return self.decoder(hidden)
+        return self.adapter.head_on_every_position(hidden)
+
+
+def _at_target(logits: Tensor, index: Tensor) -> Tensor:
+    r"""``logits[b, i, index[b]]`` for every position: ``[batch, pos]``."""
+    expanded = index[:, None, None].expand(-1, logits.shape[1], 1)
+    return logits.gather(2, expanded)[..., 0]
+
+
+def _vocabulary_target(target: TargetType, logits: Tensor) -> Tensor:
+    if target is None:
+        raise ValueError(
+            "with a decoder, target is the vocabulary id to explain (e.g. the gold "
+            "token at the masked position) and must be given; there is no single "
+            "predicted class for the whole sequence"
+        )
+    # Only the shape [batch, V] matters for validating the ids.
+    return resolve_target(target, logits[:, 0])

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+r"""NormXLogit: input-embedding norm times the LogAt logit of every token."""
+
+from typing import Any, Optional
+
+from captum._utils.typing import TargetType
+from torch import nn, Tensor
+
+from captum_ext._utils.common import TokenBatch
+from captum_ext.attr._core.logat import LogAt
+
+__all__ = ["NormXLogit"]
+
+_NORMS = ("embedding_output", "word_embedding")
+
+
+class NormXLogit(LogAt):
+    r"""
+    NormXLogit multiplies the L2 norm of each token's input representation by
+    the logit the model's own head-on-top gives that token's final hidden state
+    (:class:`LogAt`):
+
+    .. math::
+        \mathrm{NormXLogit}(x_i) = \lVert x_i^0 \rVert_2 \cdot
+        \mathrm{LogAt}(x_i) = \lVert x_i^0 \rVert_2 \cdot
+        \mathrm{HoT}(x_i^L)[c]
+
+    where :math:`c` is the target class (by default the model's predicted class),
+    taken before softmax. For a regression model (``num_labels == 1``)
+    :math:`\mathrm{LogAt}(x_i) = |\mathrm{HoT}(x_i^L) - \mathrm{HoT}(x_{cls}^L)|`,
+    the distance to the model's output.
+
+    :math:`x_i^0` is ``hidden_states[0]``, the embedding layer's output (for BERT:
+    LayerNorm of word + position + segment embeddings), as in the authors' code;
+    ``norm="word_embedding"`` uses the raw row of the input word-embedding table
+    instead, as the paper's wording suggests. For Llama the two coincide.
+
+    The per-layer variant (``layer`` and ``decoder``, see :class:`LogAt`) keeps
+    the norm of layer 0: :math:`\lVert x_i^0 \rVert_2 \cdot
+    \mathrm{decoder}(x_i^l)[t]`.
+
+    Scores are signed, computed in the model's dtype from one forward pass
+    without gradients, and exactly zero on padding.
+
+    More details can be found in the original paper (Abbasi, Modarres and
+    Pilehvar, "NormXLogit: The Head-on-Top Never Lies", EMNLP 2025):
+    https://arxiv.org/abs/2411.16252 and the authors' code:
+    https://github.com/sinaabbasi1/NormXLogit
+    """
+
+    def __init__(
+        self,
+        forward_func: nn.Module,
+        layer: Optional[int] = None,
+        decoder: Optional[nn.Module] = None,
+        norm: str = "embedding_output",
+    ) -> None:
+        r"""
+        Args:
+
+            forward_func (torch.nn.Module): A Hugging Face transformer of a family
+                        supported by :func:`captum_ext.get_adapter`; a
+                        ``*ForSequenceClassification`` model unless a ``decoder``
+                        is given.
+            layer (int, optional): Index into ``hidden_states`` the head or
+                        decoder reads (see :class:`LogAt`).
+                        Default: None (L, the paper's setting)
+            decoder (torch.nn.Module, optional): Hidden states to vocabulary
+                        logits, replacing the classification head (see
+                        :class:`LogAt`); then ``target`` is a vocabulary id.
+                        Default: None
+            norm (str, optional): ``"embedding_output"`` for
+                        :math:`\lVert` ``hidden_states[0]`` :math:`_i\rVert_2`
+                        (the authors' code) or ``"word_embedding"`` for
+                        :math:`\lVert` ``word_embeddings(input_ids)`` :math:`_i
+                        \rVert_2`.
+                        Default: ``"embedding_output"``
+        """
+        if norm not in _NORMS:
+            raise ValueError(f"norm must be one of {_NORMS}, got {norm!r}")
+        LogAt.__init__(self, forward_func, layer=layer, decoder=decoder)
+        self.norm = norm
+
+    def _scores(self, batch: TokenBatch, out: Any, target: TargetType) -> Tensor:
+        return self._input_norms(batch, out) * LogAt._scores(self, batch, out, target)
+
+    def _input_norms(self, batch: TokenBatch, out: Any) -> Tensor:
+        r"""L2 norm of each token's input representation, ``[batch, pos]``."""
+        if self.norm == "word_embedding":
+            embedded = self.adapter.word_embeddings()(batch.input_ids)
+        else:
+            embedded = out.hidden_states[0]  # [batch, pos, d_model]
+        return embedded.norm(dim=-1)

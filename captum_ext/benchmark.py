@@ -1,0 +1,730 @@
+#!/usr/bin/env python3
+r"""The benchmark engine: every attribution method, scored by every metric, on the
+held-out splits of the default tasks, each timed against one forward pass.
+
+Two registries make up the benchmark, and adding to it is one entry each:
+
+- :data:`METHODS`: name -> :class:`MethodSpec`, whose ``factory(model, tokenizer)``
+  returns ``explain(input_ids, attention_mask, target) -> [batch, seq]``;
+- :data:`METRICS`: name -> :class:`MetricSpec`, whose ``compute(context, scores)``
+  returns a :class:`MetricValue` (one value per example, optionally a curve).
+
+Captum's own baselines are in :data:`METHODS` next to the captum_ext methods, so the
+table answers "what would a user pick instead". They work on the word-embedding
+layer (``get_input_embeddings()``), which every Hugging Face model has:
+
+- ``Saliency``: L2 norm of the gradient w.r.t. each token's word embedding
+  (``LayerGradientXActivation(..., multiply_by_inputs=False)``);
+- ``InputXGradient``: gradient x embedding, summed over features
+  (``LayerGradientXActivation``);
+- ``IntegratedGradients``: ``LayerIntegratedGradients`` from a reference where
+  every non-special token is [PAD], :data:`IG_STEPS` steps (Captum's default 50
+  costs 3x more and changes the table little; the convergence gap is not
+  reported);
+- ``FeatureAblation``: each position replaced by [PAD] in turn (one forward per
+  position, batched :data:`ABLATION_ROWS` rows at a time);
+- ``Random``: uniform scores, seeded; the floor every method must beat.
+"""
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+import torch
+from captum.attr import (
+    FeatureAblation,
+    LayerGradientXActivation,
+    LayerIntegratedGradients,
+)
+from torch import nn, Tensor
+from tqdm.auto import tqdm
+
+from captum_ext._utils.common import classifier_forward
+from captum_ext.adapters import get_adapter
+from captum_ext.attr import AttCAT, CAT, GlobEnc, LogAt, NormXLogit
+from captum_ext.datasets import load_split, TextDataset
+from captum_ext.default_models import load_default_model, MAX_LENGTH
+from captum_ext.metrics import (
+    aopc,
+    hiding_revealing,
+    kendall_tau,
+    log_odds,
+    MetricResult,
+    sufficiency,
+)
+from captum_ext.visualization import Explanation
+
+__all__ = [
+    "METHODS",
+    "METRICS",
+    "LAYER_MAPS",
+    "BenchmarkResult",
+    "MethodResult",
+    "MethodSpec",
+    "MetricContext",
+    "MetricSpec",
+    "MetricValue",
+    "TaskSetup",
+    "default_tasks",
+    "explain_text",
+    "register_method",
+    "register_metric",
+    "run_benchmark",
+]
+
+MethodFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+MethodFactory = Callable[[nn.Module, Any], MethodFn]
+
+IG_STEPS = 16
+# Rows per forward pass for the perturbation baseline: large enough to keep both
+# cores busy, small enough to stay far from memory limits at MAX_LENGTH.
+ABLATION_ROWS = 128
+IG_ROWS = 256
+# Perturbed examples per forward pass inside the metrics.
+METRIC_ROWS = 128
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    r"""An attribution method as the benchmark runs it.
+
+    Args:
+        name (str): column/row label.
+        factory (MethodFactory): ``factory(model, tokenizer)`` returns
+            ``explain(input_ids, attention_mask, target) -> [batch, seq]``.
+        family (str): ``"captum_ext"``, ``"captum"`` (a baseline a user would
+            pick instead) or ``"control"`` (random).
+    """
+
+    name: str
+    factory: MethodFactory
+    family: str
+
+
+METHODS: Dict[str, MethodSpec] = {}
+
+
+def register_method(name: str, factory: MethodFactory, family: str) -> None:
+    r"""Adds a method to :data:`METHODS` (benchmark and ``explain``)."""
+    if name in METHODS:
+        raise ValueError(f"method {name!r} is already registered")
+    METHODS[name] = MethodSpec(name, factory, family)
+
+
+# ----------------------------------------------------------- captum_ext methods
+def _captum_ext(method: Callable[[nn.Module], Any], **options: Any) -> MethodFactory:
+    r"""Factory for a captum_ext ``Attribution``: ``method(model).attribute(...)``
+    with the benchmark's call convention and fixed keyword ``options``."""
+
+    def factory(model: nn.Module, tokenizer: Any) -> MethodFn:
+        attribution = method(model)
+
+        def explain(
+            input_ids: Tensor, attention_mask: Tensor, target: Tensor
+        ) -> Tensor:
+            scores = attribution.attribute(
+                input_ids,
+                target=target,
+                additional_forward_args=(attention_mask,),
+                **options,
+            )
+            return scores.detach()
+
+        return explain
+
+    return factory
+
+
+register_method("NormXLogit", _captum_ext(NormXLogit), "captum_ext")
+register_method("LogAt", _captum_ext(LogAt), "captum_ext")
+register_method("AttCAT", _captum_ext(AttCAT), "captum_ext")
+register_method("CAT", _captum_ext(CAT), "captum_ext")
+register_method("GlobEnc", _captum_ext(GlobEnc, variant="N_enc"), "captum_ext")
+register_method("GlobEnc N_res", _captum_ext(GlobEnc, variant="N_res"), "captum_ext")
+register_method("GlobEnc N", _captum_ext(GlobEnc, variant="N"), "captum_ext")
+
+
+# ----------------------------------------------------------- captum baselines
+def _special_ids(tokenizer: Any) -> Tensor:
+    return torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+
+
+def _embedding_gradients(model: nn.Module, times_input: bool) -> MethodFn:
+    layer = LayerGradientXActivation(
+        classifier_forward(model),
+        get_adapter(model).word_embeddings(),
+        multiply_by_inputs=times_input,
+    )
+
+    def explain(input_ids: Tensor, attention_mask: Tensor, target: Tensor) -> Tensor:
+        grads = layer.attribute(
+            input_ids, target=target, additional_forward_args=(attention_mask,)
+        )
+        scores = grads.sum(-1) if times_input else grads.norm(dim=-1)
+        return scores.detach() * attention_mask
+
+    return explain
+
+
+def _saliency(model: nn.Module, tokenizer: Any) -> MethodFn:
+    return _embedding_gradients(model, times_input=False)
+
+
+def _input_x_gradient(model: nn.Module, tokenizer: Any) -> MethodFn:
+    return _embedding_gradients(model, times_input=True)
+
+
+def _integrated_gradients(model: nn.Module, tokenizer: Any) -> MethodFn:
+    ig = LayerIntegratedGradients(
+        classifier_forward(model), get_adapter(model).word_embeddings()
+    )
+    special = _special_ids(tokenizer)
+
+    def explain(input_ids: Tensor, attention_mask: Tensor, target: Tensor) -> Tensor:
+        # Keep [CLS]/[SEP]/pads so only the content moves along the path.
+        keep = torch.isin(input_ids, special.to(input_ids.device))
+        reference = torch.where(keep, input_ids, tokenizer.pad_token_id)
+        attributions = ig.attribute(
+            input_ids,
+            baselines=reference,
+            target=target,
+            additional_forward_args=(attention_mask,),
+            n_steps=IG_STEPS,
+            internal_batch_size=max(IG_ROWS, len(input_ids)),
+        )
+        return attributions.sum(-1) * attention_mask
+
+    return explain
+
+
+def _feature_ablation(model: nn.Module, tokenizer: Any) -> MethodFn:
+    ablation = FeatureAblation(classifier_forward(model))
+
+    def explain(input_ids: Tensor, attention_mask: Tensor, target: Tensor) -> Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        attributions = ablation.attribute(
+            input_ids,
+            baselines=tokenizer.pad_token_id,
+            target=target,
+            additional_forward_args=(attention_mask,),
+            feature_mask=positions.expand_as(input_ids),
+            perturbations_per_eval=max(1, ABLATION_ROWS // len(input_ids)),
+        )
+        return attributions.float() * attention_mask
+
+    return explain
+
+
+def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
+    generator = torch.Generator().manual_seed(0)
+
+    def explain(input_ids: Tensor, attention_mask: Tensor, target: Tensor) -> Tensor:
+        scores = torch.rand(input_ids.shape, generator=generator)
+        return scores.to(input_ids.device) * attention_mask
+
+    return explain
+
+
+register_method("Saliency", _saliency, "captum")
+register_method("InputXGradient", _input_x_gradient, "captum")
+register_method("IntegratedGradients", _integrated_gradients, "captum")
+register_method("FeatureAblation", _feature_ablation, "captum")
+register_method("Random", _random, "control")
+
+
+# ------------------------------------------------------------------ layer maps
+LayerMapFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+# name -> factory(model, tokenizer) -> fn(input_ids, attention_mask, target)
+# returning [batch, layers, seq]: the report draws one heatmap per entry.
+LAYER_MAPS: Dict[str, Callable[[nn.Module, Any], LayerMapFn]] = {
+    "AttCAT": _captum_ext(AttCAT, return_layers=True),
+}
+
+
+# -------------------------------------------------------------------- metrics
+@dataclass
+class MetricContext:
+    r"""What a metric gets besides the scores: one padded batch and a way to
+    explain other classes (Kendall-tau needs them)."""
+
+    forward: Callable[..., Tensor]
+    input_ids: Tensor
+    attention_mask: Tensor
+    target: Tensor
+    tokenizer: Any
+    explain: Callable[[Tensor], Tensor]
+
+    def metric_kwargs(self) -> Dict[str, Any]:
+        r"""The arguments every captum_ext metric takes the same way."""
+        return {
+            "target": self.target,
+            "additional_forward_args": (self.attention_mask,),
+            "special_token_ids": self.tokenizer.all_special_ids,
+            "max_examples_per_batch": METRIC_ROWS,
+        }
+
+    def token_ids(self) -> Dict[str, Any]:
+        return {
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "mask_token_id": self.tokenizer.mask_token_id,
+        }
+
+
+@dataclass
+class MetricValue:
+    r"""``per_example`` ``[batch]``; ``curve`` ``[batch, len(grid)]`` when the
+    metric is an area under a curve."""
+
+    per_example: Tensor
+    curve: Optional[Tensor] = None
+    grid: Optional[Sequence[float]] = None
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    r"""A metric as the benchmark runs it; one call may fill several columns
+    (hiding and revealing come from one pass).
+
+    Args:
+        name (str): registry name (what ``--metrics`` selects).
+        compute (Callable): ``compute(context, scores)`` returns a
+            :class:`MetricValue` per column.
+        columns (dict[str, bool]): column label -> higher is better.
+    """
+
+    name: str
+    compute: Callable[[MetricContext, Tensor], Dict[str, MetricValue]]
+    columns: Dict[str, bool]
+
+
+METRICS: Dict[str, MetricSpec] = {}
+
+
+def register_metric(
+    name: str,
+    compute: Callable[[MetricContext, Tensor], Dict[str, MetricValue]],
+    columns: Dict[str, bool],
+) -> None:
+    r"""Adds a metric to :data:`METRICS`."""
+    if name in METRICS:
+        raise ValueError(f"metric {name!r} is already registered")
+    METRICS[name] = MetricSpec(name, compute, dict(columns))
+
+
+def _value(result: MetricResult) -> MetricValue:
+    return MetricValue(result.score, result.curve, result.levels.tolist())
+
+
+def _curve_metric(
+    metric: Callable[..., MetricResult], column: str
+) -> Callable[[MetricContext, Tensor], Dict[str, MetricValue]]:
+    r"""AOPC, LOdds and sufficiency share a signature and a result type."""
+
+    def compute(context: MetricContext, scores: Tensor) -> Dict[str, MetricValue]:
+        result = metric(
+            context.forward,
+            context.input_ids,
+            scores,
+            **context.metric_kwargs(),
+            **context.token_ids(),
+        )
+        return {column: _value(result)}
+
+    return compute
+
+
+def _kendall_tau(context: MetricContext, scores: Tensor) -> Dict[str, MetricValue]:
+    # Re-explains the batch for every class: part of the metric, not timed.
+    tau = kendall_tau(
+        context.forward, context.input_ids, context.explain, **context.metric_kwargs()
+    )
+    return {"Kendall-tau": MetricValue(tau)}
+
+
+def _hiding_revealing(context: MetricContext, scores: Tensor) -> Dict[str, MetricValue]:
+    # Default protocol: accuracy against the unperturbed prediction, which is
+    # what the explained target is; the "decoded" preset uses gold labels.
+    result = hiding_revealing(
+        context.forward,
+        context.input_ids,
+        scores,
+        **context.metric_kwargs(),
+        **context.token_ids(),
+    )
+    return {"Hide": _value(result.hiding), "Reveal": _value(result.revealing)}
+
+
+register_metric("aopc", _curve_metric(aopc, "AOPC"), {"AOPC": True})
+register_metric("log_odds", _curve_metric(log_odds, "LOdds"), {"LOdds": False})
+register_metric("kendall_tau", _kendall_tau, {"Kendall-tau": False})
+register_metric("hiding_revealing", _hiding_revealing, {"Hide": False, "Reveal": True})
+register_metric(
+    "sufficiency", _curve_metric(sufficiency, "Sufficiency"), {"Sufficiency": False}
+)
+
+
+# ---------------------------------------------------------------------- engine
+@dataclass
+class TaskSetup:
+    r"""A classifier, its tokenizer and the examples to benchmark it on."""
+
+    name: str
+    model: nn.Module
+    tokenizer: Any
+    data: TextDataset
+    max_length: int = MAX_LENGTH
+
+
+@dataclass
+class MethodResult:
+    r"""One (task, method) row: mean metric values, mean curves and timings."""
+
+    task: str
+    method: str
+    family: str
+    n: int
+    metrics: Dict[str, float]
+    curves: Dict[str, Tuple[List[float], List[float]]]
+    seconds: float
+    forward_seconds: float
+
+    @property
+    def time_ratio(self) -> float:
+        r"""Attribution time / one forward pass over the same examples."""
+        return self.seconds / max(self.forward_seconds, 1e-9)
+
+
+@dataclass
+class BenchmarkResult:
+    r"""Everything the report needs."""
+
+    rows: List[MethodResult]
+    metrics: Dict[str, bool]  # column -> higher is better
+    examples: Dict[str, List[Explanation]]
+    config: Dict[str, Any]
+    wall_seconds: float = 0.0
+    layer_maps: Dict[str, Dict[str, Tuple[List[str], Tensor]]] = field(
+        default_factory=dict
+    )
+
+
+@dataclass
+class _Batch:
+    indices: List[int]
+    input_ids: Tensor
+    attention_mask: Tensor
+    labels: Tensor
+    target: Tensor = field(default_factory=lambda: torch.empty(0))
+    probs: Tensor = field(default_factory=lambda: torch.empty(0))
+    forward_seconds: float = 0.0
+
+
+def _batches(task: TaskSetup, batch_size: int, device: torch.device) -> List[_Batch]:
+    r"""Length-sorted padded batches: padding costs every method a lot of time."""
+    tokenizer = task.tokenizer
+    ids = tokenizer(list(task.data.texts), truncation=True, max_length=task.max_length)[
+        "input_ids"
+    ]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    batches = []
+    for start in range(0, len(order), batch_size):
+        chosen = order[start : start + batch_size]
+        width = max(len(ids[i]) for i in chosen)
+        input_ids = torch.full((len(chosen), width), tokenizer.pad_token_id)
+        mask = torch.zeros((len(chosen), width), dtype=torch.long)
+        for row, i in enumerate(chosen):
+            input_ids[row, : len(ids[i])] = torch.tensor(ids[i])
+            mask[row, : len(ids[i])] = 1
+        labels = torch.tensor([task.data.labels[i] for i in chosen])
+        batches.append(
+            _Batch(chosen, input_ids.to(device), mask.to(device), labels.to(device))
+        )
+    return batches
+
+
+@torch.no_grad()
+def _predict(forward: Callable[..., Tensor], batch: _Batch, repeats: int) -> None:
+    r"""Sets the batch's predicted class (the explained target) and times one
+    inference forward pass (fastest of ``repeats``, to damp scheduler noise)."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        logits = forward(batch.input_ids, batch.attention_mask)
+        times.append(time.perf_counter() - start)
+    batch.probs = logits.softmax(-1)
+    batch.target = logits.argmax(-1)
+    batch.forward_seconds = min(times)
+
+
+def _timed(fn: MethodFn, batch: _Batch, target: Tensor) -> Tuple[Tensor, float]:
+    start = time.perf_counter()
+    scores = fn(batch.input_ids, batch.attention_mask, target)
+    seconds = time.perf_counter() - start
+    return scores.detach().float(), seconds
+
+
+class _Accumulator:
+    r"""Means over examples that skip NaN (an example a metric's protocol leaves
+    out), per value or per curve point."""
+
+    def __init__(self) -> None:
+        self.sums: Dict[str, Tensor] = {}
+        self.counts: Dict[str, Tensor] = {}
+        self.grids: Dict[str, List[float]] = {}
+
+    def add(self, name: str, values: Tensor, grid: Optional[Sequence[float]]) -> None:
+        values = values.detach().double().cpu()
+        counted = ~values.isnan()
+        total = torch.where(counted, values, 0.0).sum(0)
+        self.sums[name] = self.sums.get(name, 0) + total
+        self.counts[name] = self.counts.get(name, 0) + counted.sum(0)
+        if grid is not None:
+            self.grids[name] = [float(g) for g in grid]
+
+    def mean(self, name: str) -> Tensor:
+        return self.sums[name] / self.counts[name]  # NaN where nothing counted
+
+
+def _score_method(
+    spec: MethodSpec,
+    task: TaskSetup,
+    batches: List[_Batch],
+    metrics: Sequence[MetricSpec],
+    keep: Set[int],
+    progress: bool,
+) -> Tuple[MethodResult, Dict[int, Tensor]]:
+    explain = spec.factory(task.model, task.tokenizer)
+    forward = classifier_forward(task.model)
+    values, curves = _Accumulator(), _Accumulator()
+    seconds = 0.0
+    kept: Dict[int, Tensor] = {}
+    for batch in tqdm(batches, desc=f"{task.name}: {spec.name}", disable=not progress):
+        scores, spent = _timed(explain, batch, batch.target)
+        seconds += spent
+        context = MetricContext(
+            forward,
+            batch.input_ids,
+            batch.attention_mask,
+            batch.target,
+            task.tokenizer,
+            lambda target, b=batch: explain(b.input_ids, b.attention_mask, target),
+        )
+        for metric in metrics:
+            for column, value in metric.compute(context, scores).items():
+                values.add(column, value.per_example.reshape(-1), None)
+                if value.curve is not None:
+                    curves.add(column, value.curve, value.grid)
+        for row, index in enumerate(batch.indices):
+            if index in keep:
+                kept[index] = scores[row, batch.attention_mask[row].bool()].cpu()
+    result = MethodResult(
+        task=task.name,
+        method=spec.name,
+        family=spec.family,
+        n=sum(len(b.indices) for b in batches),
+        metrics={column: float(values.mean(column)) for column in _columns(metrics)},
+        curves={
+            name: (curves.grids[name], curves.mean(name).tolist())
+            for name in curves.sums
+        },
+        seconds=seconds,
+        forward_seconds=sum(b.forward_seconds for b in batches),
+    )
+    return result, kept
+
+
+def _examples(
+    task: TaskSetup, batches: List[_Batch], kept: Dict[str, Dict[int, Tensor]]
+) -> List[Explanation]:
+    by_index = {i: (b, row) for b in batches for row, i in enumerate(b.indices)}
+    examples = []
+    for index in sorted(next(iter(kept.values()), {})):
+        batch, row = by_index[index]
+        valid = batch.attention_mask[row].bool()
+        ids = batch.input_ids[row, valid].tolist()
+        target = int(batch.target[row])
+        examples.append(
+            Explanation(
+                tokens=task.tokenizer.convert_ids_to_tokens(ids),
+                scores={name: rows[index] for name, rows in kept.items()},
+                label_names=list(task.data.label_names),
+                pred_class=target,
+                pred_prob=float(batch.probs[row, target]),
+                target=target,
+                true_class=int(batch.labels[row]),
+            )
+        )
+    return examples
+
+
+def run_benchmark(
+    tasks: Sequence[TaskSetup],
+    methods: Optional[Sequence[str]] = None,
+    metrics: Optional[Sequence[str]] = None,
+    batch_size: int = 16,
+    n_examples: int = 3,
+    device: Optional[torch.device] = None,
+    progress: bool = True,
+) -> BenchmarkResult:
+    r"""Runs ``methods`` x ``metrics`` on every task.
+
+    Args:
+        tasks (Sequence[TaskSetup]): models and data (see :func:`default_tasks`).
+        methods (Sequence[str], optional): names in :data:`METHODS`. Default: all.
+        metrics (Sequence[str], optional): names in :data:`METRICS`. Default: all.
+        batch_size (int, optional): examples per attribution call. Default: 16.
+        n_examples (int, optional): examples per task kept with every method's
+            scores for the report's highlights. Default: 3.
+        device (torch.device, optional): where inputs go; the models must already
+            be there. Default: CPU.
+        progress (bool, optional): tqdm progress bars on stderr. Default: True.
+
+    Returns:
+        BenchmarkResult: one row per (task, method). Targets are the model's
+        predicted classes; timings are ratios to one inference forward pass over
+        the same batches, measured in this run.
+    """
+    start = time.perf_counter()
+    method_specs = [METHODS[name] for name in _check(methods, METHODS, "method")]
+    metric_specs = [METRICS[name] for name in _check(metrics, METRICS, "metric")]
+    device = torch.device(device or "cpu")
+    rows: List[MethodResult] = []
+    examples: Dict[str, List[Explanation]] = {}
+    layer_maps: Dict[str, Dict[str, Tuple[List[str], Tensor]]] = {}
+    for task in tasks:
+        batches = _batches(task, batch_size, device)
+        forward = classifier_forward(task.model)
+        for batch in batches:
+            _predict(forward, batch, repeats=3)
+        keep = set(range(min(n_examples, len(task.data))))
+        kept: Dict[str, Dict[int, Tensor]] = {}
+        for spec in method_specs:
+            row, kept[spec.name] = _score_method(
+                spec, task, batches, metric_specs, keep, progress
+            )
+            rows.append(row)
+        examples[task.name] = _examples(task, batches, kept)
+        layer_maps[task.name] = _layer_maps(task, examples[task.name], device)
+    return BenchmarkResult(
+        rows=rows,
+        metrics=_columns(metric_specs),
+        examples=examples,
+        config=_config(tasks, method_specs, batch_size, device),
+        wall_seconds=time.perf_counter() - start,
+        layer_maps=layer_maps,
+    )
+
+
+def _layer_maps(
+    task: TaskSetup, examples: List[Explanation], device: torch.device
+) -> Dict[str, Tuple[List[str], Tensor]]:
+    r"""Every :data:`LAYER_MAPS` entry on the task's first example."""
+    if not examples:
+        return {}
+    example = examples[0]
+    input_ids = torch.tensor(
+        [task.tokenizer.convert_tokens_to_ids(example.tokens)], device=device
+    )
+    mask = torch.ones_like(input_ids)
+    target = torch.tensor([example.target], device=device)
+    return {
+        name: (
+            example.tokens,
+            factory(task.model, task.tokenizer)(input_ids, mask, target)[0].cpu(),
+        )
+        for name, factory in LAYER_MAPS.items()
+    }
+
+
+def _columns(metrics: Sequence[MetricSpec]) -> Dict[str, bool]:
+    return {column: up for m in metrics for column, up in m.columns.items()}
+
+
+def _check(names: Optional[Sequence[str]], registry: Dict, kind: str) -> List[str]:
+    if names is None:
+        return list(registry)
+    unknown = [name for name in names if name not in registry]
+    if unknown:
+        raise ValueError(
+            f"unknown {kind}(s) {unknown}; available: {', '.join(registry)}"
+        )
+    return list(names)
+
+
+def _config(
+    tasks: Sequence[TaskSetup],
+    methods: Sequence[MethodSpec],
+    batch_size: int,
+    device: torch.device,
+) -> Dict[str, Any]:
+    import captum
+    import transformers
+
+    return {
+        "tasks": {t.name: len(t.data) for t in tasks},
+        "methods": [m.name for m in methods],
+        "batch_size": batch_size,
+        "ig_steps": IG_STEPS,
+        "device": str(device),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "captum": captum.__version__,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def default_tasks(
+    n: int, tasks: Sequence[str] = ("sentiment", "source"), device: Any = None
+) -> List[TaskSetup]:
+    r"""The default fine-tuned models (prepared once, cached) with the first ``n``
+    examples of each task's held-out split."""
+    setups = []
+    for name in tasks:
+        model, tokenizer = load_default_model(name, device=device)
+        setups.append(TaskSetup(name, model, tokenizer, load_split(name).head(n)))
+    return setups
+
+
+def explain_text(
+    model: nn.Module,
+    tokenizer: Any,
+    text: str,
+    methods: Optional[Sequence[str]] = None,
+    target: Optional[int] = None,
+    max_length: int = MAX_LENGTH,
+) -> Explanation:
+    r"""Every method's token scores for one text.
+
+    Args:
+        model (nn.Module): a Hugging Face sequence classifier in eval mode.
+        tokenizer: its tokenizer.
+        text (str): the input.
+        methods (Sequence[str], optional): names in :data:`METHODS`. Default: all
+            but the ``control`` ones.
+        target (int, optional): class to explain. Default: the predicted class.
+        max_length (int, optional): truncation length. Default: ``MAX_LENGTH``.
+    """
+    names = _check(methods, METHODS, "method") if methods is not None else None
+    names = names or [n for n, s in METHODS.items() if s.family != "control"]
+    device = next(model.parameters()).device
+    encoded = tokenizer(text, truncation=True, max_length=max_length)
+    input_ids = torch.tensor([encoded["input_ids"]], device=device)
+    mask = torch.ones_like(input_ids)
+    with torch.no_grad():
+        probs = classifier_forward(model)(input_ids, mask).softmax(-1)[0]
+    predicted = int(probs.argmax())
+    chosen = predicted if target is None else target
+    target_tensor = torch.tensor([chosen], device=device)
+    scores = {}
+    for name in names:
+        explain = METHODS[name].factory(model, tokenizer)
+        scores[name] = explain(input_ids, mask, target_tensor)[0].detach().cpu()
+    id2label = getattr(model.config, "id2label", None) or {}
+    return Explanation(
+        tokens=tokenizer.convert_ids_to_tokens(encoded["input_ids"]),
+        scores=scores,
+        label_names=[str(id2label.get(i, i)) for i in range(len(probs))],
+        pred_class=predicted,
+        pred_prob=float(probs[predicted]),
+        target=chosen,
+    )

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+
+from typing import Iterable, Optional
+
+import torch
+from captum._utils.typing import TensorOrTupleOfTensorsGeneric
+from captum.log import log_usage
+from torch import Tensor
+
+from captum_ext.metrics._utils.inputs import (
+    check_attributions,
+    check_evidence,
+    parse_inputs,
+)
+from captum_ext.metrics._utils.ranking import descending_order
+
+
+@log_usage()
+def average_precision(
+    inputs: TensorOrTupleOfTensorsGeneric,
+    attributions: TensorOrTupleOfTensorsGeneric,
+    evidence_mask: Tensor,
+    additional_forward_args: Optional[object] = None,
+    *,
+    special_tokens_mask: Optional[Tensor] = None,
+    special_token_ids: Optional[Iterable[int]] = None,
+) -> Tensor:
+    r"""
+    Plausibility as average precision: how early the known evidence tokens
+    (cue words, human rationales) appear in the ranking of the attributions.
+    With tokens ranked by decreasing score, :math:`E` the evidence and
+    :math:`P@r` the precision of the top :math:`r`:
+
+    .. math::
+        \mathrm{AP}(x) = \frac{1}{|E|} \sum_{r:\, \mathrm{token}_r \in E} P@r
+        = \sum_{r} (R@r - R@(r-1))\, P@r
+
+    Higher is more plausible; 1 when every evidence token outranks every other
+    token. The second form is NormXLogit's ``avg_precision`` (Experiment 2,
+    evidence alignment on BLiMP, https://github.com/sinaabbasi1/NormXLogit):
+    one rank per token, no interpolation. Ties in score go to the lower
+    position.
+
+    Ranked tokens are the real tokens minus the special ones; evidence on
+    other positions is ignored.
+
+    Args:
+
+        inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
+        attributions (Tensor): one score per token ``[batch, pos]``.
+        evidence_mask (Tensor): ``[batch, pos]``, 1 on evidence tokens.
+        additional_forward_args (Tensor or tuple, optional): ``attention_mask``
+                or ``(attention_mask, ...)``; only the mask is used. Default: None
+        special_tokens_mask (Tensor, optional): ``[batch, pos]``, 1 on positions
+                not ranked (special tokens, or e.g. the masked target word of a
+                cloze task). Default: None
+        special_token_ids (iterable of int, optional): ids not ranked.
+                Default: None
+
+    Returns:
+        Tensor: ``[batch]`` AP; NaN for an example without evidence.
+    """
+    parsed = parse_inputs(
+        inputs, additional_forward_args, special_tokens_mask, special_token_ids
+    )
+    scores = check_attributions(attributions, parsed)
+    ranked = parsed.content
+    evidence = check_evidence(evidence_mask, parsed) & ranked
+    order = descending_order(scores, ranked)
+    hits = evidence.gather(1, order).double()
+    rank = torch.arange(1, order.shape[1] + 1, device=order.device)
+    precision = hits.cumsum(1) / rank
+    return ((precision * hits).sum(1) / evidence.sum(1)).to(torch.get_default_dtype())

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+import pytest
+import torch
+from captum_ext.attr import AttCAT
+
+from tests.attr.token_method_checks import (
+    assert_bfloat16_close,
+    assert_cuda_matches_cpu,
+    assert_equals_naive_cat,
+    assert_frozen_parameters_work,
+    assert_padding_invariant,
+    assert_state_kept,
+    assert_target_out_of_range,
+    attribute,
+    requires_cuda,
+)
+from tests.helpers import ALL_FAMILIES, is_causal, tiny_classifier, token_batch
+
+# hidden_state_module(l) needs one module per layer, which ALBERT does not have.
+NAIVE_FAMILIES = [f for f in ALL_FAMILIES if f != "albert"]
+
+
+@pytest.mark.parametrize("layers", ["inputs", "outputs"])
+@pytest.mark.parametrize("family", NAIVE_FAMILIES)
+def test_equals_naive_formula(family, layers):
+    assert_equals_naive_cat(
+        lambda model: AttCAT(model, layers=layers), family, layers, True
+    )
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_batched_equals_loop_and_padding(family):
+    assert_padding_invariant(AttCAT, family, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("layers", ["inputs", "outputs"])
+def test_return_layers_sums_to_total(layers):
+    model = tiny_classifier("bert")
+    batch = token_batch()
+    method = AttCAT(model, layers=layers)
+    per_layer = attribute(method, batch, return_layers=True)
+    assert per_layer.shape == (3, 2, 9)
+    padding = ~batch["attention_mask"].bool()  # [batch, pos]
+    assert torch.all(per_layer.transpose(1, 2)[padding] == 0)
+    torch.testing.assert_close(per_layer.sum(1), attribute(method, batch))
+
+
+def test_layer_modes_differ():
+    model = tiny_classifier("bert")
+    batch = token_batch()
+    inputs = attribute(AttCAT(model), batch, return_layers=True)
+    outputs = attribute(AttCAT(model, layers="outputs"), batch, return_layers=True)
+    assert not torch.allclose(inputs, outputs)
+
+
+def test_one_forward_and_one_backward_per_batch(monkeypatch):
+    model = tiny_classifier("bert")
+    forwards = []
+    model.register_forward_hook(lambda *args: forwards.append(1))
+    backwards = []
+    grad = torch.autograd.grad
+
+    def counting_grad(*args, **kwargs):
+        backwards.append(1)
+        return grad(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", counting_grad)
+    attribute(AttCAT(model), token_batch((5, 9, 3, 7, 2 + 2)))
+    assert (len(forwards), len(backwards)) == (1, 1)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_frozen_parameters(family):
+    assert_frozen_parameters_work(AttCAT, family)
+
+
+def test_sdpa_model_is_rejected():
+    model = tiny_classifier("bert", attn_implementation="sdpa")
+    with pytest.raises(ValueError, match="AttCAT needs attention weights.*eager"):
+        attribute(AttCAT(model), token_batch())
+
+
+def test_bad_arguments():
+    assert_target_out_of_range(AttCAT)
+    with pytest.raises(ValueError, match="layers must be one of"):
+        AttCAT(tiny_classifier("bert"), layers="all")
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_model_state_kept(family):
+    assert_state_kept(AttCAT, family)
+
+
+# Pre-LN families only: after a LayerNorm the terms of sum_d grad * hidden cancel
+# to ~1e-3 of their size, which bfloat16 gradients cannot resolve.
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_bfloat16(family):
+    assert_bfloat16_close(AttCAT, family, max_relative_error=0.05)
+
+
+@requires_cuda
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_cuda(family):
+    assert_cuda_matches_cpu(AttCAT, family)
+
+
+def test_scores_are_signed():
+    model = tiny_classifier("bert")
+    scores = attribute(AttCAT(model), token_batch(causal=is_causal("bert")))
+    assert (scores < 0).any() and (scores > 0).any()

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+import pytest
+import torch
+from captum_ext.attr import AttCAT, CAT
+
+from tests.attr.token_method_checks import (
+    assert_bfloat16_close,
+    assert_cuda_matches_cpu,
+    assert_equals_naive_cat,
+    assert_frozen_parameters_work,
+    assert_padding_invariant,
+    assert_state_kept,
+    assert_target_out_of_range,
+    attribute,
+    requires_cuda,
+)
+from tests.helpers import ALL_FAMILIES, tiny_classifier, token_batch
+
+
+@pytest.mark.parametrize("layers", ["inputs", "outputs"])
+@pytest.mark.parametrize("family", ["bert", "deberta-v2", "gpt2"])
+def test_equals_naive_formula(family, layers):
+    assert_equals_naive_cat(
+        lambda model: CAT(model, layers=layers), family, layers, False
+    )
+
+
+@pytest.mark.parametrize("layers", ["inputs", "outputs"])
+def test_is_attcat_with_uniform_attention(layers, monkeypatch):
+    model = tiny_classifier("bert")
+    batch = token_batch()
+    attcat = AttCAT(model, layers=layers)
+    weights = attcat._token_weights
+    monkeypatch.setattr(
+        attcat, "_token_weights", lambda *args: torch.ones_like(weights(*args))
+    )
+    expected = attribute(attcat, batch, return_layers=True)
+    scores = attribute(CAT(model, layers=layers), batch, return_layers=True)
+    torch.testing.assert_close(scores, expected)
+
+
+def test_needs_no_attention_weights():
+    batch = token_batch()
+    eager = attribute(CAT(tiny_classifier("bert")), batch)
+    sdpa = attribute(CAT(tiny_classifier("bert", attn_implementation="sdpa")), batch)
+    torch.testing.assert_close(sdpa, eager, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_batched_equals_loop_and_padding(family):
+    assert_padding_invariant(CAT, family, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("family", ["distilbert", "gpt2"])
+def test_frozen_parameters(family):
+    assert_frozen_parameters_work(CAT, family)
+
+
+def test_bad_arguments():
+    assert_target_out_of_range(CAT)
+    with pytest.raises(ValueError, match="layers must be one of"):
+        CAT(tiny_classifier("bert"), layers=0)
+
+
+@pytest.mark.parametrize("family", ["roberta", "llama"])
+def test_model_state_kept(family):
+    assert_state_kept(CAT, family)
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_bfloat16(family):
+    assert_bfloat16_close(CAT, family, max_relative_error=0.05)
+
+
+@requires_cuda
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_cuda(family):
+    assert_cuda_matches_cpu(CAT, family)

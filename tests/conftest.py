@@ -1,0 +1,24 @@
+#!/usr/bin/env python3
+r"""Session-wide fixtures: the real default models, fine-tuned once and cached
+under :func:`captum_ext._utils.cache.cache_root` (a few minutes the first time,
+seconds afterwards)."""
+
+from typing import Tuple
+
+import pytest
+import torch
+from captum_ext.default_models import load_default_model
+
+
+@pytest.fixture(scope="session")
+def sentiment_model() -> Tuple[torch.nn.Module, object]:
+    r"""``(model, tokenizer)``: all-MiniLM-L6-v2 fine-tuned on negative/positive
+    movie snippets, in eval mode."""
+    return load_default_model("sentiment")
+
+
+@pytest.fixture(scope="session")
+def source_model() -> Tuple[torch.nn.Module, object]:
+    r"""``(model, tokenizer)``: all-MiniLM-L6-v2 fine-tuned to tell movie /
+    tweet / product / editorial snippets apart, in eval mode."""
+    return load_default_model("source")

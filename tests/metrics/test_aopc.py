@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+import math
+from functools import partial
+
+import numpy as np
+import pytest
+import torch
+from captum_ext.metrics import aopc, get_protocol
+
+from tests.helpers import CLS_ID, SEP_ID
+from tests.metrics import reference
+from tests.metrics.toys import (
+    assert_scores,
+    bag_of_words,
+    BagOfWords,
+    batch_with_scores,
+    example,
+    lively_forward,
+    MASK_ID,
+    probabilities,
+    SPECIALS,
+)
+
+LENGTHS = (12, 4, 10, 9, 15, 11)
+# Models whose output does not depend on the padding side, for each side.
+CASES = [
+    ("bow", "right"),
+    ("bow", "left"),
+    ("bert", "right"),
+    ("llama", "right"),
+    ("llama", "left"),
+]
+
+
+def _forward(name):
+    return bag_of_words(3) if name == "bow" else lively_forward(name)
+
+
+def _predicted(forward, batch):
+    with torch.no_grad():
+        return forward(batch["input_ids"], batch["attention_mask"]).argmax(-1)
+
+
+def _naive(forward, batch, curve_fn, target, absolute=False):
+    r"""Per-example loop: mean of (p - p~) over the non-skipped levels."""
+    scores = []
+    for row in range(len(batch["input_ids"])):
+        ids, row_scores = example(batch, row)
+        prob = partial(probabilities, forward)
+        t = int(target[row])
+        curve = curve_fn(prob, ids, row_scores, t)
+        if curve is None:
+            scores.append(float("nan"))
+            continue
+        base = float(prob(ids)[t])
+        drops = [base - p for p in curve if p is not None]
+        drops = [abs(d) for d in drops] if absolute else drops
+        scores.append(sum(drops) / len(drops) if drops else 0.0)
+    return torch.tensor(scores, dtype=torch.float64)
+
+
+def _run(forward, batch, chunk, **kwargs):
+    return aopc(
+        forward,
+        batch["input_ids"],
+        batch["scores"],
+        additional_forward_args=(batch["attention_mask"],),
+        special_tokens_mask=batch["special"],
+        max_examples_per_batch=chunk,
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("chunk", [None, 1, 7])
+def test_attcat_matches_reference_loop(name, pad_side, chunk):
+    forward = _forward(name)
+    batch = batch_with_scores(LENGTHS, pad_side=pad_side)
+    labels = torch.tensor([0, 1, 2, 0, 1, 2])
+    result = _run(forward, batch, chunk, target=labels, preset="attcat")
+    expected = _naive(
+        forward,
+        batch,
+        partial(reference.attcat_curve, replace=False),
+        labels,
+        absolute=True,
+    )
+    assert_scores(result.score, expected)
+    assert result.curve.shape == (6, 9)
+    # n < 10 (rows 1 and 3) are skipped: NaN, as documented.
+    assert torch.isnan(result.score[[1, 3]]).all()
+    assert torch.isnan(result.curve[[1, 3]]).all()
+
+
+@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("chunk", [None, 5])
+def test_normxlogit_matches_reference_loop(name, pad_side, chunk):
+    forward = _forward(name)
+    batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=3)
+    result = _run(forward, batch, chunk, preset="normxlogit", mask_token_id=MASK_ID)
+    expected = _naive(
+        forward,
+        batch,
+        partial(reference.normxlogit_curve, suff=False),
+        _predicted(forward, batch),
+    )
+    assert_scores(result.score, expected)
+
+
+@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("chunk", [None, 4])
+def test_ferret_matches_reference_loop(name, pad_side, chunk):
+    forward = _forward(name)
+    batch = batch_with_scores(LENGTHS + (3, 5), pad_side=pad_side, seed=5)
+    result = _run(forward, batch, chunk, preset="ferret")
+    expected = _naive(
+        forward,
+        batch,
+        partial(reference.ferret_curve, suff=False),
+        _predicted(forward, batch),
+    )
+    assert_scores(result.score, expected)
+
+
+@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_default_matches_reference_loop(name, pad_side, chunk):
+    forward = _forward(name)
+    batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=7)
+    result = _run(forward, batch, chunk)
+    expected = _naive(
+        forward,
+        batch,
+        partial(reference.default_curve, suff=False),
+        _predicted(forward, batch),
+    )
+    assert_scores(result.score, expected)
+    torch.testing.assert_close(result.levels, torch.arange(1, 11) / 10)
+
+
+def test_protocol_grids_are_the_references():
+    assert get_protocol("aopc", "attcat").levels == tuple(np.linspace(0, 1, 10)[1:])
+    assert get_protocol("aopc", "ferret").levels == tuple(np.arange(0.1, 1.1, 0.1))
+    assert get_protocol("aopc", "normxlogit").levels == (
+        0.1,
+        0.2,
+        0.3,
+        0.4,
+        0.5,
+        0.6,
+        0.7,
+        0.8,
+        0.9,
+    )
+
+
+def _binary_bow(weights_by_token):
+    weights = torch.zeros(99, 2)
+    for token, weight in weights_by_token.items():
+        weights[token, 1] = weight
+    return BagOfWords(weights, torch.zeros(2))
+
+
+def test_hand_worked_four_tokens():
+    # p = sigmoid(sum of weights); tokens a=2, b=-1, c=0.5, d=1 ranked a, d, c, b.
+    model = _binary_bow({10: 2.0, 11: -1.0, 12: 0.5, 13: 1.0})
+    ids = torch.tensor([[CLS_ID, 10, 11, 12, 13, SEP_ID]])
+    scores = torch.tensor([[0.0, 2.0, -1.0, 0.5, 1.0, 0.0]])
+    result = aopc(model, ids, scores, target=1, special_token_ids=SPECIALS)
+    # k = round(g * 4) for g = 0.1 .. 1.0 (half to even): 0 1 1 2 2 2 3 3 4 4;
+    # the remaining sums are then:
+    remaining = [2.5, 0.5, 0.5, -0.5, -0.5, -0.5, -1.0, -1.0, 0.0, 0.0]
+
+    def sigmoid(s):
+        return 1 / (1 + math.exp(-s))
+
+    expected = sum(sigmoid(2.5) - sigmoid(s) for s in remaining) / 10
+    assert result.score.item() == pytest.approx(expected, abs=1e-6)
+    assert result.score.item() == pytest.approx(0.4401852868270674, abs=1e-6)
+
+
+def test_exact_weights_beat_every_other_ranking():
+    model = bag_of_words(2, seed=1)
+    batch = batch_with_scores((14, 9, 20, 12), seed=2)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    target = _predicted(model, batch)
+    # The logit margin each token adds to the target decides p exactly.
+    margin = model.weights[:, 1] - model.weights[:, 0]
+    exact = margin[ids] * torch.where(target == 1, 1.0, -1.0)[:, None]
+
+    def score(attr):
+        return aopc(model, ids, attr, target, (mask,), special_token_ids=SPECIALS).score
+
+    best = score(exact)
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        shuffled = torch.stack(
+            [row[torch.randperm(len(row), generator=generator)] for row in exact]
+        )
+        assert (best >= score(shuffled) - 1e-6).all()
+    assert (best > score(-exact)).all()
+
+
+def test_single_token_input():
+    # One content token and no specials: deleting it leaves only the bias.
+    model = _binary_bow({10: 3.0})
+    result = aopc(model, torch.tensor([[10]]), torch.tensor([[1.0]]), target=1)
+    # k = round(g): 0 for g <= 0.5 (0.5 rounds to even), 1 from 0.6 on.
+    expected = 5 * (1 / (1 + math.exp(-3.0)) - 0.5) / 10
+    assert result.score.item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_attcat_absolute_and_last_ranked_token_kept():
+    # Ten real tokens; the content token ranked last overall is never removed,
+    # so at 100 % one content token is left.
+    model = _binary_bow({t: 1.0 for t in range(10, 18)})
+    ids = torch.tensor([[CLS_ID] + list(range(10, 18)) + [SEP_ID]])
+    scores = torch.tensor([[5.0] + [float(8 - i) for i in range(8)] + [6.0]])
+    result = aopc(
+        model, ids, scores, target=1, preset="attcat", special_token_ids=SPECIALS
+    )
+    # numbers removed: round(j/9 * 10) = 1 2 3 4 6 7 8 9 10, capped at 7.
+    left = [7, 6, 5, 4, 2, 1, 1, 1, 1]
+
+    def sigmoid(s):
+        return 1 / (1 + math.exp(-s))
+
+    expected = [abs(sigmoid(8) - sigmoid(n)) for n in left]
+    torch.testing.assert_close(
+        result.curve[0].double(), torch.tensor(expected, dtype=torch.float64)
+    )
+
+
+def test_errors_are_clear():
+    model = bag_of_words(2)
+    batch = batch_with_scores((6, 4))
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    with pytest.raises(ValueError, match="one score per token"):
+        aopc(model, ids, batch["scores"][:, :-1], None, (mask,))
+    with pytest.raises(ValueError, match=r"sum them over the last dimension"):
+        aopc(model, ids, batch["scores"][..., None].expand(-1, -1, 3), None, (mask,))
+    with pytest.raises(ValueError, match="mask_token_id"):
+        aopc(model, ids, batch["scores"], None, (mask,), preset="normxlogit")
+    with pytest.raises(ValueError, match="pad_token_id"):
+        aopc(model, ids, batch["scores"], None, (mask,), mode="pad")
+    with pytest.raises(ValueError, match="no preset 'decoded'"):
+        aopc(model, ids, batch["scores"], None, (mask,), preset="decoded")
+    with pytest.raises(ValueError, match="strictly increasing"):
+        aopc(model, ids, batch["scores"], None, (mask,), levels=[0.5, 0.2])

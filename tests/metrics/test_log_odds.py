@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+import math
+from functools import partial
+
+import pytest
+import torch
+from captum_ext.metrics import log_odds
+
+from tests.helpers import CLS_ID, PAD_ID, SEP_ID
+from tests.metrics import reference
+from tests.metrics.toys import (
+    assert_scores,
+    bag_of_words,
+    BagOfWords,
+    batch_with_scores,
+    example,
+    lively_forward,
+    probabilities,
+    SPECIALS,
+)
+
+CASES = [("bow", "right"), ("bow", "left"), ("bert", "right"), ("llama", "left")]
+
+
+def _naive_attcat(forward, batch, target):
+    scores = []
+    for row in range(len(batch["input_ids"])):
+        ids, row_scores = example(batch, row)
+        prob = partial(probabilities, forward)
+        t = int(target[row])
+        curve = reference.attcat_curve(prob, ids, row_scores, t, replace=True)
+        if curve is None:
+            scores.append(float("nan"))
+            continue
+        base = float(prob(ids)[t])
+        scores.append(sum(math.log(p / base) for p in curve) / len(curve))
+    return torch.tensor(scores, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("chunk", [None, 1, 8])
+def test_attcat_matches_reference_loop(name, pad_side, chunk):
+    forward = bag_of_words(3) if name == "bow" else lively_forward(name)
+    batch = batch_with_scores((12, 4, 10, 16, 11), pad_side=pad_side, seed=11)
+    labels = torch.tensor([2, 0, 1, 1, 0])
+    result = log_odds(
+        forward,
+        batch["input_ids"],
+        batch["scores"],
+        labels,
+        (batch["attention_mask"],),
+        preset="attcat",
+        pad_token_id=PAD_ID,
+        special_tokens_mask=batch["special"],
+        max_examples_per_batch=chunk,
+    )
+    assert_scores(result.score, _naive_attcat(forward, batch, labels))
+    assert torch.isnan(result.score[1])
+
+
+def test_sign_on_a_bag_of_words():
+    # Removing the evidence for the target lowers its probability: LOdds < 0;
+    # removing the evidence against it first raises it: LOdds > 0.
+    weights = torch.zeros(99, 2)
+    weights[10:20, 1] = torch.linspace(-2.0, 2.5, 10)
+    model = BagOfWords(weights, torch.zeros(2))
+    ids = torch.tensor([[CLS_ID] + list(range(10, 20)) + [SEP_ID]])
+    exact = torch.cat(
+        [torch.zeros(1, 1), weights[10:20, 1][None], torch.zeros(1, 1)], 1
+    )
+    # Up to 50 %, the reversed ranking removes only tokens against the target.
+    half = dict(target=1, special_token_ids=SPECIALS, levels=[0.1, 0.2, 0.3, 0.4, 0.5])
+    good = log_odds(model, ids, exact, **half)
+    bad = log_odds(model, ids, -exact, **half)
+    assert good.score.item() < 0 < bad.score.item()
+    # Hand check of the first level: round(0.1 * 10) = 1 token (weight 2.5) gone.
+    total = float(weights[10:20, 1].sum())
+    first = math.log(
+        (1 / (1 + math.exp(-(total - 2.5)))) / (1 / (1 + math.exp(-total)))
+    )
+    assert good.curve[0, 0].item() == pytest.approx(first, abs=1e-6)
+
+
+def test_pad_replacement_needs_pad_token_id():
+    batch = batch_with_scores((10, 12))
+    with pytest.raises(ValueError, match="pad_token_id"):
+        log_odds(
+            bag_of_words(2),
+            batch["input_ids"],
+            batch["scores"],
+            None,
+            batch["attention_mask"],
+            preset="attcat",
+        )

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+r"""Behaviour shared by the perturbation-curve metrics: what is perturbed, how
+inputs are re-packed, how many forward passes are run, and input errors."""
+
+import pytest
+import torch
+from captum_ext.metrics import (
+    aopc,
+    hiding_revealing,
+    log_odds,
+    PerturbationProtocol,
+    sufficiency,
+)
+
+from tests.helpers import PAD_ID
+from tests.metrics.toys import bag_of_words, batch_with_scores, MASK_ID, SPECIALS
+
+METRICS = [aopc, log_odds, sufficiency, hiding_revealing]
+PRESETS = {
+    aopc: [None, "attcat", "normxlogit", "ferret"],
+    log_odds: [None, "attcat"],
+    sufficiency: [None, "normxlogit", "ferret"],
+    hiding_revealing: [None, "decoded"],
+}
+CASES = [(metric, preset) for metric in METRICS for preset in PRESETS[metric]]
+
+
+class Recorder:
+    r"""A bag-of-words forward that records every call."""
+
+    def __init__(self, num_labels=3):
+        self.model = bag_of_words(num_labels)
+        self.calls = []
+
+    def __call__(self, input_ids, attention_mask, token_type_ids=None):
+        self.calls.append((input_ids, attention_mask, token_type_ids))
+        return self.model(input_ids, attention_mask)
+
+
+def _run(metric, preset, forward, batch, **kwargs):
+    extra = (
+        {"labels": [0] * len(batch["input_ids"])} if metric is hiding_revealing else {}
+    )
+    return metric(
+        forward,
+        batch["input_ids"],
+        batch["scores"],
+        None,
+        (batch["attention_mask"],),
+        preset=preset,
+        mask_token_id=MASK_ID,
+        pad_token_id=PAD_ID,
+        special_tokens_mask=batch["special"],
+        **extra,
+        **kwargs,
+    )
+
+
+def _result(output):
+    return output.hiding if isinstance(output, tuple) and len(output) == 2 else output
+
+
+@pytest.mark.parametrize("metric,preset", CASES)
+@pytest.mark.parametrize("pad_side", ["right", "left"])
+def test_specials_and_padding_never_perturbed(metric, preset, pad_side):
+    forward = Recorder()
+    batch = batch_with_scores((12, 5, 10, 3), pad_side=pad_side)
+    batch["scores"][batch["special"]] = 100.0  # ranked first, yet never touched
+    _run(metric, preset, forward, batch)
+    for input_ids, mask, _ in forward.calls:
+        for row_ids, row_mask in zip(input_ids, mask):
+            attended = row_ids[row_mask.bool()].tolist()
+            # Every row keeps its [CLS] and [SEP] (NormXLogit may mask [SEP]),
+            # attended, and no [PAD] is attended (but by [PAD] replacement).
+            assert attended.count(2) == 1
+            assert attended.count(3) == 1 or preset == "normxlogit"
+            if preset != "attcat" or metric is not log_odds:
+                assert PAD_ID not in attended
+            if pad_side == "left":
+                assert bool(row_mask[-1])
+
+
+@pytest.mark.parametrize("metric,preset", CASES)
+@pytest.mark.parametrize("chunk", [None, 1, 5])
+def test_cost_is_levels_plus_one_passes(metric, preset, chunk):
+    forward = Recorder()
+    batch = batch_with_scores((12, 5, 10, 11, 14, 9, 10), seed=2)
+    result = _result(_run(metric, preset, forward, batch, max_examples_per_batch=chunk))
+    levels = len(result.levels) * (2 if metric is hiding_revealing else 1)
+    rows = [len(call[0]) for call in forward.calls]
+    assert sum(rows) <= 7 * (levels + 1)
+    if chunk is None:
+        assert len(rows) <= levels + 1
+    else:
+        assert max(rows) <= chunk
+
+
+def test_deletion_repacks_token_types_and_trims():
+    forward = Recorder()
+    batch = batch_with_scores((9, 6), pad_side="left", seed=4)
+    types = batch["input_ids"] % 2  # a type that identifies its token
+    aopc(
+        forward,
+        batch["input_ids"],
+        batch["scores"],
+        None,
+        (batch["attention_mask"], types),
+        levels=[0.5],
+        special_token_ids=SPECIALS,
+    )
+    input_ids, mask, token_types = forward.calls[-1]
+    attended = mask.bool()
+    assert torch.equal(token_types[attended], input_ids[attended] % 2)
+    # 7 and 4 content tokens lose round(3.5) = 4 and 2: 5 and 4 real tokens left.
+    assert mask.sum(1).tolist() == [5, 4] and mask.shape[1] == 5
+    assert (input_ids[~attended] == 0).all()
+
+
+def test_mask_and_pad_replacement():
+    forward = Recorder()
+    batch = batch_with_scores((8,), seed=5)
+    protocol = PerturbationProtocol(levels=(0.5,), mode="pad", attend_replaced=False)
+    aopc(
+        forward,
+        batch["input_ids"],
+        batch["scores"],
+        None,
+        batch["attention_mask"],
+        preset=protocol,
+        pad_token_id=7,
+        special_token_ids=SPECIALS,
+    )
+    input_ids, mask, _ = forward.calls[-1]
+    top = batch["scores"][0, 1:7].argsort(descending=True)[:3] + 1
+    assert (input_ids[0, top] == 7).all() and (mask[0, top] == 0).all()
+    assert int((input_ids == 7).sum()) == 3 and int(mask.sum()) == 5
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_single_token_inputs(metric):
+    batch = {
+        "input_ids": torch.tensor([[10], [11]]),
+        "attention_mask": torch.ones(2, 1, dtype=torch.long),
+        "scores": torch.tensor([[1.0], [-1.0]]),
+        "special": torch.zeros(2, 1, dtype=torch.bool),
+    }
+    result = _result(_run(metric, None, Recorder(2), batch))
+    assert torch.isfinite(result.score).all()
+
+
+def test_special_ids_equal_special_mask():
+    batch = batch_with_scores((12, 5, 10), seed=6)
+    forward = bag_of_words(2)
+    args = (forward, batch["input_ids"], batch["scores"], None, batch["attention_mask"])
+    by_mask = aopc(*args, special_tokens_mask=batch["special"])
+    by_ids = aopc(*args, special_token_ids=SPECIALS)
+    torch.testing.assert_close(by_mask.curve, by_ids.curve)
+
+
+def test_target_none_is_the_prediction():
+    batch = batch_with_scores((12, 5, 10), seed=7)
+    forward = bag_of_words(3)
+    with torch.no_grad():
+        predicted = forward(batch["input_ids"], batch["attention_mask"]).argmax(-1)
+    args = (forward, batch["input_ids"], batch["scores"])
+    mask = batch["attention_mask"]
+    torch.testing.assert_close(
+        aopc(*args, None, mask).curve, aopc(*args, predicted, mask).curve
+    )
+
+
+def test_input_errors_are_clear():
+    batch = batch_with_scores((6, 4))
+    ids, scores, mask = batch["input_ids"], batch["scores"], batch["attention_mask"]
+    forward = bag_of_words(2)
+    with pytest.raises(TypeError, match="integer token ids"):
+        aopc(forward, ids.float(), scores, None, mask)
+    with pytest.raises(ValueError, match="attention_mask must be a tensor"):
+        aopc(forward, ids, scores, None, mask[:, :-1])
+    with pytest.raises(ValueError, match="only 0"):
+        aopc(forward, ids, scores, None, mask * 2)
+    with pytest.raises(ValueError, match="no real token"):
+        aopc(forward, ids, scores, None, mask * torch.tensor([[1], [0]]))
+    with pytest.raises(ValueError, match="one input tensor"):
+        aopc(forward, (ids, ids), scores, None, mask)
+    with pytest.raises(ValueError, match="NaN"):
+        aopc(forward, ids, scores.masked_fill(mask.bool(), float("nan")), None, mask)
+    with pytest.raises(ValueError, match="max_examples_per_batch"):
+        aopc(forward, ids, scores, None, mask, max_examples_per_batch=0)
+    with pytest.raises(ValueError, match=r"logits \[batch, classes\]"):
+        aopc(lambda i, m: forward(i, m)[:, 0], ids, scores, None, mask)
+
+
+def test_progress_bar(capsys):
+    batch = batch_with_scores((6, 4))
+    aopc(
+        bag_of_words(2),
+        batch["input_ids"],
+        batch["scores"],
+        None,
+        batch["attention_mask"],
+        show_progress=True,
+    )
+    assert "AOPC" in capsys.readouterr().err

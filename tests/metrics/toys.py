@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+r"""Models and batches for the metric tests: a bag-of-words classifier whose
+exact token contributions are known, and tiny transformers re-initialised so that
+their outputs vary visibly with the input."""
+
+from functools import lru_cache
+from typing import Dict, List, Tuple
+
+import torch
+from captum_ext import classifier_forward
+from torch import nn, Tensor
+
+from tests.helpers import CLS_ID, PAD_ID, SEP_ID, tiny_classifier, token_batch, VOCAB
+
+MASK_ID = 4
+SPECIALS = (CLS_ID, SEP_ID)
+
+
+class BagOfWords(nn.Module):
+    r"""``logits = bias + sum of weights[token]`` over attended tokens."""
+
+    def __init__(self, weights: Tensor, bias: Tensor) -> None:
+        super().__init__()
+        self.weights = weights
+        self.bias = bias
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor = None
+    ) -> Tensor:
+        contributions = self.weights[input_ids] * attention_mask[..., None]
+        return self.bias + contributions.sum(1)
+
+
+def bag_of_words(num_labels: int = 2, seed: int = 0) -> BagOfWords:
+    r"""Random weights; [PAD], [MASK], [CLS] and [SEP] weigh nothing."""
+    generator = torch.Generator().manual_seed(seed)
+    weights = torch.randn(VOCAB, num_labels, generator=generator)
+    weights[[PAD_ID, MASK_ID, CLS_ID, SEP_ID]] = 0.0
+    return BagOfWords(weights, torch.randn(num_labels, generator=generator))
+
+
+@lru_cache(maxsize=None)
+def lively_forward(family: str, num_labels: int = 3, seed: int = 0):
+    r"""``forward_func`` of a tiny model whose weights have unit-scale variance
+    (the default 0.02 makes every output nearly the same)."""
+    model = tiny_classifier(family, num_labels=num_labels, seed=seed)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() >= 2:
+                scale = 2.0 / parameter.shape[1] ** 0.5
+                noise = torch.randn(parameter.shape, generator=generator)
+                parameter.copy_(noise * scale)
+    return classifier_forward(model)
+
+
+def batch_with_scores(
+    lengths: Tuple[int, ...],
+    pad_side: str = "right",
+    seed: int = 0,
+) -> Dict[str, Tensor]:
+    r"""``token_batch`` ([CLS] ... [SEP], for causal models too) plus random
+    ``scores`` ``[batch, pos]`` and the ``special`` tokens mask."""
+    batch = token_batch(lengths, pad_side=pad_side, seed=seed)
+    generator = torch.Generator().manual_seed(seed + 1)
+    batch["scores"] = torch.randn(batch["input_ids"].shape, generator=generator)
+    batch["special"] = torch.isin(batch["input_ids"], torch.tensor(SPECIALS))
+    return batch
+
+
+def example(batch: Dict[str, Tensor], row: int) -> Tuple[List[int], List[float]]:
+    r"""The real tokens of one row and their scores, without padding."""
+    keep = batch["attention_mask"][row].bool()
+    return (
+        batch["input_ids"][row][keep].tolist(),
+        batch["scores"][row][keep].tolist(),
+    )
+
+
+def probabilities(forward, ids: List[int], attention: List[int] = None) -> Tensor:
+    r"""Softmax output ``[C]`` (float64) on one unpadded sequence."""
+    input_ids = torch.tensor([ids])
+    mask = torch.tensor([attention if attention is not None else [1] * len(ids)])
+    with torch.no_grad():
+        return forward(input_ids, mask)[0].double().softmax(-1)
+
+
+def assert_scores(actual: Tensor, expected: Tensor) -> None:
+    r"""Equal up to float32 noise, NaN (a skipped example) included."""
+    torch.testing.assert_close(
+        actual.double(), expected.double(), atol=1e-5, rtol=0, equal_nan=True
+    )

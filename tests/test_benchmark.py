@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+r"""The benchmark engine on a tiny random BERT and a tiny WordPiece tokenizer, so
+no real model is needed. ``tiny_task`` is shared with the CLI and report tests."""
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from captum_ext import benchmark
+from captum_ext.benchmark import (
+    explain_text,
+    METHODS,
+    METRICS,
+    MetricValue,
+    run_benchmark,
+    TaskSetup,
+)
+from captum_ext.datasets import TextDataset
+from transformers import BertTokenizerFast
+
+from tests.helpers import CLS_ID, PAD_ID, SEP_ID, tiny_classifier, VOCAB
+
+WORDS = (
+    "the a movie film good bad great awful not very fun boring plot acting it was "
+    "is and love hate script < > & ! ."
+).split()
+TEXTS = [
+    "the movie was great fun !",
+    "a boring plot and bad acting .",
+    "not very good",
+    "i love it",
+    "awful film , hate it",
+    "the acting is very good and the plot is fun",
+]
+LABEL_NAMES = ["negative", "positive", "<mixed>"]
+
+
+def tiny_tokenizer() -> BertTokenizerFast:
+    r"""A WordPiece tokenizer whose ids match ``tests.helpers`` (PAD 0, UNK 1,
+    CLS 2, SEP 3, MASK 4) and the tiny models' vocabulary size."""
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+    vocab += [f"w{i}" for i in range(VOCAB - len(vocab))]
+    tokenizer = BertTokenizerFast(vocab={word: i for i, word in enumerate(vocab)})
+    assert (tokenizer.pad_token_id, tokenizer.cls_token_id) == (PAD_ID, CLS_ID)
+    assert tokenizer.sep_token_id == SEP_ID
+    return tokenizer
+
+
+def tiny_model(num_labels: int = 3) -> torch.nn.Module:
+    model = tiny_classifier("bert", num_labels=num_labels)
+    model.config.id2label = dict(enumerate(LABEL_NAMES[:num_labels]))
+    model.config.label2id = {name: i for i, name in model.config.id2label.items()}
+    return model
+
+
+def tiny_task(n: int = 4, name: str = "tiny") -> TaskSetup:
+    data = TextDataset(TEXTS[:n], [i % 3 for i in range(n)], list(LABEL_NAMES))
+    return TaskSetup(name, tiny_model(), tiny_tokenizer(), data, max_length=16)
+
+
+def save_tiny_model(directory: Path) -> Path:
+    r"""A local model directory as ``save_pretrained`` writes it."""
+    tiny_model().save_pretrained(directory)
+    tiny_tokenizer().save_pretrained(directory)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def tiny_result():
+    return run_benchmark([tiny_task(4)], batch_size=3, progress=False)
+
+
+def test_registries_hold_the_new_methods_and_captum_baselines():
+    for name in ("NormXLogit", "LogAt", "AttCAT", "CAT", "GlobEnc", "GlobEnc N_res"):
+        assert METHODS[name].family == "captum_ext"
+    for name in ("Saliency", "InputXGradient", "IntegratedGradients"):
+        assert METHODS[name].family == "captum"
+    assert METHODS["FeatureAblation"].family == "captum"
+    assert METHODS["Random"].family == "control"
+    names = ["aopc", "log_odds", "kendall_tau", "hiding_revealing", "sufficiency"]
+    assert list(METRICS) == names
+    columns = [c for name in names for c in METRICS[name].columns]
+    assert columns == ["AOPC", "LOdds", "Kendall-tau", "Hide", "Reveal", "Sufficiency"]
+
+
+def test_every_method_returns_one_score_per_position_zero_on_padding():
+    task = tiny_task(3)
+    encoded = task.tokenizer(list(task.data.texts), padding=True, return_tensors="pt")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    target = torch.tensor([0, 1, 2])
+    for name, spec in METHODS.items():
+        scores = spec.factory(task.model, task.tokenizer)(ids, mask, target)
+        assert scores.shape == ids.shape, name
+        assert torch.isfinite(scores).all(), name
+        assert (scores[mask == 0] == 0).all(), name
+
+
+def test_run_benchmark_reports_every_metric_and_finite_timings(tiny_result):
+    rows = tiny_result.rows
+    assert [row.method for row in rows] == list(METHODS)
+    columns = [c for spec in METRICS.values() for c in spec.columns]
+    assert list(tiny_result.metrics) == columns
+    for row in rows:
+        assert row.n == 4 and row.task == "tiny"
+        assert list(row.metrics) == columns
+        assert all(math.isfinite(v) for v in row.metrics.values()), row
+        assert math.isfinite(row.time_ratio) and row.time_ratio > 0
+        assert row.forward_seconds > 0
+    assert tiny_result.wall_seconds > 0
+
+
+def test_run_benchmark_keeps_curves_examples_and_layer_maps(tiny_result):
+    row = tiny_result.rows[0]
+    assert set(row.curves) == {"AOPC", "LOdds", "Hide", "Reveal", "Sufficiency"}
+    grid, values = row.curves["AOPC"]
+    assert len(grid) == len(values) > 1 and grid == sorted(grid)
+    examples = tiny_result.examples["tiny"]
+    assert len(examples) == 3
+    assert examples[0].tokens[0] == "[CLS]" and examples[0].tokens[-1] == "[SEP]"
+    assert set(examples[0].scores) == set(METHODS)
+    assert all(len(s) == len(examples[0].tokens) for s in examples[0].scores.values())
+    tokens, scores = tiny_result.layer_maps["tiny"]["AttCAT"]
+    assert scores.shape == (2, len(tokens))
+
+
+def test_run_benchmark_subsets_and_rejects_unknown_names():
+    result = run_benchmark(
+        [tiny_task(2)], methods=["Random"], metrics=["hiding_revealing"], progress=False
+    )
+    assert [row.method for row in result.rows] == ["Random"]
+    assert list(result.rows[0].metrics) == ["Hide", "Reveal"]
+    with pytest.raises(ValueError, match="unknown method"):
+        run_benchmark([tiny_task(2)], methods=["Nope"], progress=False)
+    with pytest.raises(ValueError, match="unknown metric"):
+        run_benchmark([tiny_task(2)], metrics=["Nope"], progress=False)
+
+
+def test_metric_means_weight_examples_and_skip_nan(monkeypatch):
+    def first_token_id(context, scores):
+        values = context.input_ids[:, 1].double()
+        values[0] = math.nan  # a skipped example must not count
+        return {"first": MetricValue(values)}
+
+    monkeypatch.setattr(benchmark, "METRICS", {})
+    benchmark.register_metric("first", first_token_id, {"first": True})
+    task = tiny_task(5)
+    result = run_benchmark([task], methods=["Random"], batch_size=2, progress=False)
+    ids = task.tokenizer(list(task.data.texts))["input_ids"]
+    order = sorted(range(5), key=lambda i: len(ids[i]))
+    # Batches of 2 by length; the first row of each batch is NaN.
+    counted = [ids[i][1] for k, i in enumerate(order) if k % 2 == 1]
+    assert result.rows[0].metrics["first"] == pytest.approx(sum(counted) / len(counted))
+
+
+def test_register_rejects_duplicates():
+    with pytest.raises(ValueError, match="already registered"):
+        benchmark.register_method("Random", METHODS["Random"].factory, "control")
+
+
+def test_explain_text_scores_every_non_control_method():
+    explanation = explain_text(tiny_model(), tiny_tokenizer(), "the movie was fun")
+    assert explanation.tokens == ["[CLS]", "the", "movie", "was", "fun", "[SEP]"]
+    expected = [n for n, s in METHODS.items() if s.family != "control"]
+    assert list(explanation.scores) == expected
+    assert 0 <= explanation.pred_class < 3 and explanation.target == (
+        explanation.pred_class
+    )
+    assert explanation.label_names == LABEL_NAMES

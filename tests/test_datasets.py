@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+r"""The real text tasks: archive verification, parsing, fixed splits and their
+documented sizes. Needs the vaderSentiment sdist (downloaded once, cached)."""
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from captum_ext import datasets
+from captum_ext.datasets import (
+    label_names,
+    load_split,
+    parse_ground_truth,
+    read_ground_truth,
+    TASKS,
+    TextDataset,
+    verify_sha256,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Digests of "label<TAB>text" lines of each split: a changed parser, dedupe rule,
+# seed or subsample size shows up here.
+SPLIT_DIGESTS = {
+    (
+        "sentiment",
+        "train",
+    ): "fd4b4160b4e51acf3201240d0e3ed92f0149d9a5045aea24a6b5173d012ecc69",
+    (
+        "sentiment",
+        "test",
+    ): "b6783896ddc80e439b959d5ff97fd457021997a2d8ad63783d9af1630f3f9cee",
+    (
+        "source",
+        "train",
+    ): "f7c62acb33bd2f6d5e40c279188b9a9e24e17cefc4c4b1d1373793e2bab8724a",
+    (
+        "source",
+        "test",
+    ): "1f39e32d057b525ee4941ee46d77a5afbf12d2dee921f8c06aa57a11134e13eb",
+}
+
+
+def _digest(data: TextDataset) -> str:
+    lines = "\n".join(f"{y}\t{x}" for x, y in zip(data.texts, data.labels))
+    return hashlib.sha256(lines.encode("utf-8")).hexdigest()
+
+
+def test_parse_handles_crlf_entities_and_bad_bytes():
+    data = (
+        b"1\t2.5\tA fine film.\r\n"
+        b"2\t-1.25\tDull &amp; long\tstill one text\r\n"
+        b"\r\n"
+        b"3\t0\tcaf\xe9 \xe2\x80\xa8 tail"  # latin-1 byte, U+2028, no final CRLF
+    )
+    rows = parse_ground_truth(data)
+    assert rows == [
+        (2.5, "A fine film."),
+        (-1.25, "Dull & long\tstill one text"),
+        (0.0, "caf\ufffd \u2028 tail"),
+    ]
+
+
+def test_verify_sha256_rejects_corrupted_file(tmp_path):
+    good = tmp_path / "archive.tar.gz"
+    good.write_bytes(b"some archive bytes")
+    digest = hashlib.sha256(b"some archive bytes").hexdigest()
+    verify_sha256(good, digest)
+    good.write_bytes(b"some archive bytez")
+    with pytest.raises(RuntimeError, match="SHA-256 mismatch"):
+        verify_sha256(good, digest)
+
+
+def test_corrupted_archive_is_not_read(tmp_path):
+    corrupted = tmp_path / datasets.VADER_SDIST
+    data = bytearray(datasets.vader_sdist_path().read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    corrupted.write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match="SHA-256 mismatch"):
+        read_ground_truth(corrupted)
+
+
+def test_download_with_wrong_checksum_is_rejected_and_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path))
+
+    def fake_pip(command, shown, what):
+        Path(command[-1], datasets.VADER_SDIST).write_bytes(b"not the release")
+
+    monkeypatch.setattr(datasets, "_run_pip", fake_pip)
+    with pytest.raises(RuntimeError, match="SHA-256 mismatch"):
+        datasets.vader_sdist_path()
+    assert not (tmp_path / datasets._CACHE_NAME).exists()
+
+
+def test_pip_failure_says_what_to_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path))
+
+    def offline(*args, **kwargs):
+        return subprocess.CompletedProcess(args, 1, "", "No matching distribution")
+
+    monkeypatch.setattr(datasets.subprocess, "run", offline)
+    with pytest.raises(RuntimeError) as error:
+        datasets.vader_sdist_path()
+    message = str(error.value)
+    assert "python -m pip download --no-deps --no-binary :all: " in message
+    assert "vadersentiment==3.3.2" in message
+    assert "PyPI must be reachable once" in message
+    assert "No matching distribution" in message
+
+
+def test_corpora_sizes():
+    corpora = read_ground_truth(datasets.vader_sdist_path())
+    sizes = {name: len(rows) for name, rows in corpora.items()}
+    assert sizes == {"movie": 10605, "tweet": 4200, "product": 3708, "editorial": 5190}
+    for rows in corpora.values():
+        assert all(-4 <= r <= 4 and t and "\r" not in t for r, t in rows)
+
+
+def test_sentiment_split_sizes_and_balance():
+    train, test = load_split("sentiment", "train"), load_split("sentiment", "test")
+    # 10,605 snippets - 37 rated 0 - 2 repeated texts = 10,566; 20 % test.
+    assert (len(train), len(test)) == (8453, 2113)
+    assert (test.labels.count(0), test.labels.count(1)) == (1028, 1085)
+    assert 0.45 < sum(train.labels) / len(train) < 0.55
+    assert train.label_names == test.label_names == ["negative", "positive"]
+
+
+def test_source_split_is_balanced():
+    train, test = load_split("source", "train"), load_split("source", "test")
+    per_class_train = datasets.SOURCE_TRAIN_PER_CLASS
+    per_class_test = datasets.SOURCE_TEST_PER_CLASS
+    assert [train.labels.count(c) for c in range(4)] == [per_class_train] * 4
+    assert [test.labels.count(c) for c in range(4)] == [per_class_test] * 4
+    assert train.label_names == ["movie", "tweet", "product", "editorial"]
+    # Classes are interleaved, not in blocks.
+    assert len(set(test.labels[:20])) == 4
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_train_and_test_are_disjoint(task):
+    train, test = load_split(task, "train"), load_split(task, "test")
+    assert not set(train.texts) & set(test.texts)
+    assert len(set(test.texts)) == len(test)
+
+
+def test_splits_are_deterministic_within_a_process():
+    first = load_split("sentiment", "test")
+    datasets._splits.cache_clear()
+    second = load_split("sentiment", "test")
+    assert first == second and first is not second
+    # A caller's edits do not leak into later loads.
+    first.texts.clear()
+    assert len(load_split("sentiment", "test")) == 2113
+
+
+@pytest.mark.parametrize("key", sorted(SPLIT_DIGESTS))
+def test_splits_match_pinned_digest(key):
+    assert _digest(load_split(*key)) == SPLIT_DIGESTS[key]
+
+
+def test_splits_are_deterministic_across_processes():
+    # String hashing is salted per process; the split must not depend on it.
+    code = (
+        "from captum_ext.datasets import load_split; d = load_split('source');"
+        "print(repr((d.texts[:5], d.labels[:50])))"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=dict(os.environ, PYTHONHASHSEED="12345"),
+    ).stdout
+    here = load_split("source")
+    assert output == repr((here.texts[:5], here.labels[:50])) + "\n"
+
+
+def test_text_dataset_slicing():
+    data = load_split("sentiment")
+    head = data.head(5)
+    assert isinstance(head, TextDataset) and len(head) == 5
+    assert head.texts == data.texts[:5] and head.labels == data.labels[:5]
+    assert data[2:4].texts == data.texts[2:4]
+    assert data[0] == (data.texts[0], data.labels[0])
+
+
+def test_unknown_task_or_split():
+    assert label_names("source") == ["movie", "tweet", "product", "editorial"]
+    with pytest.raises(ValueError, match="task must be one of"):
+        load_split("imdb")
+    with pytest.raises(ValueError, match="split must be one of"):
+        load_split("sentiment", "validation")
