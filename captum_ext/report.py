@@ -7,6 +7,7 @@ import csv
 import html
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Dict, List, Sequence
 
@@ -197,16 +198,21 @@ def _layer_plot(tokens: List[str], scores: Any, title: str, path: Path) -> None:
     plt.close(fig)
 
 
+def _slug(name: str) -> str:
+    r"""A file-name-safe form of a method or metric name."""
+    return re.sub(r"[^A-Za-z0-9.-]+", "-", name).strip("-")
+
+
 def plot_all(result: BenchmarkResult, out_dir: Path) -> List[Path]:
     r"""One PNG per (task, metric with a curve) and per layer map."""
     paths = []
     for task in _tasks(result):
         for metric in result.metrics:
-            path = out_dir / f"{task}_{metric}_curve.png"
+            path = out_dir / f"{_slug(task)}_{_slug(metric)}_curve.png"
             if _curve_plot(result, task, metric, path):
                 paths.append(path)
         for name, (tokens, scores) in result.layer_maps.get(task, {}).items():
-            path = out_dir / f"{task}_{name}_layers.png"
+            path = out_dir / f"{_slug(task)}_{_slug(name)}_layers.png"
             _layer_plot(tokens, scores, f"{name} per layer, {task}", path)
             paths.append(path)
     return paths
@@ -241,9 +247,8 @@ def write_html(result: BenchmarkResult, path: Path, images: Sequence[Path]) -> N
     for task in _tasks(result):
         body.append(f"<h2>{html.escape(task)}</h2>")
         body.append(_html_table(_cells(result, task)))
-        body += [
-            _embedded(image) for image in images if image.name.startswith(f"{task}_")
-        ]
+        prefix = f"{_slug(task)}_"
+        body += [_embedded(image) for image in images if image.name.startswith(prefix)]
         body.append("<h3>examples</h3>")
         body += [explanation_html(ex) for ex in result.examples.get(task, [])]
     path.write_text(html_page("captum_ext benchmark", "\n".join(body)))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from captum_ext import benchmark
+from captum_ext.attr import EmbeddingDecoder
 from captum_ext.benchmark import (
     explain_text,
     METHODS,
@@ -66,14 +67,29 @@ def save_tiny_model(directory: Path) -> Path:
     return directory
 
 
+def embedding_decoders(model, tokenizer):
+    r"""Stands in for the fitted decoders, which would be fitted on real text
+    and cached: the tied input embeddings decode every layer."""
+    return [EmbeddingDecoder(model)] * (model.config.num_hidden_layers + 1)
+
+
+@pytest.fixture(autouse=True)
+def no_decoder_fitting(monkeypatch):
+    monkeypatch.setattr(benchmark, "decoders_for", embedding_decoders)
+
+
 @pytest.fixture(scope="module")
 def tiny_result():
-    return run_benchmark([tiny_task(4)], batch_size=3, progress=False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(benchmark, "decoders_for", embedding_decoders)
+        return run_benchmark([tiny_task(4)], batch_size=3, progress=False)
 
 
 def test_registries_hold_the_new_methods_and_captum_baselines():
     for name in ("NormXLogit", "LogAt", "AttCAT", "CAT", "GlobEnc", "GlobEnc N_res"):
         assert METHODS[name].family == "captum_ext"
+    assert METHODS["GlobEnc N"].family == "captum_ext"
+    assert METHODS["Decoded Grad-CAM"].family == "captum_ext"
     for name in ("Saliency", "InputXGradient", "IntegratedGradients"):
         assert METHODS[name].family == "captum"
     assert METHODS["FeatureAblation"].family == "captum"
@@ -121,7 +137,9 @@ def test_run_benchmark_keeps_curves_examples_and_layer_maps(tiny_result):
     assert set(examples[0].scores) == set(METHODS)
     assert all(len(s) == len(examples[0].tokens) for s in examples[0].scores.values())
     tokens, scores = tiny_result.layer_maps["tiny"]["AttCAT"]
-    assert scores.shape == (2, len(tokens))
+    assert scores.shape == (2, len(tokens))  # blocks 1..L
+    tokens, scores = tiny_result.layer_maps["tiny"]["Decoded Grad-CAM"]
+    assert scores.shape == (3, len(tokens))  # hidden_states 0..L
 
 
 def test_run_benchmark_subsets_and_rejects_unknown_names():

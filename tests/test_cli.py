@@ -4,13 +4,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from captum_ext import benchmark
 from captum_ext.benchmark import METHODS
 from captum_ext.cli import main
 
-from tests.test_benchmark import save_tiny_model
+from tests.test_benchmark import embedding_decoders, save_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "the movie was <script> & fun"
+
+
+@pytest.fixture(autouse=True)
+def no_decoder_fitting(monkeypatch):
+    monkeypatch.setattr(benchmark, "decoders_for", embedding_decoders)
 
 
 @pytest.fixture(scope="module")

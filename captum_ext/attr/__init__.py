@@ -3,8 +3,32 @@ r"""Token-attribution methods for Hugging Face transformers, in Captum's API."""
 
 from captum_ext.attr._core.attcat import AttCAT
 from captum_ext.attr._core.cat import CAT
+from captum_ext.attr._core.decoded_layer_attribution import (
+    DecodedLayerAttribution,
+    EmbeddingDecoder,
+)
+from captum_ext.attr._core.decoded_layer_grad_cam import DecodedLayerGradCam
+from captum_ext.attr._core.fitted_decoder import (
+    fit_decoders,
+    FitConfig,
+    load_fitted_decoder,
+    load_fitted_decoders,
+)
 from captum_ext.attr._core.globenc import GlobEnc
 from captum_ext.attr._core.logat import LogAt
 from captum_ext.attr._core.normxlogit import NormXLogit
 
-__all__: list = ["AttCAT", "CAT", "GlobEnc", "LogAt", "NormXLogit"]
+__all__: list = [
+    "AttCAT",
+    "CAT",
+    "DecodedLayerAttribution",
+    "DecodedLayerGradCam",
+    "EmbeddingDecoder",
+    "FitConfig",
+    "GlobEnc",
+    "fit_decoders",
+    "load_fitted_decoder",
+    "load_fitted_decoders",
+    "LogAt",
+    "NormXLogit",
+]

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+import numpy as np
 import pytest
 import torch
 from captum_ext import get_adapter, UnsupportedModelError
@@ -6,6 +7,8 @@ from captum_ext._utils.common import parse_token_batch
 from captum_ext._utils.hooks import HookSet
 from captum_ext.attr import GlobEnc
 from captum_ext.attr._core import globenc
+from captum_ext.datasets import load_split
+from captum_ext.default_models import MAX_LENGTH
 
 from tests.helpers import (
     assert_same_state,
@@ -232,3 +235,24 @@ def test_sdpa_raises():
 def test_unknown_variant_raises():
     with pytest.raises(ValueError, match="variant"):
         _attribute(tiny_classifier("bert"), token_batch(), variant="N-Enc")
+
+
+@pytest.mark.integration
+def test_agrees_with_grad_x_input_on_the_default_model(sentiment_model):
+    from benchmarks.globenc_faithfulness import correlations
+
+    model, tokenizer = sentiment_model
+    method = GlobEnc(model)
+
+    def explain(input_ids, attention_mask):
+        return method.attribute(input_ids, additional_forward_args=(attention_mask,))
+
+    texts = load_split("sentiment").texts[:50]
+    rho = correlations(model, tokenizer, texts, {"GlobEnc": explain}, MAX_LENGTH)
+    assert np.nanmean(rho["GlobEnc"]) >= 0.6
+
+
+def test_left_padding_at_the_classification_position_raises():
+    batch = token_batch(pad_side="left")
+    with pytest.raises(ValueError, match="padded at the position"):
+        _attribute(tiny_classifier("bert"), batch)

@@ -48,9 +48,7 @@ def test_score_at_classification_position_is_model_logit(family, pad_side):
         scores = attribute(LogAt(model), batch, target=target)
         index = logits.argmax(-1) if target is None else torch.full((3,), target)
         expected = logits[rows, index]
-        torch.testing.assert_close(
-            scores[rows, position], expected, atol=1e-5, rtol=0
-        )
+        torch.testing.assert_close(scores[rows, position], expected, atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("family", ALL_FAMILIES)

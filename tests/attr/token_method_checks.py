@@ -65,13 +65,16 @@ def assert_padding_invariant(
 
     Gradient methods pass float64: their sums over d cancel to ~1e-3 of their
     terms after a LayerNorm, leaving float32 a relative error of ~1e-5."""
-    model = tiny_classifier(family, dtype=dtype)
-    method = factory(model)
-    sides = ["right", "left"] if family == "llama" else ["right"]
-    for side in sides:
-        batch = token_batch((7, 4, 9), pad_side=side, causal=is_causal(family))
-        assert_batched_equals_loop(method, batch)
-        assert_batched_equals_loop(method, batch, target=[2, 0, 1])
+    right = token_batch((7, 4, 9), causal=is_causal(family))
+    cases = [(tiny_classifier(family, dtype=dtype), right)]
+    if family == "llama":
+        # float32: in float64 Hugging Face's eager Llama turns the fully masked
+        # attention rows of left padding into NaN.
+        left = token_batch((7, 4, 9), pad_side="left", causal=True)
+        cases.append((tiny_classifier(family), left))
+    for model, batch in cases:
+        assert_batched_equals_loop(factory(model), batch)
+        assert_batched_equals_loop(factory(model), batch, target=[2, 0, 1])
 
 
 def assert_state_kept(factory: MethodFactory, family: str = "bert") -> None:

@@ -110,16 +110,38 @@ def decoded_curves(
     return curves
 
 
+def _default_inputs(
+    ids: List[int], scores: List[float], suff: bool, levels: Sequence[float]
+) -> List[List[int]]:
+    order = [i for i in _order(scores) if ids[i] not in SPECIALS]
+    inputs = []
+    for g in levels:
+        top = order[: int(np.round(g * len(order)))]
+        chosen = order[len(top) :] if suff else top
+        inputs.append([t for j, t in enumerate(ids) if j not in chosen])
+    return inputs
+
+
 def default_curve(
     prob: Prob, ids: List[int], scores: List[float], target: int, suff: bool
 ) -> List[float]:
     r"""The clean default: delete the top round(g * m) of the m content tokens
     (or all content tokens but them), g = 0.1 .. 1.0."""
-    order = [i for i in _order(scores) if ids[i] not in SPECIALS]
-    curve = []
-    for g in np.arange(1, 11) / 10:
-        top = order[: int(np.round(g * len(order)))]
-        chosen = order[len(top) :] if suff else top
-        new = [t for j, t in enumerate(ids) if j not in chosen]
-        curve.append(float(prob(new)[target]))
-    return curve
+    levels = np.arange(1, 11) / 10
+    return [
+        float(prob(new)[target]) for new in _default_inputs(ids, scores, suff, levels)
+    ]
+
+
+def default_hiding_curves(
+    prob: Prob, ids: List[int], scores: List[float], label: int
+) -> List[List[float]]:
+    r"""Hiding and revealing under the default protocol, g = 0 .. 1.0."""
+    levels = np.arange(11) / 10
+    return [
+        [
+            float(int(prob(new).argmax()) == label)
+            for new in _default_inputs(ids, scores, suff, levels)
+        ]
+        for suff in (False, True)
+    ]

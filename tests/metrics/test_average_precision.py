@@ -47,13 +47,15 @@ def test_matches_the_reference(pad_side):
         assert ap[row].item() == pytest.approx(expected, abs=1e-6)
 
 
-def test_hand_worked_with_ties():
-    ids = torch.tensor([[2, 10, 11, 12, 13, 3]])
+def test_hand_worked_with_ties_and_no_evidence():
+    ids = torch.tensor([[2, 10, 11, 12, 13, 3]]).expand(2, -1)
     # Ties between positions 2 and 3 go to the lower one: order 1, 2, 3, 4.
-    scores = torch.tensor([[9.0, 4.0, 2.0, 2.0, 1.0, 9.0]])
-    evidence = torch.tensor([[0, 1, 0, 1, 0, 0]])
+    scores = torch.tensor([[9.0, 4.0, 2.0, 2.0, 1.0, 9.0]]).expand(2, -1)
+    # Evidence on a special token is ignored: row 1 has none, hence NaN.
+    evidence = torch.tensor([[0, 1, 0, 1, 0, 0], [1, 0, 0, 0, 0, 1]])
     ap = average_precision(ids, scores, evidence, special_token_ids=[2, 3])
-    assert ap.item() == pytest.approx((1 / 1 + 2 / 3) / 2)
+    assert ap[0].item() == pytest.approx((1 / 1 + 2 / 3) / 2)
+    assert torch.isnan(ap[1])
 
 
 def test_wrong_evidence_shape():

@@ -23,12 +23,12 @@ CASES = [("bow", "right"), ("bow", "left"), ("bert", "right"), ("llama", "left")
 GRID = torch.arange(11, dtype=torch.float64) / 10
 
 
-def _naive(forward, batch, labels):
+def _naive(forward, batch, labels, curves_fn=reference.decoded_curves):
     curves = []
     for row in range(len(batch["input_ids"])):
         ids, row_scores = example(batch, row)
         prob = partial(probabilities, forward)
-        curves.append(reference.decoded_curves(prob, ids, row_scores, labels[row]))
+        curves.append(curves_fn(prob, ids, row_scores, int(labels[row])))
     hiding, revealing = (torch.tensor([c[i] for c in curves]) for i in (0, 1))
     return hiding.double(), revealing.double()
 
@@ -56,6 +56,30 @@ def test_decoded_matches_reference_loop(name, pad_side, chunk):
     assert_scores(result.revealing.curve, revealing)
     assert_scores(result.hiding.score, torch.trapezoid(hiding, GRID, dim=1))
     assert_scores(result.revealing.score, torch.trapezoid(revealing, GRID, dim=1))
+
+
+@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("chunk", [None, 4])
+def test_default_matches_reference_loop(name, pad_side, chunk):
+    forward = bag_of_words(3) if name == "bow" else lively_forward(name)
+    batch = batch_with_scores((12, 4, 10, 3, 16), pad_side=pad_side, seed=31)
+    result = hiding_revealing(
+        forward,
+        batch["input_ids"],
+        batch["scores"],
+        None,
+        (batch["attention_mask"],),
+        special_tokens_mask=batch["special"],
+        max_examples_per_batch=chunk,
+    )
+    with torch.no_grad():
+        predicted = forward(batch["input_ids"], batch["attention_mask"]).argmax(-1)
+    hiding, revealing = _naive(
+        forward, batch, predicted, reference.default_hiding_curves
+    )
+    assert_scores(result.hiding.curve, hiding)
+    assert_scores(result.revealing.curve, revealing)
+    assert (result.hiding.curve[:, 0] == 1).all()
 
 
 def test_hand_worked_auc():

@@ -22,13 +22,13 @@ from tests.metrics.toys import (
 CASES = [("bow", "right"), ("bow", "left"), ("bert", "right"), ("llama", "left")]
 
 
-def _naive_attcat(forward, batch, target):
+def _naive(forward, batch, target, curve_fn):
     scores = []
     for row in range(len(batch["input_ids"])):
         ids, row_scores = example(batch, row)
         prob = partial(probabilities, forward)
         t = int(target[row])
-        curve = reference.attcat_curve(prob, ids, row_scores, t, replace=True)
+        curve = curve_fn(prob, ids, row_scores, t)
         if curve is None:
             scores.append(float("nan"))
             continue
@@ -54,8 +54,29 @@ def test_attcat_matches_reference_loop(name, pad_side, chunk):
         special_tokens_mask=batch["special"],
         max_examples_per_batch=chunk,
     )
-    assert_scores(result.score, _naive_attcat(forward, batch, labels))
+    curve_fn = partial(reference.attcat_curve, replace=True)
+    assert_scores(result.score, _naive(forward, batch, labels, curve_fn))
     assert torch.isnan(result.score[1])
+
+
+@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_default_matches_reference_loop(name, pad_side, chunk):
+    forward = bag_of_words(3) if name == "bow" else lively_forward(name)
+    batch = batch_with_scores((12, 4, 10, 16, 3), pad_side=pad_side, seed=37)
+    result = log_odds(
+        forward,
+        batch["input_ids"],
+        batch["scores"],
+        None,
+        (batch["attention_mask"],),
+        special_tokens_mask=batch["special"],
+        max_examples_per_batch=chunk,
+    )
+    with torch.no_grad():
+        predicted = forward(batch["input_ids"], batch["attention_mask"]).argmax(-1)
+    curve_fn = partial(reference.default_curve, suff=False)
+    assert_scores(result.score, _naive(forward, batch, predicted, curve_fn))
 
 
 def test_sign_on_a_bag_of_words():

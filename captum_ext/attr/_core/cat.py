@@ -49,7 +49,7 @@ class CAT(GradientAttribution):
     call, whatever the batch size; works with frozen parameters and leaves every
     ``.grad`` untouched. The forward and backward passes run in the model's
     dtype; the sum over :math:`d`, whose terms cancel strongly after a LayerNorm,
-    is accumulated in float32, and scores are returned in the model's dtype.
+    is accumulated in at least float32, and scores are returned in the model's dtype.
     With bfloat16 post-LN encoders (BERT family) scores are still only
     approximate (relative error of 10-60 % on small random models), as the
     bfloat16 gradients cannot resolve a sum that cancels to about 1e-3 of its
@@ -133,36 +133,33 @@ class CAT(GradientAttribution):
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
         if self._uses_attention:
             self.adapter.require_attention_weights(type(self).__name__)
-        with eval_semantics(self.forward_func), HookSet() as hooks:
-            # Frozen parameters would leave the hidden states out of the graph.
-            hooks.make_output_require_grad(self.adapter.embedding_output_module())
-            with torch.enable_grad():
-                out = run_model(
-                    self.adapter,
-                    batch,
-                    hidden_states=True,
-                    attentions=self._uses_attention,
-                )
-                hidden, grads = self._hidden_and_grads(out, target)
-            with torch.no_grad():
-                scores = _grad_times_hidden(hidden, grads)  # [batch, L, pos]
-                weights = self._token_weights(batch, out)
-                if weights is not None:
-                    scores = scores * weights
+        with eval_semantics(self.forward_func):
+            scores = self._layer_scores(batch, target)  # [batch, L, pos]
         scores = scores.masked_fill(~batch.valid[:, None], 0)
         scores = scores if return_layers else scores.sum(1)
-        return scores.to(out.logits.dtype)
+        return scores.to(self.forward_func.dtype)
 
-    def _hidden_and_grads(
-        self, out: Any, target: TargetType
-    ) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...]]:
-        r"""The L hidden states used and the target logit's gradients w.r.t. them."""
-        index = resolve_target(target, out.logits)  # [batch]
-        hidden = self._used_hidden_states(out.hidden_states)
-        # Examples do not interact, so the gradient of the batch sum gives every
-        # example its own gradient in a single backward pass.
-        selected = out.logits.gather(1, index[:, None]).sum()
-        return hidden, torch.autograd.grad(selected, hidden)
+    def _layer_scores(self, batch: TokenBatch, target: TargetType) -> Tensor:
+        r"""Weighted gradient x hidden state per layer, ``[batch, L, pos]``."""
+        with HookSet() as hooks, torch.enable_grad():
+            # Frozen parameters would leave the hidden states out of the graph.
+            hooks.make_output_require_grad(self.adapter.embedding_output_module())
+            out = run_model(
+                self.adapter,
+                batch,
+                hidden_states=True,
+                attentions=self._uses_attention,
+            )
+            index = resolve_target(target, out.logits)  # [batch]
+            hidden = self._used_hidden_states(out.hidden_states)
+            # Examples do not interact, so the gradient of the batch sum gives
+            # every example its own gradient in a single backward pass.
+            selected = out.logits.gather(1, index[:, None]).sum()
+            grads = torch.autograd.grad(selected, hidden)
+        with torch.no_grad():
+            scores = _grad_times_hidden(hidden, grads)
+            weights = self._token_weights(batch, out)
+        return scores if weights is None else scores * weights
 
     def _used_hidden_states(
         self, hidden_states: Tuple[Tensor, ...]
@@ -177,9 +174,11 @@ class CAT(GradientAttribution):
 
 
 def _grad_times_hidden(hidden: Tuple[Tensor, ...], grads: Tuple[Tensor, ...]) -> Tensor:
-    r"""``sum_d grad * hidden`` per layer and token: ``[batch, L, pos]``, float32."""
+    r"""``sum_d grad * hidden`` per layer and token: ``[batch, L, pos]``, in float32
+    or wider."""
     # The terms cancel strongly (after a LayerNorm the gradient is nearly
     # orthogonal to the hidden state), so half-precision products lose the sum.
+    dtype = torch.promote_types(hidden[0].dtype, torch.float32)
     return torch.stack(
-        [(g.float() * h.float()).sum(-1) for g, h in zip(grads, hidden)], dim=1
+        [(g.to(dtype) * h.to(dtype)).sum(-1) for g, h in zip(grads, hidden)], dim=1
     )

@@ -184,6 +184,17 @@ def _row_rollout(matrices: Tensor, position: Tensor) -> Tensor:
     return row
 
 
+def _check_not_padding(position: Tensor, valid: Tensor) -> None:
+    padded = (~valid[torch.arange(len(position)), position]).nonzero().flatten()
+    if len(padded):
+        raise ValueError(
+            f"example(s) {padded.tolist()} are padded at the position the model "
+            f"classifies from ({position[padded].tolist()}), whose row GlobEnc "
+            "returns; pad these encoders on the right (tokenizer.padding_side = "
+            "'right')"
+        )
+
+
 class GlobEnc(Attribution):
     r"""
     GlobEnc (Modarressi et al., NAACL 2022) attributes a prediction to the input
@@ -303,6 +314,7 @@ class GlobEnc(Attribution):
         position = self.adapter.classification_position(
             batch.input_ids, batch.attention_mask
         )
+        _check_not_padding(position, batch.valid)
         if not rollout:
             matrices = matrices[:, -1:]
         return _row_rollout(matrices, position)

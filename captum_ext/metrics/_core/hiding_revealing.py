@@ -35,50 +35,50 @@ def hiding_revealing(
     show_progress: bool = False,
 ) -> HidingRevealingResult:
     r"""
-        Hiding and revealing curves: the accuracy of the model as the
-        highest-attributed tokens are hidden one fraction at a time (hiding), and as
-        they are revealed one fraction at a time starting from an input with every
-        token hidden (revealing). Each is summarised by the area under its curve,
-        by the trapezoid rule over ``levels``:
+    Hiding and revealing curves: the accuracy of the model as the
+    highest-attributed tokens are hidden one fraction at a time (hiding), and as
+    they are revealed one fraction at a time starting from an input with every
+    token hidden (revealing). Each is summarised by the area under its curve,
+    by the trapezoid rule over ``levels``:
 
-        .. math::
-            \mathrm{AUC} = \sum_{j} \frac{g_{j+1} - g_j}{2}
-            \left[ a(g_j) + a(g_{j+1}) \right],
-            \quad a(g) = \mathbb{1}\left[\arg\max_c f_c(\tilde{x}^{(g)}) = y\right]
+    .. math::
+        \mathrm{AUC} = \sum_{j} \frac{g_{j+1} - g_j}{2}
+        \left[ a(g_j) + a(g_{j+1}) \right],
+        \quad a(g) = \mathbb{1}\left[\arg\max_c f_c(\tilde{x}^{(g)}) = y\right]
 
-        Per example :math:`a(g)` is 0 or 1; the mean over examples is the accuracy
-        curve, and the mean of the AUCs is its AUC. Hiding: lower is more faithful;
-        revealing: higher is. Hou & Castanon, *Decoding Layer Saliency in Language
-        Transformers*, ICML 2023.
+    Per example :math:`a(g)` is 0 or 1; the mean over examples is the accuracy
+    curve, and the mean of the AUCs is its AUC. Hiding: lower is more faithful;
+    revealing: higher is. Hou & Castanon, *Decoding Layer Saliency in Language
+    Transformers*, ICML 2023.
 
-        **Default** (``preset=None``): :math:`g \in \{0, 0.1, \dots, 1.0\}`; the top
-        :math:`k = \mathrm{round}(g \cdot n)` of the :math:`n` non-special real
-        tokens are deleted (hiding) or are the only non-special tokens not deleted
-        (revealing); special tokens are never hidden; accuracy against ``labels``,
-        or against ``target`` (by default the model's prediction on the
-        unperturbed input) when ``labels`` is None.
+    **Default** (``preset=None``): :math:`g \in \{0, 0.1, \dots, 1.0\}`; the top
+    :math:`k = \mathrm{round}(g \cdot n)` of the :math:`n` non-special real
+    tokens are deleted (hiding) or are the only non-special tokens not deleted
+    (revealing); special tokens are never hidden; accuracy against ``labels``,
+    or against ``target`` (by default the model's prediction on the
+    unperturbed input) when ``labels`` is None.
 
-        **Presets**:
+    **Presets**:
 
-        - ``"decoded"`` (Hou & Castanon, 2023; no reference code was published):
-          :math:`g \in \{0, 0.1, \dots, 1.0\}` of the real length :math:`n`
-          (special tokens counted), :math:`k = \mathrm{round}(g \cdot n)` capped at
-          the number of non-special tokens; hidden tokens are replaced by [MASK]
-          *and* get attention mask 0 (``mask_token_id`` required); special tokens
-          are never hidden; most important first; accuracy against gold
-          ``labels`` (required). The grid, the rounding and the special-token rule
-          are the project's reading of the paper.
+    - ``"decoded"`` (Hou & Castanon, 2023; no reference code was published):
+      :math:`g \in \{0, 0.1, \dots, 1.0\}` of the real length :math:`n`
+      (special tokens counted), :math:`k = \mathrm{round}(g \cdot n)` capped at
+      the number of non-special tokens; hidden tokens are replaced by [MASK]
+      *and* get attention mask 0 (``mask_token_id`` required); special tokens
+      are never hidden; most important first; accuracy against gold
+      ``labels`` (required). The grid, the rounding and the special-token rule
+      are the project's reading of the paper.
 
-        Args:
+    Args:
 
     {common_args}
-            labels (Tensor or list of int, optional): gold labels ``[batch]`` the
-                    accuracy is taken against. Default: None (``target``)
+        labels (Tensor or list of int, optional): gold labels ``[batch]`` the
+                accuracy is taken against. Default: None (``target``)
 
-        Returns:
-            HidingRevealingResult: ``hiding`` and ``revealing``, each a
-            :class:`MetricResult` whose ``score`` is the AUC ``[batch]`` and
-            ``curve`` the correctness ``[batch, levels]``.
+    Returns:
+        HidingRevealingResult: ``hiding`` and ``revealing``, each a
+        :class:`MetricResult` whose ``score`` is the AUC ``[batch]`` and
+        ``curve`` the correctness ``[batch, levels]``.
     """
     protocol = resolve_protocol(
         "hiding_revealing",

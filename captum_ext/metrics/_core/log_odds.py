@@ -33,39 +33,39 @@ def log_odds(
     show_progress: bool = False,
 ) -> MetricResult:
     r"""
-        Log-odds (LOdds): the mean log-ratio of the target's probability after and
-        before the highest-attributed tokens are removed or replaced:
+    Log-odds (LOdds): the mean log-ratio of the target's probability after and
+    before the highest-attributed tokens are removed or replaced:
 
-        .. math::
-            \mathrm{LOdds}(x) = \frac{1}{|G|} \sum_{g \in G}
-            \log \frac{p(y \mid \tilde{x}^{(g)})}{p(y \mid x)}
+    .. math::
+        \mathrm{LOdds}(x) = \frac{1}{|G|} \sum_{g \in G}
+        \log \frac{p(y \mid \tilde{x}^{(g)})}{p(y \mid x)}
 
-        Lower (more negative) is more faithful. Shrikumar et al. (2017),
-        https://arxiv.org/abs/1704.02685; Chen et al. (2020),
-        https://arxiv.org/abs/2004.02015.
+    Lower (more negative) is more faithful. Shrikumar et al. (2017),
+    https://arxiv.org/abs/1704.02685; Chen et al. (2020),
+    https://arxiv.org/abs/2004.02015.
 
-        **Default** (``preset=None``): as :func:`aopc`'s default: delete the top
-        :math:`k = \mathrm{round}(g \cdot n)` of the :math:`n` non-special real
-        tokens, :math:`g \in \{0.1, \dots, 1.0\}`.
+    **Default** (``preset=None``): as :func:`aopc`'s default: delete the top
+    :math:`k = \mathrm{round}(g \cdot n)` of the :math:`n` non-special real
+    tokens, :math:`g \in \{0.1, \dots, 1.0\}`.
 
-        **Presets**:
+    **Presets**:
 
-        - ``"attcat"`` (AttCAT, Qiang et al., NeurIPS 2022, Eq. 14,
-          https://github.com/qiangyao1988/AttCAT, ``cal_logodds``): the AOPC
-          ``"attcat"`` protocol (nine levels ``np.linspace(0, 1, 10)[1:]``,
-          :math:`k = \mathrm{round}(g \cdot n)` with :math:`n` counting special
-          tokens, special tokens and the lowest-ranked real token never replaced,
-          examples with :math:`n < 10` NaN) with [PAD] replacement and the
-          attention mask left on (``pad_token_id`` required). The reference tracks
-          the gold label: pass ``target=labels``.
+    - ``"attcat"`` (AttCAT, Qiang et al., NeurIPS 2022, Eq. 14,
+      https://github.com/qiangyao1988/AttCAT, ``cal_logodds``): the AOPC
+      ``"attcat"`` protocol (nine levels ``np.linspace(0, 1, 10)[1:]``,
+      :math:`k = \mathrm{round}(g \cdot n)` with :math:`n` counting special
+      tokens, special tokens and the lowest-ranked real token never replaced,
+      examples with :math:`n < 10` NaN) with [PAD] replacement and the
+      attention mask left on (``pad_token_id`` required). The reference tracks
+      the gold label: pass ``target=labels``.
 
-        Args:
+    Args:
 
     {common_args}
 
-        Returns:
-            MetricResult: ``score`` ``[batch]``, ``curve`` ``[batch, levels]`` (the
-            log-ratios) and ``levels``.
+    Returns:
+        MetricResult: ``score`` ``[batch]``, ``curve`` ``[batch, levels]`` (the
+        log-ratios) and ``levels``.
     """
     protocol = resolve_protocol(
         "log_odds", preset, levels=levels, mode=mode, attend_replaced=attend_replaced

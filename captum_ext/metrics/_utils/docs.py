@@ -42,14 +42,17 @@ _COMMON_ARGS = r"""
         special_token_ids (iterable of int, optional): ids treated as special
                 wherever they occur (e.g. ``tokenizer.all_special_ids``); joined
                 with ``special_tokens_mask``. Default: None
-        max_examples_per_batch (int, optional): most rows per forward pass; the
-                (example, level) rows of all levels are evaluated together, so
-                the cost is at most ``levels + 1`` forward passes of the batch.
-                None: everything in one pass. Default: None
+        max_examples_per_batch (int, optional): most rows per forward pass. The
+                (example, level) rows of all levels are evaluated together: the
+                cost is one forward pass of the batch per level and curve plus
+                one, at most; levels that change nothing reuse the unperturbed
+                output. None: all rows in one pass. Default: None
         show_progress (bool, optional): show a tqdm progress bar. Default: False"""
 
 
 def with_common_args(func: F) -> F:
-    r"""Fills ``{common_args}`` in ``func``'s docstring."""
-    func.__doc__ = (func.__doc__ or "").replace("{common_args}", _COMMON_ARGS[1:])
+    r"""Replaces the line ``    {common_args}`` of ``func``'s docstring (indented
+    like the rest, so that black leaves the docstring alone)."""
+    doc = func.__doc__ or ""
+    func.__doc__ = doc.replace("    {common_args}", _COMMON_ARGS[1:])
     return func

@@ -35,13 +35,13 @@ class PerturbationPlan:
     counts: Tensor
     active: Tensor
     included: Tensor
-    perturbable: Tensor  # [batch]: number of tokens that may be perturbed
+    num_perturbable: Tensor  # [batch]: how many tokens may be perturbed
     keep_top: bool  # perturb every perturbable token but the top-k
 
     def touches(self) -> Tensor:
         r"""``[batch, levels]``: the level perturbs at least one token."""
         if self.keep_top:
-            return self.counts < self.perturbable[:, None]
+            return self.counts < self.num_perturbable[:, None]
         return self.counts > 0
 
     def perturbed(self, examples: Tensor, levels: Tensor) -> Tensor:

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+r"""Cost of the attribution methods relative to one forward pass.
+
+A batch of 32 x 64 tokens of real text (consecutive test snippets of
+``load_split("sentiment")`` joined until every row fills 64 tokens; random ids if
+the data cannot be loaded) is explained by every entry of the method table and
+each time is divided by one plain forward pass (``torch.no_grad``) measured in
+the same run. Targets: NormXLogit <= 1.3x forward, AttCAT <= 3.5x, GlobEnc <= 3x, and
+every method at least 20x faster than Captum's ``LayerIntegratedGradients``
+(``n_steps=50``, on the word embeddings).
+
+CPU timings are noisy on a shared machine: each time is the median of
+``--repeats`` runs after a warm-up.
+
+A method is one entry of the table built by :func:`method_table`: a name and a
+callable ``(input_ids, attention_mask, target) -> scores``.
+
+Usage::
+
+    python -m benchmarks.bench_methods            # the default sentiment model
+    python -m benchmarks.bench_methods --tiny     # same shape, random weights
+    python -m benchmarks.bench_methods --device cuda
+"""
+
+import argparse
+import statistics
+import time
+from typing import Callable, Dict, List, Tuple
+
+import torch
+import transformers
+from captum.attr import LayerIntegratedGradients
+from captum_ext import classifier_forward
+from captum_ext.attr import AttCAT, CAT, GlobEnc, LogAt, NormXLogit
+from torch import nn, Tensor
+
+BATCH = 32
+LENGTH = 64
+IG_STEPS = 50
+# name -> most allowed (method time / forward time)
+TARGETS = {"NormXLogit": 1.3, "AttCAT": 3.5, "GlobEnc": 3.0}
+MIN_SPEEDUP_OVER_IG = 20.0
+
+Method = Callable[[Tensor, Tensor, Tensor], object]
+
+
+def method_table(model: nn.Module) -> Dict[str, Method]:
+    r"""Name -> ``run(input_ids, attention_mask, target)``; add a method here."""
+
+    def captum_ext_method(method: object) -> Method:
+        return lambda ids, mask, target: method.attribute(  # type: ignore
+            ids, target=target, additional_forward_args=(mask,)
+        )
+
+    return {
+        "NormXLogit": captum_ext_method(NormXLogit(model)),
+        "LogAt": captum_ext_method(LogAt(model)),
+        "AttCAT": captum_ext_method(AttCAT(model)),
+        "CAT": captum_ext_method(CAT(model)),
+        "GlobEnc": captum_ext_method(GlobEnc(model)),
+        f"LayerIntegratedGradients({IG_STEPS})": _integrated_gradients(model),
+    }
+
+
+def _integrated_gradients(model: nn.Module) -> Method:
+    lig = LayerIntegratedGradients(
+        classifier_forward(model), model.get_input_embeddings()
+    )
+    special = torch.tensor(
+        [model.config.cls_token_id, model.config.sep_token_id], dtype=torch.long
+    )
+
+    def run(ids: Tensor, mask: Tensor, target: Tensor) -> Tensor:
+        # Reference: [PAD] everywhere except [CLS]/[SEP].
+        keep = torch.isin(ids, special.to(ids.device))
+        baseline = torch.where(keep, ids, model.config.pad_token_id)
+        return lig.attribute(
+            ids,
+            baselines=baseline,
+            target=target,
+            additional_forward_args=(mask,),
+            n_steps=IG_STEPS,
+        )
+
+    return run
+
+
+def _median_seconds(run: Callable[[], object], repeats: int, device: str) -> float:
+    def timed() -> float:
+        start = time.perf_counter()
+        run()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return time.perf_counter() - start
+
+    timed()  # warm-up: allocator, first-call dispatch
+    return statistics.median(timed() for _ in range(repeats))
+
+
+def _real_text_ids(tokenizer: object) -> Tensor:
+    r"""``[BATCH, LENGTH]`` ids: consecutive test snippets joined per row until the
+    row fills LENGTH tokens, framed by [CLS] ... [SEP]."""
+    from captum_ext.datasets import load_split
+
+    texts = iter(load_split("sentiment").texts)
+    rows: List[List[int]] = []
+    while len(rows) < BATCH:
+        words: List[int] = []
+        while len(words) < LENGTH - 2:
+            words += tokenizer(next(texts), add_special_tokens=False)["input_ids"]
+        rows.append(tokenizer.build_inputs_with_special_tokens(words[: LENGTH - 2]))
+    return torch.tensor(rows)
+
+
+def _random_ids(model: nn.Module) -> Tensor:
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(
+        1000, model.config.vocab_size, (BATCH, LENGTH), generator=generator
+    )
+    ids[:, 0], ids[:, -1] = model.config.cls_token_id, model.config.sep_token_id
+    return ids
+
+
+def _default_model() -> Tuple[nn.Module, Tensor]:
+    from captum_ext.default_models import load_default_model
+
+    model, tokenizer = load_default_model("sentiment")
+    try:
+        ids = _real_text_ids(tokenizer)
+    except Exception as error:  # no data: the cost does not depend on the text
+        print(f"real text unavailable ({error}); using random ids")
+        ids = _random_ids(model)
+    return model, ids
+
+
+def _tiny_model() -> Tuple[nn.Module, Tensor]:
+    r"""The default model's architecture (all-MiniLM-L6-v2) with random weights."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=30522,
+        hidden_size=384,
+        num_hidden_layers=6,
+        num_attention_heads=12,
+        intermediate_size=1536,
+        num_labels=2,
+        pad_token_id=0,
+        cls_token_id=101,
+        sep_token_id=102,
+    )
+    model = transformers.AutoModelForSequenceClassification.from_config(
+        config, attn_implementation="eager"
+    ).eval()
+    return model, _random_ids(model)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tiny", action="store_true", help="random weights")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    model, ids = _tiny_model() if args.tiny else _default_model()
+    model = model.to(args.device)
+    ids = ids.to(args.device)
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        target = model(input_ids=ids, attention_mask=mask).logits.argmax(-1)
+
+    def forward() -> None:
+        with torch.no_grad():
+            model(input_ids=ids, attention_mask=mask)
+
+    print(f"batch {tuple(ids.shape)}, {torch.get_num_threads()} threads, {args.device}")
+    base = _median_seconds(forward, args.repeats, args.device)
+    print(f"{'forward':<28} {base * 1e3:9.1f} ms   1.00x")
+    times = {}
+    for name, run in method_table(model).items():
+        repeats = 1 if name.startswith("LayerIntegrated") else args.repeats
+        seconds = _median_seconds(lambda: run(ids, mask, target), repeats, args.device)
+        times[name] = seconds
+        limit = TARGETS.get(name)
+        note = f"   (target <= {limit}x)" if limit else ""
+        print(f"{name:<28} {seconds * 1e3:9.1f} ms {seconds / base:6.2f}x{note}")
+    ig = times.pop(f"LayerIntegratedGradients({IG_STEPS})")
+    for name, seconds in times.items():
+        print(
+            f"{name:<12} {ig / seconds:6.1f}x faster than LIG "
+            f"(target >= {MIN_SPEEDUP_OVER_IG:.0f}x)"
+        )
+
+
+if __name__ == "__main__":
+    main()
