@@ -64,6 +64,12 @@ class _Recipe:
     warmup: float  # fraction of the steps
     weight_decay: float = 0.01
     bucket_batches: int = 50  # batches per length-sorted chunk
+    # Half the encoder's parameters are the 30522 x 384 word embeddings; keeping
+    # them fixed saves their gradient and AdamW update on every step.
+    freeze_word_embeddings: bool = True
+    # bfloat16 autocast (fp32 master weights) where the hardware does it natively
+    # (AVX512-BF16/AMX CPUs, recent GPUs): about 1.5x faster per step.
+    bf16: bool = True
     seed: int = 0
 
 
@@ -251,6 +257,7 @@ def _build(task: str, out: Path, device: torch.device) -> None:
     tokenizer.save_pretrained(out)
     record = dict(task=task, train_size=len(train), max_length=MAX_LENGTH)
     record.update(asdict(recipe), train_seconds=round(seconds, 1))
+    record.update(bf16_used=recipe.bf16 and _native_bf16(device))
     record.update(torch=torch.__version__, threads=torch.get_num_threads())
     (out / "training.json").write_text(json.dumps(record, indent=1))
 
@@ -269,23 +276,35 @@ def _fine_tune(
     generator = torch.Generator().manual_seed(recipe.seed)
     steps = _num_steps(len(ids), recipe)
     batches = _bucketed_batches([len(x) for x in ids], recipe, generator, steps)
+    if recipe.freeze_word_embeddings:
+        model.get_input_embeddings().weight.requires_grad_(False)
     optimizer = _optimizer(model, recipe)
     schedule = _linear_schedule(optimizer, recipe.warmup, steps)
     device = next(model.parameters()).device
+    bf16 = recipe.bf16 and _native_bf16(device)
     model.train()
     for batch in tqdm(batches, desc=description, unit="batch"):
         input_ids, mask = _pad([ids[i] for i in batch], tokenizer.pad_token_id)
-        loss = model(
-            input_ids=input_ids.to(device),
-            attention_mask=mask.to(device),
-            labels=labels[batch].to(device),
-        ).loss
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = model(
+                input_ids=input_ids.to(device),
+                attention_mask=mask.to(device),
+                labels=labels[batch].to(device),
+            ).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
+    model.get_input_embeddings().weight.requires_grad_(True)
     model.eval()
+
+
+def _native_bf16(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    # Elsewhere bfloat16 is emulated and slower than float32.
+    return device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def _num_steps(size: int, recipe: _Recipe) -> int:
@@ -321,6 +340,7 @@ def _optimizer(model: torch.nn.Module, recipe: _Recipe) -> torch.optim.Optimizer
     base = {id(p) for p in model.base_model.parameters()}
     encoder = [p for p in model.parameters() if id(p) in base]
     head = [p for p in model.parameters() if id(p) not in base]
+    encoder = [p for p in encoder if p.requires_grad]
     groups = [dict(params=encoder, lr=recipe.lr), dict(params=head, lr=recipe.head_lr)]
     return torch.optim.AdamW(groups, weight_decay=recipe.weight_decay)
 

@@ -9,6 +9,7 @@ from tests.attr.token_method_checks import (
     assert_equals_naive_cat,
     assert_frozen_parameters_work,
     assert_padding_invariant,
+    assert_polar_words_lead,
     assert_state_kept,
     assert_target_out_of_range,
     attribute,
@@ -65,7 +66,7 @@ def test_one_forward_and_one_backward_per_batch(monkeypatch):
         return grad(*args, **kwargs)
 
     monkeypatch.setattr(torch.autograd, "grad", counting_grad)
-    attribute(AttCAT(model), token_batch((5, 9, 3, 7, 2 + 2)))
+    attribute(AttCAT(model), token_batch((5, 9, 3, 7, 4)))
     assert (len(forwards), len(backwards)) == (1, 1)
 
 
@@ -108,3 +109,8 @@ def test_scores_are_signed():
     model = tiny_classifier("bert")
     scores = attribute(AttCAT(model), token_batch(causal=is_causal("bert")))
     assert (scores < 0).any() and (scores > 0).any()
+
+
+@pytest.mark.integration
+def test_polar_words_lead_on_default_model(sentiment_model):
+    assert_polar_words_lead(AttCAT, sentiment_model)

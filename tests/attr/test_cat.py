@@ -9,6 +9,7 @@ from tests.attr.token_method_checks import (
     assert_equals_naive_cat,
     assert_frozen_parameters_work,
     assert_padding_invariant,
+    assert_polar_words_lead,
     assert_state_kept,
     assert_target_out_of_range,
     attribute,
@@ -76,3 +77,8 @@ def test_bfloat16(family):
 @pytest.mark.parametrize("family", ["bert", "llama"])
 def test_cuda(family):
     assert_cuda_matches_cpu(CAT, family)
+
+
+@pytest.mark.integration
+def test_polar_words_lead_on_default_model(sentiment_model):
+    assert_polar_words_lead(CAT, sentiment_model)

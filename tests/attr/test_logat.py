@@ -8,6 +8,7 @@ from tests.attr.token_method_checks import (
     assert_bfloat16_close,
     assert_cuda_matches_cpu,
     assert_padding_invariant,
+    assert_polar_words_lead,
     assert_state_kept,
     assert_target_out_of_range,
     attribute,
@@ -150,3 +151,8 @@ def test_bfloat16(family):
 @pytest.mark.parametrize("family", ["bert", "llama"])
 def test_cuda(family):
     assert_cuda_matches_cpu(LogAt, family)
+
+
+@pytest.mark.integration
+def test_polar_words_lead_on_default_model(sentiment_model):
+    assert_polar_words_lead(LogAt, sentiment_model)

@@ -186,3 +186,40 @@ def assert_equals_naive_cat(
         torch.testing.assert_close(
             scores[row][valid[row]], expected, atol=tolerance, rtol=0
         )
+
+
+# Hand-checked sentences for the default sentiment model: the predicted label and
+# the polar words that should carry the evidence for it.
+POLAR_SENTENCES = {
+    "a gorgeous, moving film": ("positive", ["gorgeous", "moving"]),
+    "a dull, lifeless mess": ("negative", ["dull", "lifeless"]),
+}
+
+
+def word_scores(method: object, tokenizer: object, sentence: str) -> dict:
+    r"""``{token: score}`` of the content tokens of one sentence (target None)."""
+    encoded = tokenizer(sentence, return_tensors="pt")  # type: ignore[operator]
+    scores = method.attribute(  # type: ignore[attr-defined]
+        encoded["input_ids"], additional_forward_args=(encoded["attention_mask"],)
+    )[0]
+    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])  # type: ignore
+    special = set(tokenizer.all_special_tokens)  # type: ignore[attr-defined]
+    return {
+        token: float(score)
+        for token, score in zip(tokens, scores)
+        if token not in special and token.isalpha()
+    }
+
+
+def assert_polar_words_lead(factory: MethodFactory, sentiment_model: tuple) -> None:
+    r"""For the predicted class, the polar words score positive and the top
+    content word is one of them."""
+    model, tokenizer = sentiment_model
+    method = factory(model)
+    for sentence, (label, polar) in POLAR_SENTENCES.items():
+        encoded = tokenizer(sentence, return_tensors="pt")
+        predicted = int(model(**encoded).logits.argmax(-1))
+        assert model.config.id2label[predicted] == label, sentence
+        scores = word_scores(method, tokenizer, sentence)
+        assert all(scores[word] > 0 for word in polar), (sentence, scores)
+        assert max(scores, key=scores.get) in polar, (sentence, scores)

@@ -125,7 +125,7 @@ class CAT(GradientAttribution):
             ...     name, attn_implementation="eager"
             ... )
             >>> enc = tokenizer(texts, padding=True, return_tensors="pt")
-            >>> attcat = AttCAT(model)
+            >>> attcat = AttCAT(model)  # or CAT(model)
             >>> attr = attcat.attribute(
             ...     enc["input_ids"], additional_forward_args=(enc["attention_mask"],)
             ... )
@@ -159,7 +159,7 @@ class CAT(GradientAttribution):
         with torch.no_grad():
             scores = _grad_times_hidden(hidden, grads)
             weights = self._token_weights(batch, out)
-        return scores if weights is None else scores * weights
+            return scores if weights is None else scores * weights
 
     def _used_hidden_states(
         self, hidden_states: Tuple[Tensor, ...]

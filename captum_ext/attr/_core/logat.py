@@ -127,7 +127,7 @@ class LogAt(Attribution):
 
             >>> model = AutoModelForSequenceClassification.from_pretrained(name)
             >>> enc = tokenizer(texts, padding=True, return_tensors="pt")
-            >>> logat = LogAt(model)
+            >>> logat = LogAt(model)  # or NormXLogit(model)
             >>> attr = logat.attribute(
             ...     enc["input_ids"], additional_forward_args=(enc["attention_mask"],)
             ... )

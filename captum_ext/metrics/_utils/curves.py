@@ -42,8 +42,8 @@ class Curves:
     def target_curve(self, index: int = 0) -> Tensor:
         r"""``[batch, levels]``: log-probability of the target at each level."""
         curve = self.curves[index]
-        index_ = self.target[:, None, None].expand(-1, curve.shape[1], 1)
-        return curve.gather(2, index_)[..., 0]
+        gather_index = self.target[:, None, None].expand(-1, curve.shape[1], 1)
+        return curve.gather(2, gather_index)[..., 0]
 
     def result(self, curve: Tensor, score: Tensor) -> MetricResult:
         levels = torch.tensor(self.protocol.levels, device=curve.device)
