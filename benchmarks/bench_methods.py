@@ -9,8 +9,9 @@ the same run. Targets: NormXLogit <= 1.3x forward, AttCAT <= 3.5x, GlobEnc <= 3x
 every method at least 20x faster than Captum's ``LayerIntegratedGradients``
 (``n_steps=50``, on the word embeddings).
 
-CPU timings are noisy on a shared machine: each time is the median of
-``--repeats`` runs after a warm-up.
+CPU timings are noisy on a shared machine: after a warm-up, every run is timed
+right after its own forward pass and the median of ``--repeats`` ratios is
+reported (one run for Integrated Gradients).
 
 A method is one entry of the table built by :func:`method_table`: a name and a
 callable ``(input_ids, attention_mask, target) -> scores``.
@@ -85,16 +86,27 @@ def _integrated_gradients(model: nn.Module) -> Method:
     return run
 
 
-def _median_seconds(run: Callable[[], object], repeats: int, device: str) -> float:
-    def timed() -> float:
-        start = time.perf_counter()
-        run()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        return time.perf_counter() - start
+def _seconds(run: Callable[[], object], device: str) -> float:
+    start = time.perf_counter()
+    run()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
 
-    timed()  # warm-up: allocator, first-call dispatch
-    return statistics.median(timed() for _ in range(repeats))
+
+def _median_ratio(
+    run: Callable[[], object], forward: Callable[[], object], repeats: int, device: str
+) -> Tuple[float, float]:
+    r"""Median (seconds, seconds / forward seconds): each run is paired with a
+    forward pass timed right before it, so slow drifts of the load cancel."""
+    run()  # warm-up: allocator, first-call dispatch
+    times, ratios = [], []
+    for _ in range(repeats):
+        base = _seconds(forward, device)
+        seconds = _seconds(run, device)
+        times.append(seconds)
+        ratios.append(seconds / base)
+    return statistics.median(times), statistics.median(ratios)
 
 
 def _real_text_ids(tokenizer: object) -> Tensor:
@@ -172,20 +184,21 @@ def main() -> None:
             model(input_ids=ids, attention_mask=mask)
 
     print(f"batch {tuple(ids.shape)}, {torch.get_num_threads()} threads, {args.device}")
-    base = _median_seconds(forward, args.repeats, args.device)
-    print(f"{'forward':<28} {base * 1e3:9.1f} ms   1.00x")
-    times = {}
+    seconds, _ = _median_ratio(forward, forward, args.repeats, args.device)
+    print(f"{'forward':<28} {seconds * 1e3:9.1f} ms   1.00x")
+    ratios = {}
     for name, run in method_table(model).items():
         repeats = 1 if name.startswith("LayerIntegrated") else args.repeats
-        seconds = _median_seconds(lambda: run(ids, mask, target), repeats, args.device)
-        times[name] = seconds
+        seconds, ratios[name] = _median_ratio(
+            lambda: run(ids, mask, target), forward, repeats, args.device
+        )
         limit = TARGETS.get(name)
         note = f"   (target <= {limit}x)" if limit else ""
-        print(f"{name:<28} {seconds * 1e3:9.1f} ms {seconds / base:6.2f}x{note}")
-    ig = times.pop(f"LayerIntegratedGradients({IG_STEPS})")
-    for name, seconds in times.items():
+        print(f"{name:<28} {seconds * 1e3:9.1f} ms {ratios[name]:6.2f}x{note}")
+    ig = ratios.pop(f"LayerIntegratedGradients({IG_STEPS})")
+    for name, ratio in ratios.items():
         print(
-            f"{name:<12} {ig / seconds:6.1f}x faster than LIG "
+            f"{name:<12} {ig / ratio:6.1f}x faster than LIG "
             f"(target >= {MIN_SPEEDUP_OVER_IG:.0f}x)"
         )
 

@@ -45,7 +45,9 @@ def _model(untrained: bool) -> Tuple[torch.nn.Module, object]:
 
     if not untrained:
         return load_default_model("sentiment")
-    # The same encoder, tokenizer and cost, with a new (untrained) head.
+    # The same encoder, tokenizer and cost, with a new (untrained) head; the
+    # report about that head's missing weights is expected, so it is silenced.
+    transformers.logging.set_verbosity_error()
     path = base_model_path()
     model = transformers.AutoModelForSequenceClassification.from_pretrained(
         path, num_labels=2, attn_implementation="eager", local_files_only=True

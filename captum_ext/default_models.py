@@ -253,8 +253,9 @@ def _build(task: str, out: Path, device: torch.device) -> None:
         start = time.perf_counter()
         _fine_tune(model.to(device), tokenizer, train, recipe, f"fine-tuning {task}")
         seconds = time.perf_counter() - start
-    model.cpu().save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    with _quiet_transformers():
+        model.cpu().save_pretrained(out)
+        tokenizer.save_pretrained(out)
     record = dict(task=task, train_size=len(train), max_length=MAX_LENGTH)
     record.update(asdict(recipe), train_seconds=round(seconds, 1))
     record.update(bf16_used=recipe.bf16 and _native_bf16(device))

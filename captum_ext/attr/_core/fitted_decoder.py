@@ -82,7 +82,8 @@ class DecoderHead(nn.Module):
 
     ``E`` (``[V, e]``) is the model's word-embedding matrix, shared and frozen (a
     non-persistent buffer: it is not saved with the head). ``W`` starts as the
-    identity (when ``d = e``), i.e. from the tied-embedding decoder.
+    identity over the mean row norm of ``E`` (when ``d = e``), i.e. from the
+    tied-embedding decoder.
 
     Args:
         hidden_size (int): ``d``.
@@ -94,8 +95,12 @@ class DecoderHead(nn.Module):
         vocab, width = embedding.shape
         self.layer_norm = nn.LayerNorm(hidden_size)
         self.dense = nn.Linear(hidden_size, width)
-        if hidden_size == width:
-            nn.init.eye_(self.dense.weight)
+        if hidden_size == width:  # start as LayerNorm + tied decoder, rows of E
+            # scaled to unit mean norm so the first logits are neither flat nor
+            # extreme whatever the embeddings' scale
+            scale = 1 / embedding.norm(dim=1).mean().item()
+            with torch.no_grad():
+                self.dense.weight.copy_(torch.eye(width) * scale)
             nn.init.zeros_(self.dense.bias)
         self.bias = nn.Parameter(torch.zeros(vocab))
         self.register_buffer("embedding", embedding.detach(), persistent=False)
