@@ -118,18 +118,12 @@ def main() -> None:
     )
     print(f"one forward pass: {base * 1000:.1f} ms")
     cases = {
-        "AOPC default, 11 levels, deletion, one pass": metric(
-            aopc, None, levels=LEVELS
+        "AOPC default, 11 levels, deletion": metric(aopc, None, levels=LEVELS),
+        "AOPC default, 11 levels, deletion, 32 rows/pass": metric(
+            aopc, 32, levels=LEVELS
         ),
-        "AOPC default, 11 levels, deletion, 128 rows/pass": metric(
-            aopc, EXAMPLES, levels=LEVELS
-        ),
-        "AOPC normxlogit, 9 levels, [MASK], 128 rows/pass": metric(
-            aopc, EXAMPLES, preset="normxlogit"
-        ),
-        "sufficiency default, 10 levels, deletion, 128 rows/pass": metric(
-            sufficiency, EXAMPLES
-        ),
+        "AOPC normxlogit, 9 levels, [MASK]": metric(aopc, None, preset="normxlogit"),
+        "sufficiency default, 10 levels, deletion": metric(sufficiency, None),
     }
     for name, run in cases.items():
         seconds = _median_seconds(run, args.repeats)

@@ -18,7 +18,7 @@ import time
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Iterator, List, Optional, Sequence, Tuple, TYPE_CHECKING, Union
 
 import torch
 from torch import Tensor
@@ -31,6 +31,9 @@ from captum_ext.datasets import (
     TextDataset,
     verify_sha256,
 )
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = [
     "MAX_LENGTH",
@@ -81,7 +84,7 @@ _RECIPES = {
 
 def load_default_model(
     task: str = "sentiment", device: Optional[Union[str, torch.device]] = None
-) -> Tuple[torch.nn.Module, "transformers.PreTrainedTokenizerBase"]:  # noqa: F821
+) -> Tuple["PreTrainedModel", "PreTrainedTokenizerBase"]:
     r"""Loads the default fine-tuned classifier of ``task``, fine-tuning and
     caching it first when needed (a few minutes on 2 CPU cores, once).
 
@@ -110,7 +113,7 @@ def load_default_model(
 @torch.no_grad()
 def evaluate_accuracy(
     model: torch.nn.Module,
-    tokenizer: "transformers.PreTrainedTokenizerBase",  # noqa: F821
+    tokenizer: "PreTrainedTokenizerBase",
     dataset: TextDataset,
     batch_size: int = 64,
 ) -> float:
@@ -338,10 +341,16 @@ def _bucketed_batches(
 
 
 def _optimizer(model: torch.nn.Module, recipe: _Recipe) -> torch.optim.Optimizer:
-    base = {id(p) for p in model.base_model.parameters()}
-    encoder = [p for p in model.parameters() if id(p) in base]
-    head = [p for p in model.parameters() if id(p) not in base]
-    encoder = [p for p in encoder if p.requires_grad]
+    # all-MiniLM-L6-v2 was trained with mean pooling, so its [CLS] pooler is as
+    # untrained as the new classifier: both get the larger head learning rate.
+    pooler = getattr(model.base_model, "pooler", None) or torch.nn.Module()
+    fresh = {id(p) for p in pooler.parameters()}
+    fresh |= {id(p) for p in model.parameters()} - {
+        id(p) for p in model.base_model.parameters()
+    }
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    encoder = [p for p in trainable if id(p) not in fresh]
+    head = [p for p in trainable if id(p) in fresh]
     groups = [dict(params=encoder, lr=recipe.lr), dict(params=head, lr=recipe.head_lr)]
     return torch.optim.AdamW(groups, weight_decay=recipe.weight_decay)
 

@@ -18,11 +18,12 @@ import torch
 from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
-from captum_ext.adapters import ModelAdapter
+from captum_ext.adapters import ModelAdapter, UnsupportedModelError
 
 __all__ = [
     "ClassifierLogits",
     "TokenBatch",
+    "check_decoder_vocabulary",
     "classifier_forward",
     "parse_token_batch",
     "resolve_target",
@@ -116,6 +117,7 @@ def parse_token_batch(
                 f"{tuple(input_ids.shape)}"
             )
     _check_not_empty(adapter, input_ids, attention_mask.bool())
+    _check_vocabulary_ids(adapter, input_ids)
     max_positions = adapter.max_positions
     if max_positions is not None and pos > max_positions:
         raise ValueError(
@@ -123,6 +125,16 @@ def parse_token_batch(
             "position embeddings; truncate it (tokenizer(..., truncation=True))"
         )
     return TokenBatch(input_ids, attention_mask, token_type_ids)
+
+
+def _check_vocabulary_ids(adapter: ModelAdapter, input_ids: Tensor) -> None:
+    vocab_size = adapter.word_embeddings().num_embeddings
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= vocab_size:
+        raise ValueError(
+            f"token ids must be in [0, {vocab_size}) for this model's vocabulary, "
+            f"got ids from {low} to {high}; use the model's own tokenizer"
+        )
 
 
 def _check_not_empty(adapter: ModelAdapter, input_ids: Tensor, valid: Tensor) -> None:
@@ -158,8 +170,13 @@ def resolve_target(target: TargetType, logits: Tensor) -> Tensor:
             "output is [batch, classes], so pass an int, a list or a 1-d tensor"
         )
     index = torch.as_tensor(target, device=logits.device)
-    if index.dtype.is_floating_point or index.dim() > 1:
+    if index.dtype.is_floating_point or index.dtype == torch.bool:
         raise ValueError(f"target must be integer class indices, got {target!r}")
+    if index.dim() > 1:
+        raise ValueError(
+            "target must be an int or a 1-d list / tensor with one class per "
+            f"example, got shape {tuple(index.shape)}"
+        )
     index = index.long().expand(batch) if index.dim() == 0 else index.long()
     if index.shape[0] != batch:
         raise ValueError(
@@ -179,20 +196,47 @@ def run_model(
     *,
     hidden_states: bool = False,
     attentions: bool = False,
+    classifier: bool = True,
 ) -> Any:
     r"""One forward pass of the model on ``batch`` (Hugging Face output object).
 
     Callers that ask for ``attentions`` check
     :meth:`ModelAdapter.require_attention_weights` first, with their own name.
+    With ``classifier`` (callers that explain a class), raises
+    :class:`UnsupportedModelError` unless the output has ``logits`` ``[batch, C]``.
     """
     kwargs = adapter.forward_kwargs(batch.attention_mask, batch.token_type_ids)
-    return adapter.model(
+    output = adapter.model(
         input_ids=batch.input_ids,
         output_hidden_states=hidden_states,
         output_attentions=attentions,
         return_dict=True,
         **kwargs,
     )
+    if classifier:
+        _check_classifier_logits(adapter, getattr(output, "logits", None))
+    return output
+
+
+def _check_classifier_logits(adapter: ModelAdapter, logits: Optional[Tensor]) -> None:
+    if logits is None or logits.dim() != 2:
+        got = "no logits" if logits is None else f"logits {tuple(logits.shape)}"
+        raise UnsupportedModelError(
+            f"{type(adapter.model).__name__} has no sequence-classification head: "
+            f"it returns {got}, not [batch, classes]; load it with "
+            "AutoModelForSequenceClassification"
+        )
+
+
+def check_decoder_vocabulary(logits: Tensor, vocab_size: int) -> None:
+    r"""Raises unless a decoder's logits ``[..., V]`` cover the model's vocabulary
+    of ``vocab_size`` tokens."""
+    if logits.shape[-1] != vocab_size:
+        raise ValueError(
+            f"the decoder maps hidden states to {logits.shape[-1]} logits but the "
+            f"model's vocabulary has {vocab_size} tokens; use a decoder made for this "
+            "model's tokenizer"
+        )
 
 
 class ClassifierLogits(nn.Module):

@@ -78,12 +78,14 @@ class HookSet:
 @contextmanager
 def eval_semantics(model: nn.Module) -> Iterator[None]:
     r"""Runs the block with every submodule in eval mode, then restores each
-    submodule's own ``training`` flag. Warns when the model was in training mode,
-    because attributions of a dropout-perturbed forward are not reproducible."""
+    submodule's own ``training`` flag. Warns when the model was in training mode
+    (a leaf module, such as a dropout, was), because attributions of a
+    dropout-perturbed forward are not reproducible; the flag of a wrapper that
+    holds the model (e.g. :class:`~captum_ext.ClassifierLogits`) is ignored."""
     modes = [(module, module.training) for module in model.modules()]
-    if any(training for _, training in modes):
+    if any(m.training for m in model.modules() if next(m.children(), None) is None):
         warnings.warn(
-            "the model is in training mode; captum_ext computes attributions in eval "
+            "the model is in training mode; captum_ext runs it in eval "
             "semantics (no dropout) and restores the mode afterwards. Call "
             "model.eval() to silence this warning.",
             stacklevel=3,

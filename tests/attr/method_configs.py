@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Tuple
 
 import pytest
+import torch
 from captum._utils.typing import TargetType
 from captum.attr import LayerIntegratedGradients
 from captum_ext.attr import (
@@ -47,9 +48,18 @@ IG_STEPS = 4
 class MethodConfig:
     r"""One method of the matrix.
 
-    ``factory(model)`` builds the method (raising for an unsupported model is
-    allowed); ``layered(model, layer)``, when given, builds it reading
-    ``hidden_states[layer]``.
+    ``factory(model)`` builds the method; for a family outside ``families`` it
+    (or its call) raises :class:`~captum_ext.UnsupportedModelError` matching
+    ``unsupported_match``. ``layered(model, layer)``, when given, builds it
+    reading ``hidden_states[layer]``; ``decoded(model, decoder)``, when given,
+    builds it with a decoder (hidden states -> vocabulary logits) of the
+    caller's choice.
+
+    ``cancels_after_layernorm``: the scores are sums over ``d`` of gradient x
+    hidden state, which cancel to ~1e-3 of their terms on post-LN encoders, so
+    float32 rounding alone (another batch shape, another summation order) moves
+    them by up to ~1e-4 of the largest score: their invariance checks run in
+    float64 on the encoders.
 
     ``bfloat16_tolerance`` bounds the relative L2 error of bfloat16 scores
     against float32 ones on the tiny random models, about twice the error
@@ -64,12 +74,20 @@ class MethodConfig:
     families: Tuple[str, ...] = ALL_FAMILIES
     needs_attention: bool = False  # reads attention weights (eager only)
     needs_gradients: bool = False
+    unsupported_match: str = ""
     layered: Optional[Callable[[nn.Module, int], AttributeFn]] = None
+    decoded: Optional[Callable[[nn.Module, nn.Module], AttributeFn]] = None
+    cancels_after_layernorm: bool = False
     bfloat16_tolerance: float = 0.1
     bfloat16_encoder_tolerance: Optional[float] = None
 
     def __str__(self) -> str:
         return self.name
+
+    def invariance_dtype(self, family: str) -> torch.dtype:
+        if self.cancels_after_layernorm and family in ENCODER_FAMILIES:
+            return torch.float64
+        return torch.float32
 
     def bfloat16_limit(self, family: str) -> float:
         if family in ENCODER_FAMILIES and self.bfloat16_encoder_tolerance:
@@ -91,16 +109,22 @@ def _caller(method: Any, **kwargs: Any) -> AttributeFn:
 
 # The decoded methods run signed (relu=None): the default final ReLU zeroes every
 # score of some tiny random models, which would make the checks vacuous.
-def _decoded_grad_cam(model: nn.Module, layer: int = MIDDLE_LAYER) -> AttributeFn:
-    method = DecodedLayerGradCam(model, layer, EmbeddingDecoder(model))
-    return _caller(method, relu=None)
+def _decoded_grad_cam(
+    model: nn.Module, layer: int = MIDDLE_LAYER, decoder: Optional[nn.Module] = None
+) -> AttributeFn:
+    decoder = EmbeddingDecoder(model) if decoder is None else decoder
+    return _caller(DecodedLayerGradCam(model, layer, decoder), relu=None)
 
 
-def _decoded_ig(model: nn.Module, layer: int = MIDDLE_LAYER) -> AttributeFn:
-    method = DecodedLayerAttribution(
-        model, layer, EmbeddingDecoder(model), LayerIntegratedGradients
-    )
+def _decoded_ig(
+    model: nn.Module, layer: int = MIDDLE_LAYER, decoder: Optional[nn.Module] = None
+) -> AttributeFn:
+    decoder = EmbeddingDecoder(model) if decoder is None else decoder
+    method = DecodedLayerAttribution(model, layer, decoder, LayerIntegratedGradients)
     return _caller(method, relu=None, n_steps=IG_STEPS)
+
+
+_DECODED_UNSUPPORTED = "word embeddings have size|share their weights"
 
 
 METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
@@ -108,11 +132,13 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
         "LogAt",
         lambda m: _caller(LogAt(m)),
         layered=lambda m, layer: _caller(LogAt(m, layer=layer)),
+        decoded=lambda m, decoder: _caller(LogAt(m, decoder=decoder)),
     ),
     MethodConfig(
         "NormXLogit",
         lambda m: _caller(NormXLogit(m)),
         layered=lambda m, layer: _caller(NormXLogit(m, layer=layer)),
+        decoded=lambda m, decoder: _caller(NormXLogit(m, decoder=decoder)),
     ),
     MethodConfig(
         "NormXLogit-word_embedding",
@@ -122,6 +148,7 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
         "CAT",
         lambda m: _caller(CAT(m)),
         needs_gradients=True,
+        cancels_after_layernorm=True,
         bfloat16_encoder_tolerance=1.0,  # measured: up to 0.51
     ),
     MethodConfig(
@@ -129,6 +156,7 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
         lambda m: _caller(AttCAT(m)),
         needs_attention=True,
         needs_gradients=True,
+        cancels_after_layernorm=True,
         bfloat16_encoder_tolerance=1.2,  # measured: up to 0.61
     ),
     MethodConfig(
@@ -143,6 +171,7 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
             lambda m, v=variant: _caller(GlobEnc(m), variant=v),
             families=POST_LN_FAMILIES,
             needs_attention=True,
+            unsupported_match="not a post-LayerNorm encoder",
         )
         for variant in ("N_enc", "N_res", "N")
     ),
@@ -151,7 +180,10 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
         _decoded_grad_cam,
         families=DECODED_FAMILIES,
         needs_gradients=True,
+        unsupported_match=_DECODED_UNSUPPORTED,
         layered=_decoded_grad_cam,
+        decoded=lambda m, decoder: _decoded_grad_cam(m, decoder=decoder),
+        cancels_after_layernorm=True,
         # Measured up to 2.6: Captum's gradient x activation and its sum over d
         # run in bfloat16, so on post-LN encoders the sign and size of the
         # scores are not reliable in bfloat16; the bound only catches blow-ups.
@@ -162,7 +194,9 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
         _decoded_ig,
         families=DECODED_FAMILIES,
         needs_gradients=True,
+        unsupported_match=_DECODED_UNSUPPORTED,
         layered=_decoded_ig,
+        decoded=lambda m, decoder: _decoded_ig(m, decoder=decoder),
     ),
 )
 

@@ -30,7 +30,7 @@ from tests.helpers import (
 )
 
 CONFIG = FitConfig(
-    fit_texts=150, held_out_texts=50, steps=150, batch_positions=128, lr=1e-2
+    fit_texts=150, held_out_texts=50, steps=40, batch_positions=128, lr=3e-2
 )
 
 
@@ -108,7 +108,7 @@ def test_cache_reuses_the_fit(model, monkeypatch, tmp_path):
 
 def test_fitted_decoders_in_the_sweep(model):
     tokenizer = _tokenizer()
-    fitted = fit_decoders(model, tokenizer, _corpus(200), CONFIG)
+    fitted = fit_decoders(model, tokenizer, _corpus(200), replace(CONFIG, steps=5))
     encoded = tokenizer(["w5 w6 w7 w5", "w9 w10"], padding=True, return_tensors="pt")
     ids, mask = encoded["input_ids"], encoded["attention_mask"]
     method = DecodedLayerGradCam(model, 1, fitted.heads[1])

@@ -89,10 +89,9 @@ def test_cost_is_levels_plus_one_passes(metric, preset, chunk):
     levels = len(result.levels) * (2 if metric is hiding_revealing else 1)
     rows = [len(call[0]) for call in forward.calls]
     assert sum(rows) <= 7 * (levels + 1)
+    assert max(rows) <= (chunk or 7)
     if chunk is None:
         assert len(rows) <= levels + 1
-    else:
-        assert max(rows) <= chunk
 
 
 def test_deletion_repacks_token_types_and_trims():

@@ -67,10 +67,10 @@ class FitConfig:
         seed (int): sampling and initialisation seed.
     """
 
-    fit_texts: int = 1000
-    held_out_texts: int = 300
+    fit_texts: int = 400
+    held_out_texts: int = 150
     max_length: int = 64
-    steps: int = 60
+    steps: int = 40
     batch_positions: int = 256
     lr: float = 3e-3
     text_batch: int = 64

@@ -10,6 +10,7 @@ from captum.log import log_usage
 from torch import nn, Tensor
 
 from captum_ext._utils.common import (
+    check_decoder_vocabulary,
     parse_token_batch,
     resolve_target,
     run_model,
@@ -134,7 +135,9 @@ class LogAt(Attribution):
         """
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
         with eval_semantics(self.forward_func), torch.no_grad():
-            out = run_model(self.adapter, batch, hidden_states=True)
+            out = run_model(
+                self.adapter, batch, hidden_states=True, classifier=self.decoder is None
+            )
             scores = self._scores(batch, out, target)  # [batch, pos]
         return scores.masked_fill(~batch.valid, 0)
 
@@ -142,6 +145,7 @@ class LogAt(Attribution):
         r"""Per-position target logits ``[batch, pos]`` (subclasses rescale them)."""
         logits = self._position_logits(out.hidden_states[self.layer])  # [b, pos, C]
         if self.decoder is not None:
+            check_decoder_vocabulary(logits, self.adapter.config.vocab_size)
             return _at_target(logits, _vocabulary_target(target, logits))
         index = resolve_target(target, out.logits)  # [batch]
         if not self.adapter.is_regression:

@@ -98,7 +98,7 @@ def kendall_tau(
         special_token_ids (iterable of int, optional): ids left out wherever
                 they occur (not with ``preset="attcat"``). Default: None
         max_examples_per_batch (int, optional): most examples per forward pass.
-                Default: None
+                Default: None (the whole batch)
         show_progress (bool, optional): a progress bar over the classes whose
                 attributions are computed. Default: False
 

@@ -70,7 +70,7 @@ def token_overlap(
         special_token_ids (iterable of int, optional): ids not counted.
                 Default: None
         max_examples_per_batch (int, optional): most examples per forward pass.
-                Default: None
+                Default: None (the whole batch)
 
     Returns:
         TokenOverlapResult: ``score`` (0-d; NaN with fewer than two classes),

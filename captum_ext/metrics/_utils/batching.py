@@ -7,13 +7,15 @@ of a whole batch, so a chunk can never be smaller than the batch; here the
 bounds every forward pass.
 """
 
-from typing import Any, Callable, Optional, Sequence, Tuple, Union
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager, Optional, Sequence, Tuple, Union
 
 import torch
 from captum._utils.common import _run_forward
 from captum._utils.progress import NullProgress, progress, Progress
-from torch import Tensor
+from torch import nn, Tensor
 
+from captum_ext._utils.hooks import eval_semantics
 from captum_ext.metrics._utils.inputs import TokenInputs
 from captum_ext.metrics._utils.perturbation import (
     perturb_rows,
@@ -34,7 +36,7 @@ def progress_bar(show_progress: bool, desc: str, total: int) -> Progress:
 
 class Runner:
     r"""Runs ``forward_func`` on chunks of at most ``max_examples_per_batch`` rows
-    and returns log-probabilities (float64)."""
+    (None: the batch size) and returns log-probabilities (float64)."""
 
     def __init__(
         self,
@@ -49,16 +51,28 @@ class Runner:
             )
         self.forward_func = forward_func
         self.inputs = inputs
-        self.chunk = max_examples_per_batch
+        # None: one pass per level over the batch's rows. Far larger passes are
+        # slower per row on CPU (eager attention outgrows the caches) and risk
+        # running out of memory.
+        self.chunk = max_examples_per_batch or max(1, inputs.batch_size)
         self.bar = bar
         self.dtype = torch.get_default_dtype()
 
+    def _eval_semantics(self) -> ContextManager[None]:
+        r"""A ``forward_func`` that is a module (e.g. ``classifier_forward(model)``)
+        runs in eval mode, with a warning if it was training (dropout would make
+        every score random); a plain function is run as it is."""
+        if isinstance(self.forward_func, nn.Module):
+            return eval_semantics(self.forward_func)
+        return nullcontext()
+
     def _chunks(self, rows: int) -> Sequence[Tuple[int, int]]:
-        size = max(rows, 1) if self.chunk is None else self.chunk
+        size = self.chunk
         return [(start, min(start + size, rows)) for start in range(0, rows, size)]
 
     def _log_probs(self, input_ids: Tensor, args: Tuple[Any, ...]) -> Tensor:
-        logits = _run_forward(self.forward_func, input_ids, None, args)
+        with self._eval_semantics():
+            logits = _run_forward(self.forward_func, input_ids, None, args)
         if not isinstance(logits, Tensor) or logits.dim() != 2:
             shape = tuple(logits.shape) if isinstance(logits, Tensor) else logits
             raise ValueError(

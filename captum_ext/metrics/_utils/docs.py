@@ -43,10 +43,11 @@ _COMMON_ARGS = r"""
                 wherever they occur (e.g. ``tokenizer.all_special_ids``); joined
                 with ``special_tokens_mask``. Default: None
         max_examples_per_batch (int, optional): most rows per forward pass. The
-                (example, level) rows of all levels are evaluated together: the
-                cost is one forward pass of the batch per level and curve plus
-                one, at most; levels that change nothing reuse the unperturbed
-                output. None: all rows in one pass. Default: None
+                (example, level) rows of all levels are evaluated together, in
+                chunks of this many rows: the cost is at most one forward pass
+                of the batch per level and curve, plus one; levels that change
+                nothing reuse the unperturbed output. None: the batch size.
+                Default: None
         show_progress (bool, optional): show a tqdm progress bar. Default: False"""
 
 

@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+r"""The bad-input catalogue: every case gets a specific error (or warning), for
+every method of ``tests/attr/method_configs.py`` and every metric where it
+applies. The README's table of these errors is this file's test list.
+
+A model in training mode is asserted for every method and family in
+``tests/test_matrix.py`` (it warns, computes in eval semantics and restores the
+mode); here for the metrics."""
+
+from functools import lru_cache
+from typing import Any, Callable, Dict, Iterator, Optional
+
+import pytest
+import torch
+import transformers
+from captum_ext import classifier_forward, UnsupportedModelError
+from captum_ext.metrics import (
+    aopc,
+    average_precision,
+    dot_product,
+    hiding_revealing,
+    kendall_tau,
+    log_odds,
+    sufficiency,
+    token_overlap,
+)
+from torch import nn, Tensor
+
+from tests.attr.method_configs import METHOD_CONFIGS, MethodConfig
+from tests.helpers import (
+    ALL_FAMILIES,
+    CLS_ID,
+    is_causal,
+    SEP_ID,
+    tiny_classifier,
+    tiny_masked_lm,
+    token_batch,
+    VOCAB,
+)
+
+CONFIGS = pytest.mark.parametrize("config", METHOD_CONFIGS, ids=str)
+LAYERED = [c for c in METHOD_CONFIGS if c.layered is not None]
+DECODED = [c for c in METHOD_CONFIGS if c.decoded is not None]
+UNSUPPORTED = [
+    pytest.param(c, f, id=f"{c.name}-{f}")
+    for c in METHOD_CONFIGS
+    for f in ALL_FAMILIES
+    if f not in c.families
+]
+# Hugging Face has no SDPA attention for DeBERTa-v2: such a model cannot be built.
+SDPA = [
+    pytest.param(c, f, id=f"{c.name}-{f}")
+    for c in METHOD_CONFIGS
+    for f in c.families
+    if f != "deberta-v2"
+]
+NUM_LAYERS = 2
+NUM_LABELS = 3
+
+
+@pytest.fixture(autouse=True, scope="module")
+def single_thread() -> Iterator[None]:
+    r"""Tiny models run fastest on one thread (see ``tests/test_matrix.py``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@lru_cache(maxsize=None)
+def _model(family: str = "bert", attn_implementation: str = "eager") -> nn.Module:
+    return tiny_classifier(family, attn_implementation=attn_implementation)
+
+
+def _batch(family: str = "bert") -> Dict[str, Tensor]:
+    return token_batch((7, 4, 9), causal=is_causal(family))
+
+
+def _attribute(
+    config: MethodConfig,
+    model: nn.Module,
+    ids: Tensor,
+    mask: Optional[Tensor] = None,
+    target: Any = None,
+) -> Tensor:
+    return config.factory(model)(ids, mask, target)
+
+
+# ----------------------------------------------------------- architecture
+@CONFIGS
+def test_not_a_transformers_model(config: MethodConfig) -> None:
+    with pytest.raises(UnsupportedModelError, match="no Hugging Face config"):
+        _attribute(config, nn.Linear(4, 3), _batch()["input_ids"])
+
+
+@lru_cache(maxsize=None)
+def _mpnet() -> nn.Module:
+    config = transformers.MPNetConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=NUM_LAYERS,
+        num_attention_heads=4,
+        intermediate_size=37,
+        num_labels=NUM_LABELS,
+    )
+    return transformers.AutoModelForSequenceClassification.from_config(config).eval()
+
+
+@CONFIGS
+def test_family_without_adapter(config: MethodConfig) -> None:
+    with pytest.raises(UnsupportedModelError, match="model_type='mpnet'"):
+        _attribute(config, _mpnet(), _batch()["input_ids"])
+
+
+@pytest.mark.parametrize("config, family", UNSUPPORTED)
+def test_family_the_method_does_not_support(config: MethodConfig, family: str) -> None:
+    batch = _batch(family)
+    with pytest.raises(UnsupportedModelError, match=config.unsupported_match):
+        _attribute(config, _model(family), batch["input_ids"], batch["attention_mask"])
+
+
+@lru_cache(maxsize=None)
+def _headless(kind: str) -> nn.Module:
+    if kind == "masked_lm":
+        return tiny_masked_lm("bert")
+    return transformers.BertModel(_model().config).eval()
+
+
+@CONFIGS
+@pytest.mark.parametrize("kind", ["masked_lm", "base_model"])
+def test_model_without_classification_head(config: MethodConfig, kind: str) -> None:
+    batch = _batch()
+    with pytest.raises(UnsupportedModelError, match="no sequence-classification head"):
+        _attribute(config, _headless(kind), batch["input_ids"], batch["attention_mask"])
+
+
+@pytest.mark.parametrize("config, family", SDPA)
+def test_attention_without_weights(config: MethodConfig, family: str) -> None:
+    r"""SDPA returns no attention weights: methods that read them say so; the
+    others give the eager model's scores."""
+    batch = _batch(family)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    sdpa = _model(family, "sdpa")
+    if config.needs_attention:
+        with pytest.raises(ValueError, match="needs attention weights.*'sdpa'"):
+            _attribute(config, sdpa, ids, mask)
+        return
+    eager = _attribute(config, _model(family), ids, mask)
+    tolerance = 1e-4 * float(eager.abs().max())
+    torch.testing.assert_close(
+        _attribute(config, sdpa, ids, mask), eager, atol=tolerance, rtol=0
+    )
+
+
+# ------------------------------------------------------------------ layer
+@pytest.mark.parametrize("config", LAYERED, ids=str)
+def test_layer_index_out_of_range(config: MethodConfig) -> None:
+    assert config.layered is not None
+    for layer in (NUM_LAYERS + 1, -(NUM_LAYERS + 2)):
+        with pytest.raises(IndexError, match=f"layer {layer} is out of range.*0..2"):
+            config.layered(_model(), layer)
+    with pytest.raises(TypeError, match="layer must be an int"):
+        config.layered(_model(), "1")  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------- target
+@CONFIGS
+@pytest.mark.parametrize("target", [NUM_LABELS, -1, [0, 1, NUM_LABELS]])
+def test_target_out_of_range(config: MethodConfig, target: Any) -> None:
+    batch = _batch()
+    with pytest.raises(IndexError, match="out of range for a model with 3 output"):
+        _attribute(
+            config, _model(), batch["input_ids"], batch["attention_mask"], target
+        )
+
+
+@CONFIGS
+@pytest.mark.parametrize(
+    "target, message",
+    [
+        ([0, 1], "target has 2 entries but the batch has 3 examples"),
+        (torch.zeros(3, 1, dtype=torch.long), "1-d list / tensor.*shape \\(3, 1\\)"),
+        (1.0, "target must be integer class indices"),
+        ((0,), "target as a tuple"),
+    ],
+    ids=["length", "2-d", "float", "tuple"],
+)
+def test_target_of_wrong_shape(config: MethodConfig, target: Any, message: str) -> None:
+    batch = _batch()
+    with pytest.raises(ValueError, match=message):
+        _attribute(
+            config, _model(), batch["input_ids"], batch["attention_mask"], target
+        )
+
+
+# ------------------------------------------------------------------ input
+def _only_special(family: str) -> Tensor:
+    if is_causal(family):
+        return torch.tensor([[1, 1]])  # bos = eos = 1
+    return torch.tensor([[CLS_ID, SEP_ID]])
+
+
+@CONFIGS
+def test_empty_input(config: MethodConfig) -> None:
+    batch = _batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    for empty in (ids[:, :0], ids[:0]):
+        with pytest.raises(ValueError, match="empty input: inputs has shape"):
+            _attribute(config, _model(), empty)
+    with pytest.raises(ValueError, match=r"example\(s\) \[1\] have no attended"):
+        _attribute(config, _model(), ids, mask * torch.tensor([[1], [0], [1]]))
+    for family in {config.families[0], config.families[-1]}:
+        with pytest.raises(ValueError, match="hold only special tokens"):
+            _attribute(config, _model(family), _only_special(family))
+
+
+@CONFIGS
+def test_input_longer_than_the_positions(config: MethodConfig) -> None:
+    r"""BERT has 64 positions, RoBERTa 63 (its first position id is
+    ``pad_token_id + 1``); exactly that many tokens work."""
+    lengths = {"bert": 64, "roberta": 63}
+    for family, most in lengths.items():
+        if family not in config.families:
+            continue
+        ids = token_batch((most + 1,))["input_ids"]
+        message = f"{most + 1} positions but the model has only {most} position"
+        with pytest.raises(ValueError, match=message):
+            _attribute(config, _model(family), ids)
+        assert _attribute(config, _model(family), ids[:, 1:]).shape == (1, most)
+
+
+@CONFIGS
+@pytest.mark.parametrize("bad_id", [VOCAB, -1])
+def test_token_id_outside_the_vocabulary(config: MethodConfig, bad_id: int) -> None:
+    ids = _batch()["input_ids"].clone()
+    ids[0, 1] = bad_id
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 99\)"):
+        _attribute(config, _model(), ids)
+
+
+@CONFIGS
+def test_malformed_inputs(config: MethodConfig) -> None:
+    ids, mask = _batch()["input_ids"], _batch()["attention_mask"]
+    with pytest.raises(TypeError, match="integer token ids"):
+        _attribute(config, _model(), ids.float(), mask)
+    with pytest.raises(ValueError, match="add a batch dimension"):
+        _attribute(config, _model(), ids[0])
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(3, 8\)"):
+        _attribute(config, _model(), ids, mask[:, :-1])
+
+
+def test_causal_model_without_pad_token() -> None:
+    r"""A batch needs ``pad_token_id`` to find each row's last token (Hugging
+    Face's own error); one example at a time works."""
+    model = tiny_classifier("gpt2")
+    model.config.pad_token_id = None
+    batch = _batch("gpt2")
+    for config in METHOD_CONFIGS:
+        if "gpt2" not in config.families:
+            continue
+        with pytest.raises(ValueError, match="no padding token is defined"):
+            _attribute(config, model, batch["input_ids"], batch["attention_mask"])
+
+
+# ---------------------------------------------------------------- decoder
+@pytest.mark.parametrize("config", DECODED, ids=str)
+def test_decoder_of_another_vocabulary(config: MethodConfig) -> None:
+    assert config.decoded is not None
+    decoder = nn.Linear(32, 50).eval()
+    batch = _batch()
+    method = config.decoded(_model(), decoder)
+    with pytest.raises(ValueError, match="50 logits but the model's vocabulary has 99"):
+        method(batch["input_ids"], batch["attention_mask"], 1)
+
+
+# ---------------------------------------------------------------- metrics
+def _token_metrics() -> Dict[str, Callable[..., Any]]:
+    r"""Metric name -> ``f(forward, ids, attributions, mask, **kwargs)``."""
+    evidence = token_batch((7, 4, 9))["attention_mask"]
+
+    def curve(metric: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda f, ids, a, mask, **kw: metric(f, ids, a, None, (mask,), **kw)
+
+    def plausibility(metric: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda f, ids, a, mask, **kw: metric(ids, a, evidence, (mask,), **kw)
+
+    return {
+        "aopc": curve(aopc),
+        "log_odds": curve(log_odds),
+        "sufficiency": curve(sufficiency),
+        "hiding_revealing": curve(hiding_revealing),
+        "token_overlap": curve(token_overlap),
+        "average_precision": plausibility(average_precision),
+        "dot_product": plausibility(dot_product),
+    }
+
+
+TOKEN_METRICS = _token_metrics()
+CURVE_METRICS = ["aopc", "log_odds", "sufficiency", "hiding_revealing"]
+
+
+@pytest.mark.parametrize("name", TOKEN_METRICS)
+def test_metric_attributions_of_the_wrong_shape(name: str) -> None:
+    batch = _batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    metric, forward = TOKEN_METRICS[name], classifier_forward(_model())
+    scores = torch.rand(ids.shape)
+    for wrong in (scores[:, :-1], scores[:2]):
+        with pytest.raises(ValueError, match="one score per token, shape \\(3, 9\\)"):
+            metric(forward, ids, wrong, mask)
+    embedding_level = scores[..., None].expand(-1, -1, 4)
+    with pytest.raises(ValueError, match="sum them over the last dimension"):
+        metric(forward, ids, embedding_level, mask)
+
+
+def test_kendall_tau_needs_every_class() -> None:
+    batch = _batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    forward = classifier_forward(_model())
+    with pytest.raises(ValueError, match="needs the scores of every class"):
+        kendall_tau(forward, ids, torch.rand(ids.shape), None, (mask,))
+
+
+@pytest.mark.parametrize("name", CURVE_METRICS)
+def test_metric_without_mask_or_pad_token(name: str) -> None:
+    batch = _batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    metric, forward = TOKEN_METRICS[name], classifier_forward(_model())
+    scores = torch.rand(ids.shape)
+    with pytest.raises(ValueError, match="mode='mask'.*pass mask_token_id"):
+        metric(forward, ids, scores, mask, mode="mask")
+    with pytest.raises(ValueError, match="mode='pad'.*pass pad_token_id"):
+        metric(forward, ids, scores, mask, mode="pad")
+
+
+def test_metric_preset_needing_a_mask_token() -> None:
+    batch = _batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    forward = classifier_forward(_model())
+    with pytest.raises(ValueError, match="pass mask_token_id"):
+        aopc(forward, ids, torch.rand(ids.shape), None, (mask,), preset="normxlogit")
+
+
+@pytest.mark.parametrize("name", TOKEN_METRICS)
+def test_metric_empty_input(name: str) -> None:
+    batch = _batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"].clone()
+    mask[1] = 0
+    metric, forward = TOKEN_METRICS[name], classifier_forward(_model())
+    with pytest.raises(ValueError, match=r"example\(s\) \[1\] have no real token"):
+        metric(forward, ids, torch.rand(ids.shape), mask)
+
+
+@pytest.mark.parametrize("name", [*CURVE_METRICS, "token_overlap"])
+def test_metric_model_in_training_mode(name: str) -> None:
+    r"""Dropout would make every score random: the metric warns, runs the model
+    in eval mode and leaves it in training mode."""
+    batch = _batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    metric = TOKEN_METRICS[name]
+    scores = torch.rand(ids.shape, generator=torch.Generator().manual_seed(0))
+    expected = metric(classifier_forward(_model()), ids, scores, mask)
+    model = tiny_classifier("bert").train()
+    with pytest.warns(UserWarning, match="training mode"):
+        result = metric(classifier_forward(model), ids, scores, mask)
+    assert all(m.training for m in model.modules())
+    torch.testing.assert_close(result, expected, equal_nan=True)
+
+
+def test_metric_causal_model_without_pad_token() -> None:
+    model = tiny_classifier("gpt2")
+    model.config.pad_token_id = None
+    batch = _batch("gpt2")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    with pytest.raises(ValueError, match="no padding token is defined"):
+        aopc(classifier_forward(model), ids, torch.rand(ids.shape), None, (mask,))
