@@ -209,7 +209,7 @@ def test_empty_input(config: MethodConfig) -> None:
             _attribute(config, _model(), empty)
     with pytest.raises(ValueError, match=r"example\(s\) \[1\] have no attended"):
         _attribute(config, _model(), ids, mask * torch.tensor([[1], [0], [1]]))
-    for family in {config.families[0], config.families[-1]}:
+    for family in dict.fromkeys((config.families[0], config.families[-1])):
         with pytest.raises(ValueError, match="hold only special tokens"):
             _attribute(config, _model(family), _only_special(family))
 
@@ -240,7 +240,8 @@ def test_token_id_outside_the_vocabulary(config: MethodConfig, bad_id: int) -> N
 
 @CONFIGS
 def test_malformed_inputs(config: MethodConfig) -> None:
-    ids, mask = _batch()["input_ids"], _batch()["attention_mask"]
+    batch = _batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
     with pytest.raises(TypeError, match="integer token ids"):
         _attribute(config, _model(), ids.float(), mask)
     with pytest.raises(ValueError, match="add a batch dimension"):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from captum_ext import benchmark
+from captum_ext import benchmark, classifier_forward
 from captum_ext.attr import EmbeddingDecoder
 from captum_ext.benchmark import (
     explain_text,
@@ -18,6 +18,7 @@ from captum_ext.benchmark import (
     TaskSetup,
 )
 from captum_ext.datasets import TextDataset
+from captum_ext.metrics import aopc
 from transformers import BertTokenizerFast
 
 from tests.helpers import CLS_ID, PAD_ID, SEP_ID, tiny_classifier, VOCAB
@@ -185,3 +186,29 @@ def test_explain_text_scores_every_non_control_method():
         explanation.pred_class
     )
     assert explanation.label_names == LABEL_NAMES
+
+
+def test_shared_forward_reuses_rows_and_matches_the_model():
+    task = tiny_task(3)
+    encoded = task.tokenizer(list(task.data.texts), padding=True, return_tensors="pt")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    forward = classifier_forward(task.model)
+    calls = []
+
+    def counting(input_ids, attention_mask):
+        calls.append(len(input_ids))
+        return forward(input_ids, attention_mask)
+
+    shared = benchmark._SharedForward(counting)
+    with torch.no_grad():
+        expected = forward(ids, mask)
+        assert torch.allclose(shared(ids, mask), expected, atol=1e-6)
+        # Extra trailing padding is the same row; nothing runs again.
+        wider = torch.nn.functional.pad(ids, (0, 2), value=PAD_ID)
+        assert torch.allclose(shared(wider, (wider != PAD_ID).long()), expected)
+    assert calls == [3]
+    scores = torch.rand(ids.shape) * mask
+    kwargs = dict(target=0, additional_forward_args=(mask,), special_token_ids=[0, 2])
+    plain = aopc(forward, ids, scores, **kwargs)
+    cached = aopc(shared, ids, scores, **kwargs)
+    assert torch.allclose(plain.curve, cached.curve, atol=1e-6, equal_nan=True)

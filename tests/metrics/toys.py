@@ -23,6 +23,7 @@ class BagOfWords(nn.Module):
         super().__init__()
         self.weights = weights
         self.bias = bias
+        self.eval()  # like a loaded model; metrics warn about training mode
 
     def forward(
         self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor = None
