@@ -7,8 +7,8 @@ AOPC over 11 levels (0 %, 10 %, ..., 100 %) on the first 128 test snippets of
 those 128 examples: every level of the batch is evaluated together, one forward
 pass per level plus one for the unperturbed input. Prints the ratios in one run.
 
-CPU timings are noisy on a shared machine: each time is the median of
-``--repeats`` runs after a warm-up.
+CPU timings are noisy on a shared machine: each ratio is the median over
+``--repeats`` runs, each against forward passes timed just before and after it.
 
 Usage::
 
@@ -30,14 +30,27 @@ EXAMPLES = 128
 LEVELS = [i / 10 for i in range(11)]
 
 
-def _median_seconds(run: Callable[[], object], repeats: int) -> float:
+def _seconds(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
+
+
+def _ratio(
+    run: Callable[[], object], one_pass: Callable[[], object], repeats: int
+) -> Tuple[float, float]:
+    r"""Median seconds of ``run`` and median of its ratio to ``one_pass``, each
+    ratio taken against the mean of one pass timed just before and just after,
+    so that the load of a shared machine affects both sides alike."""
     run()  # warm-up: allocator, first-call dispatch
-    times = []
+    seconds, ratios = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        before = _seconds(one_pass)
+        elapsed = _seconds(run)
+        after = _seconds(one_pass)
+        seconds.append(elapsed)
+        ratios.append(2 * elapsed / (before + after))
+    return statistics.median(seconds), statistics.median(ratios)
 
 
 def _model(untrained: bool) -> Tuple[torch.nn.Module, object]:
@@ -111,12 +124,12 @@ def main() -> None:
             **kwargs,
         )
 
-    base = _median_seconds(one_pass, args.repeats)
+    one_pass()  # warm-up
     print(
         f"{type(model).__name__}, {EXAMPLES} examples, width {ids.shape[1]}, "
-        f"{torch.get_num_threads()} threads"
+        f"{torch.get_num_threads()} threads, one forward pass "
+        f"{_seconds(one_pass) * 1000:.0f} ms"
     )
-    print(f"one forward pass: {base * 1000:.1f} ms")
     cases = {
         "AOPC default, 11 levels, deletion": metric(aopc, None, levels=LEVELS),
         "AOPC default, 11 levels, deletion, 32 rows/pass": metric(
@@ -126,8 +139,8 @@ def main() -> None:
         "sufficiency default, 10 levels, deletion": metric(sufficiency, None),
     }
     for name, run in cases.items():
-        seconds = _median_seconds(run, args.repeats)
-        print(f"{name}: {seconds * 1000:.0f} ms = {seconds / base:.2f}x one pass")
+        seconds, ratio = _ratio(run, one_pass, args.repeats)
+        print(f"{name}: {seconds * 1000:.0f} ms = {ratio:.2f}x one forward pass")
 
 
 if __name__ == "__main__":

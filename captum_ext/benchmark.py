@@ -611,13 +611,14 @@ def _score_method(
     batches: List[_Batch],
     metrics: Sequence[MetricSpec],
     keep: Set[int],
-    progress: bool,
+    bar: tqdm,
 ) -> Tuple[MethodResult, Dict[int, Tensor]]:
     explain = spec.factory(task.model, task.tokenizer)
     values, curves = _Accumulator(), _Accumulator()
     seconds = 0.0
     kept: Dict[int, Tensor] = {}
-    for batch in tqdm(batches, desc=f"{task.name}: {spec.name}", disable=not progress):
+    bar.set_postfix_str(spec.name)
+    for batch in batches:
         scores, spent = _timed(explain, batch, batch.target)
         seconds += spent
         context = MetricContext(
@@ -636,6 +637,7 @@ def _score_method(
         for row, index in enumerate(batch.indices):
             if index in keep:
                 kept[index] = scores[row, batch.attention_mask[row].bool()].cpu()
+        bar.update()
     result = MethodResult(
         task=task.name,
         method=spec.name,
@@ -717,11 +719,17 @@ def run_benchmark(
             _predict(forward, batch, repeats=3)
         keep = set(range(min(n_examples, len(task.data))))
         kept: Dict[str, Dict[int, Tensor]] = {}
-        for spec in method_specs:
-            row, kept[spec.name] = _score_method(
-                spec, task, batches, metric_specs, keep, progress
-            )
-            rows.append(row)
+        with tqdm(
+            total=len(method_specs) * len(batches),
+            desc=f"{task.name} (n={len(task.data)})",
+            unit="batch",
+            disable=not progress,
+        ) as bar:
+            for spec in method_specs:
+                row, kept[spec.name] = _score_method(
+                    spec, task, batches, metric_specs, keep, bar
+                )
+                rows.append(row)
         examples[task.name] = _examples(task, batches, kept)
         layer_maps[task.name] = _layer_maps(task, examples[task.name], device)
     return BenchmarkResult(

@@ -341,16 +341,10 @@ def _bucketed_batches(
 
 
 def _optimizer(model: torch.nn.Module, recipe: _Recipe) -> torch.optim.Optimizer:
-    # all-MiniLM-L6-v2 was trained with mean pooling, so its [CLS] pooler is as
-    # untrained as the new classifier: both get the larger head learning rate.
-    pooler = getattr(model.base_model, "pooler", None) or torch.nn.Module()
-    fresh = {id(p) for p in pooler.parameters()}
-    fresh |= {id(p) for p in model.parameters()} - {
-        id(p) for p in model.base_model.parameters()
-    }
+    pretrained = {id(p) for p in model.base_model.parameters()}
     trainable = [p for p in model.parameters() if p.requires_grad]
-    encoder = [p for p in trainable if id(p) not in fresh]
-    head = [p for p in trainable if id(p) in fresh]
+    encoder = [p for p in trainable if id(p) in pretrained]
+    head = [p for p in trainable if id(p) not in pretrained]
     groups = [dict(params=encoder, lr=recipe.lr), dict(params=head, lr=recipe.head_lr)]
     return torch.optim.AdamW(groups, weight_decay=recipe.weight_decay)
 

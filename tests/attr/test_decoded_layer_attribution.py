@@ -46,12 +46,13 @@ def decoder() -> nn.Module:
     return get_adapter(tiny_masked_lm("bert", seed=1)).mlm_head()
 
 
-def _batch_with_repeats() -> dict:
-    batch = token_batch((9, 6, 8), seed=3)
+def _batch_with_repeats(pad_side: str = "right") -> dict:
+    batch = token_batch((9, 6, 8), pad_side=pad_side, seed=3)
     ids = batch["input_ids"]
+    offset = 0 if pad_side == "right" else 3  # row 1 is 3 tokens shorter
     ids[0, 4] = ids[0, 2]  # a repeated content token
     ids[0, 6] = ids[0, 2]
-    ids[1, 3] = ids[1, 1]
+    ids[1, offset + 3] = ids[1, offset + 1]
     return batch
 
 
@@ -63,48 +64,48 @@ def _naive(
     tau: Optional[int],
     relu: Optional[str],
 ) -> Tensor:
-    r"""Algorithm 1 of Hou & Castanon, literally: one example at a time, loops
-    over the unique tokens i and positions j."""
+    r"""Algorithm 1 of Hou & Castanon, literally: per example, loops over the
+    unique tokens i and the real positions j."""
     ids, mask = batch["input_ids"], batch["attention_mask"]
+    with torch.no_grad():
+        result = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    y_hat = result.logits.argmax(-1)  # predicted class, pre-softmax score
     module = get_adapter(model).hidden_state_module(layer)
+    alpha = LayerGradientXActivation(classifier_forward(model), module).attribute(
+        ids, target=y_hat, additional_forward_args=(mask,)
+    )
+    with torch.no_grad():
+        p_hat = decoder(result.hidden_states[layer]).softmax(-1)  # [batch, pos, V]
     out = torch.zeros(ids.shape)
     for b in range(len(ids)):
-        keep = mask[b].bool()
-        x = ids[b, keep][None]  # the example alone, no padding
-        with torch.no_grad():
-            result = model(input_ids=x, output_hidden_states=True)
-        y_hat = int(result.logits.argmax())
-        alpha = LayerGradientXActivation(classifier_forward(model), module).attribute(
-            x, target=y_hat
-        )[0]
-        a = alpha.sum(-1).tolist()  # a_j = sum_k alpha[j, k]
-        with torch.no_grad():
-            p_hat = decoder(result.hidden_states[layer])[0].softmax(-1)  # [n, V]
-        tokens = x[0].tolist()
-        unique = sorted(set(tokens))
-        n, t = len(tokens), len(unique)
-        d_hat = [[float(p_hat[j, unique[i]]) for j in range(n)] for i in range(t)]
-        m = [[0.0] * n for _ in range(t)]
-        for j in range(n):
+        real = [j for j in range(ids.shape[1]) if mask[b, j]]
+        a = {j: float(alpha[b, j].sum()) for j in real}  # a_j = sum_k alpha[j, k]
+        tokens = {j: int(ids[b, j]) for j in real}
+        unique = sorted(set(tokens.values()))
+        t = len(unique)
+        d_hat = [{j: float(p_hat[b, j, unique[i]]) for j in real} for i in range(t)]
+        m = [{j: 0.0 for j in real} for _ in range(t)]
+        for j in real:
             column = sorted(range(t), key=lambda i: -d_hat[i][j])
             for i in column[: t if tau is None else tau]:
                 m[i][j] = 1.0
         scores = []
         for i in range(t):
             s = 0.0
-            for j in range(n):
+            for j in real:
                 a_j = max(a[j], 0.0) if relu == "inside" else a[j]
                 s += m[i][j] * d_hat[i][j] * a_j
             scores.append(max(s, 0.0) if relu == "outside" else s)
-        per_position = [scores[unique.index(tok)] for tok in tokens]
-        out[b, keep] = torch.tensor(per_position)
+        for j in real:
+            out[b, j] = scores[unique.index(tokens[j])]
     return out
 
 
 @pytest.mark.parametrize("layer", [0, 1, 2])
 @pytest.mark.parametrize("relu", RELUS)
-def test_equals_literal_algorithm_1(model, decoder, layer, relu):
-    batch = _batch_with_repeats()
+@pytest.mark.parametrize("pad_side", ["right", "left"])
+def test_equals_literal_algorithm_1(model, decoder, layer, relu, pad_side):
+    batch = _batch_with_repeats(pad_side)
     method = DecodedLayerGradCam(model, layer, decoder)
     for tau in TAUS:
         got = method.attribute(

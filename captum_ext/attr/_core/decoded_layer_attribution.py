@@ -131,11 +131,13 @@ def _first_occurrence(batch: TokenBatch) -> Tensor:
     return same.float().argmax(-1)  # argmax returns the first maximum
 
 
-def _top_tau_mask(probabilities: Tensor, first: Tensor, tau: int) -> Tensor:
+def _top_tau_mask(probabilities: Tensor, batch: TokenBatch, tau: int) -> Tensor:
     r"""``M[b, j, i] = 1`` when ``t_i`` is among the ``tau`` unique input tokens
     most probable at position ``j`` (Alg. 1 l.8); repeated tokens share it."""
     pos = probabilities.shape[-1]
-    unique = first == torch.arange(pos, device=first.device)  # [batch, i]
+    first = _first_occurrence(batch)
+    # one candidate column per unique real token
+    unique = (first == torch.arange(pos, device=first.device)) & batch.valid
     ranked = probabilities.masked_fill(~unique[:, None, :], float("-inf"))
     top = ranked.topk(min(tau, pos), dim=-1).indices  # [batch, j, k]
     keep = torch.zeros_like(ranked, dtype=torch.bool).scatter_(-1, top, True)
@@ -157,7 +159,7 @@ def aggregate(
 
     Args:
         probabilities (Tensor): ``[batch, pos_j, pos_i]``, ``D`` from
-            :func:`decoded_input_probabilities`.
+            :func:`decoded_input_probabilities` (zero on pad rows ``j``).
         position_scores (Tensor): ``[batch, pos_j]``, ``a_j = sum_k alpha[j, k]``.
         batch (TokenBatch): the input ids and masks.
         tau (int, optional): top-tau limit per position; None = no limit.
@@ -166,17 +168,16 @@ def aggregate(
     Returns:
         Tensor ``[batch, pos]``; repeated tokens share one score, pads are zero.
     """
-    valid = batch.valid.to(probabilities.dtype)  # [batch, pos]
-    weights = probabilities * valid[:, :, None]  # drop pad positions j
+    weights = probabilities
     if tau is not None:
-        weights = weights * _top_tau_mask(probabilities, _first_occurrence(batch), tau)
+        weights = weights * _top_tau_mask(probabilities, batch, tau)
     scores = position_scores.to(weights.dtype)
     if relu == "inside":
         scores = scores.clamp(min=0)
     tokens = torch.einsum("bji,bj->bi", weights, scores)  # [batch, pos_i]
     if relu == "outside":
         tokens = tokens.clamp(min=0)
-    return tokens * valid
+    return tokens * batch.valid.to(tokens.dtype)
 
 
 def _method_type(method: MethodSpec) -> type:

@@ -281,8 +281,9 @@ class GlobEnc(Attribution):
                         class (scores taken before softmax).
                         Default: None
             additional_forward_args (Tensor or tuple, optional): The attention
-                        mask ``[batch, pos]`` (1 on real tokens, 0 on padding,
-                        either side), or ``(attention_mask, token_type_ids)``.
+                        mask ``[batch, pos]`` (1 on real tokens, 0 on padding),
+                        or ``(attention_mask, token_type_ids)``. Pad on the
+                        right: a padded classification position raises.
                         Default: None (no padding)
             variant (str, optional): ``"N_enc"`` (GlobEnc), ``"N_resln"``,
                         ``"N_res"`` or ``"N"``; see the class docstring.
