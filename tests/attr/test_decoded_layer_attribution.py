@@ -73,7 +73,7 @@ def _naive(
     module = get_adapter(model).hidden_state_module(layer)
     alpha = LayerGradientXActivation(classifier_forward(model), module).attribute(
         ids, target=y_hat, additional_forward_args=(mask,)
-    )
+    ).detach()
     with torch.no_grad():
         p_hat = decoder(result.hidden_states[layer]).softmax(-1)  # [batch, pos, V]
     out = torch.zeros(ids.shape)

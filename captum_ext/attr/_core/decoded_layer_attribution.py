@@ -294,11 +294,15 @@ class DecodedLayerAttribution(LayerAttribution):
                 ``LayerGradientShap`` (which interpolate or add noise to inputs),
                 else ``"ids"``. An instance's forward function must accept it.
         """
+        is_class = isinstance(method, type)
+        if method_kwargs and not is_class:
+            raise ValueError("method_kwargs apply only when method is a class")
         self.adapter: ModelAdapter = get_adapter(model)
         self.input_space = _input_space(method, input_space)
         module = self._layer_module(layer, method)
-        forward = classifier_forward(model, self.input_space == "embeddings")
-        if not isinstance(method, type):
+        if is_class:
+            forward = classifier_forward(model, self.input_space == "embeddings")
+        else:
             forward = method.forward_func
         LayerAttribution.__init__(self, forward, module)
         self.model = model
@@ -306,8 +310,6 @@ class DecodedLayerAttribution(LayerAttribution):
         self._method = method
         self._method_kwargs = dict(method_kwargs or {})
         self._built: Dict[nn.Module, LayerAttribution] = {}
-        if not isinstance(method, type) and self._method_kwargs:
-            raise ValueError("method_kwargs apply only when method is a class")
 
     def _layer_module(
         self, layer: Optional[Union[int, nn.Module]], method: MethodSpec
