@@ -45,15 +45,21 @@ def _rows(result: BenchmarkResult, task: str) -> List[MethodResult]:
 
 
 def _best(rows: Sequence[MethodResult], metric: str, higher: bool) -> float:
-    values = [row.metrics[metric] for row in rows if math.isfinite(row.metrics[metric])]
+    # The random control is a floor to compare against, not a contender.
+    values = [
+        row.metrics[metric]
+        for row in rows
+        if row.family != "control" and math.isfinite(row.metrics[metric])
+    ]
     if not values:
         return math.nan
     return max(values) if higher else min(values)
 
 
 def _cells(result: BenchmarkResult, task: str) -> List[List[str]]:
-    r"""Header row then one row per method; the best value per metric is marked
-    with ``*`` (direction from the metric's registry entry)."""
+    r"""Header row then one row per method; the best value per metric among the
+    non-control methods is marked with ``*`` (direction from the metric's
+    registry entry)."""
     rows = _rows(result, task)
     best = {m: _best(rows, m, up) for m, up in result.metrics.items()}
     header = ["method", "family"] + [_header(m, up) for m, up in result.metrics.items()]
@@ -80,7 +86,8 @@ def markdown_table(result: BenchmarkResult) -> str:
         lines += ["| " + " | ".join(cells) + " |" for cells in table[1:]]
         parts.append("\n".join(lines))
     note = (
-        "\n\n`*` best per column; arrows give the better direction; time is "
+        "\n\n`*` best per column (Random excluded); arrows give the better "
+        "direction; time is "
         "attribution time divided by one inference forward pass over the same "
         "examples, measured in the same run."
     )
@@ -241,8 +248,9 @@ def write_html(result: BenchmarkResult, path: Path, images: Sequence[Path]) -> N
     body = [
         f'<p class="note">wall time {result.wall_seconds:.0f} s; config: '
         f"{config}</p>",
-        '<p class="note">* best per column; arrows give the better direction; '
-        "time = attribution time / one inference forward pass, same run.</p>",
+        '<p class="note">* best per column (Random excluded); arrows give the '
+        "better direction; time = attribution time / one inference forward pass, "
+        "same run.</p>",
     ]
     for task in _tasks(result):
         body.append(f"<h2>{html.escape(task)}</h2>")

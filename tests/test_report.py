@@ -64,6 +64,14 @@ def test_markdown_table_has_directions_values_best_marks_and_time_ratio():
     assert lines[5] == "| Random | control | 0.100 | nan | 2.0 |"
 
 
+def test_random_control_is_never_marked_best():
+    result = _fake_result()
+    result.rows[1].metrics["AOPC"] = 0.9  # Random beats AttCAT on AOPC
+    lines = markdown_table(result).splitlines()
+    assert lines[4].startswith("| AttCAT | captum_ext | 0.400* |")
+    assert lines[5].startswith("| Random | control | 0.900 |")
+
+
 def test_csv_has_one_row_per_method_with_every_metric(tmp_path):
     paths = write_report(_fake_result(), tmp_path)
     with open(paths["csv"]) as handle:

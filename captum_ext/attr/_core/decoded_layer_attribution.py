@@ -360,7 +360,9 @@ class DecodedLayerAttribution(LayerAttribution):
         module = _tensor_module(self.layer, outputs)
         return outputs[module], logits, module
 
-    def _method_inputs(self, batch: TokenBatch, kwargs: Dict[str, Any]) -> Tuple:
+    def _method_inputs(
+        self, batch: TokenBatch, kwargs: Dict[str, Any]
+    ) -> Tuple[Tensor, Dict[str, Any]]:
         if self.input_space == "ids":
             return batch.input_ids, kwargs
         embed = self.adapter.word_embeddings()
