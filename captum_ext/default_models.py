@@ -76,9 +76,13 @@ class _Recipe:
     seed: int = 0
 
 
+# Chosen on 2 CPU cores (held-out accuracy, see the report in the README):
+# batch 16 beat batch 32 at equal epochs, and a second epoch lifted sentiment
+# from about 0.855 to 0.861; the 4-class task is easy and one epoch on 2,400
+# balanced snippets suffices.
 _RECIPES = {
-    "sentiment": _Recipe(epochs=1, batch_size=32, lr=1e-4, head_lr=1e-3, warmup=0.1),
-    "source": _Recipe(epochs=1, batch_size=32, lr=1e-4, head_lr=1e-3, warmup=0.1),
+    "sentiment": _Recipe(epochs=2, batch_size=16, lr=5e-5, head_lr=1e-3, warmup=0.1),
+    "source": _Recipe(epochs=1, batch_size=16, lr=5e-5, head_lr=1e-3, warmup=0.1),
 }
 
 
