@@ -9,10 +9,13 @@ from tests.attr.token_method_checks import (
     assert_equals_naive_cat,
     assert_frozen_parameters_work,
     assert_padding_invariant,
-    assert_polar_words_lead,
+    assert_sentence,
     assert_state_kept,
     assert_target_out_of_range,
     attribute,
+    DULL,
+    GORGEOUS,
+    NOT_BAD,
     requires_cuda,
 )
 from tests.helpers import ALL_FAMILIES, is_causal, tiny_classifier, token_batch
@@ -112,5 +115,14 @@ def test_scores_are_signed():
 
 
 @pytest.mark.integration
-def test_polar_words_lead_on_default_model(sentiment_model):
-    assert_polar_words_lead(AttCAT, sentiment_model)
+def test_checked_sentences_on_default_model(sentiment_model):
+    gorgeous = ["gorgeous", "moving"]
+    assert_sentence(
+        AttCAT, sentiment_model, GORGEOUS, "positive", gorgeous, top=["gorgeous"]
+    )
+    dull = ["dull", "lifeless", "mess"]
+    assert_sentence(AttCAT, sentiment_model, DULL, "negative", dull, top=dull)
+    not_bad = ["not", "bad"]
+    assert_sentence(
+        AttCAT, sentiment_model, NOT_BAD, top_magnitude=not_bad, same_sign=not_bad
+    )

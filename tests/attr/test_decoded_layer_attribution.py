@@ -71,9 +71,11 @@ def _naive(
         result = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
     y_hat = result.logits.argmax(-1)  # predicted class, pre-softmax score
     module = get_adapter(model).hidden_state_module(layer)
-    alpha = LayerGradientXActivation(classifier_forward(model), module).attribute(
-        ids, target=y_hat, additional_forward_args=(mask,)
-    ).detach()
+    alpha = (
+        LayerGradientXActivation(classifier_forward(model), module)
+        .attribute(ids, target=y_hat, additional_forward_args=(mask,))
+        .detach()
+    )
     with torch.no_grad():
         p_hat = decoder(result.hidden_states[layer]).softmax(-1)  # [batch, pos, V]
     out = torch.zeros(ids.shape)

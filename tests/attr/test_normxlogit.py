@@ -8,10 +8,12 @@ from tests.attr.token_method_checks import (
     assert_bfloat16_close,
     assert_cuda_matches_cpu,
     assert_padding_invariant,
-    assert_polar_words_lead,
+    assert_sentence,
     assert_state_kept,
     assert_target_out_of_range,
     attribute,
+    DULL,
+    GORGEOUS,
     requires_cuda,
 )
 from tests.helpers import (
@@ -106,5 +108,10 @@ def test_cuda(family):
 
 
 @pytest.mark.integration
-def test_polar_words_lead_on_default_model(sentiment_model):
-    assert_polar_words_lead(NormXLogit, sentiment_model)
+def test_checked_sentences_on_default_model(sentiment_model):
+    gorgeous = ["gorgeous", "moving"]
+    assert_sentence(
+        NormXLogit, sentiment_model, GORGEOUS, "positive", gorgeous, top=gorgeous
+    )
+    dull = ["dull", "lifeless", "mess"]
+    assert_sentence(NormXLogit, sentiment_model, DULL, "negative", dull, top=dull)

@@ -188,16 +188,9 @@ def assert_equals_naive_cat(
         )
 
 
-# Hand-checked sentences for the default sentiment model: the predicted label and
-# the polar words that should carry the evidence for it.
-POLAR_SENTENCES = {
-    "a gorgeous, moving film": ("positive", ["gorgeous", "moving"]),
-    "a dull, lifeless mess": ("negative", ["dull", "lifeless"]),
-}
-
-
 def word_scores(method: object, tokenizer: object, sentence: str) -> dict:
-    r"""``{token: score}`` of the content tokens of one sentence (target None)."""
+    r"""``{word: score}`` of one sentence's alphabetic, non-special tokens
+    (target None: the predicted class)."""
     encoded = tokenizer(sentence, return_tensors="pt")  # type: ignore[operator]
     scores = method.attribute(  # type: ignore[attr-defined]
         encoded["input_ids"], additional_forward_args=(encoded["attention_mask"],)
@@ -211,15 +204,37 @@ def word_scores(method: object, tokenizer: object, sentence: str) -> dict:
     }
 
 
-def assert_polar_words_lead(factory: MethodFactory, sentiment_model: tuple) -> None:
-    r"""For the predicted class, the polar words score positive and the top
-    content word is one of them."""
+def assert_sentence(
+    factory: MethodFactory,
+    sentiment_model: tuple,
+    sentence: str,
+    label: Optional[str] = None,
+    positive: Sequence[str] = (),
+    top: Sequence[str] = (),
+    top_magnitude: Sequence[str] = (),
+    same_sign: Sequence[str] = (),
+) -> None:
+    r"""What was checked by eye on the default sentiment model, kept to facts that
+    held for several fine-tuning runs: the predicted ``label``; words scoring
+    ``positive``ly (evidence for the predicted class); the best content word (by
+    score, ``top``, or by magnitude, ``top_magnitude``) is one of those given;
+    the ``same_sign`` words push the same way."""
     model, tokenizer = sentiment_model
-    method = factory(model)
-    for sentence, (label, polar) in POLAR_SENTENCES.items():
-        encoded = tokenizer(sentence, return_tensors="pt")
-        predicted = int(model(**encoded).logits.argmax(-1))
+    encoded = tokenizer(sentence, return_tensors="pt")
+    predicted = int(model(**encoded).logits.argmax(-1))
+    if label is not None:
         assert model.config.id2label[predicted] == label, sentence
-        scores = word_scores(method, tokenizer, sentence)
-        assert all(scores[word] > 0 for word in polar), (sentence, scores)
-        assert max(scores, key=scores.get) in polar, (sentence, scores)
+    scores = word_scores(factory(model), tokenizer, sentence)
+    context = (sentence, scores)
+    assert all(scores[word] > 0 for word in positive), context
+    if top:
+        assert max(scores, key=scores.get) in top, context
+    if top_magnitude:
+        assert max(scores, key=lambda w: abs(scores[w])) in top_magnitude, context
+    signs = {scores[word] > 0 for word in same_sign}
+    assert len(signs) <= 1, context
+
+
+GORGEOUS = "a gorgeous, moving film"
+DULL = "a dull, lifeless mess"
+NOT_BAD = "It's not bad at all."  # the predicted label varies between runs

@@ -11,11 +11,12 @@ Eq. 3 with ``t`` = the input tokens themselves (reconstruction):
 
 over real text, with the encoder frozen. Each head is
 ``LayerNorm -> dense -> E^T + b``, ``E`` being the model's own (frozen, shared)
-word-embedding matrix and ``dense`` starting as the identity, so only
-``d^2 + 3d + V`` parameters per layer are trained. On all-MiniLM-L6-v2 this
-linear head reconstructed held-out tokens better at every layer than the BERT
-MLM head's shape (``dense -> gelu -> LayerNorm -> E^T + b``) with the same
-budget (e.g. 0.94 vs 0.78 top-1 at the last layer).
+word-embedding matrix and ``dense`` starting as a scaled identity (the tied
+decoder), so only ``d^2 + 3d + V`` parameters per layer are trained. On
+all-MiniLM-L6-v2 this linear head reconstructed held-out tokens better at every
+layer than the BERT MLM head's shape (``dense -> gelu -> LayerNorm -> E^T + b``)
+with the same budget (1000 texts, 60 steps: 0.94 vs 0.78 top-1 at the last
+layer).
 
 Cost: one forward pass over the texts gives the hidden states of all layers at
 once; each head then trains on sampled positions for a few steps. The softmax
@@ -229,6 +230,8 @@ def fit_decoders(
     Returns:
         FittedDecoders: heads in eval mode, with held-out accuracy per layer.
     """
+    if config.steps < 1 or config.fit_texts < 1 or config.batch_positions < 1:
+        raise ValueError(f"steps, fit_texts and batch_positions must be >= 1: {config}")
     adapter = get_adapter(model)
     _check_vocab(adapter, tokenizer)
     start = time.perf_counter()
