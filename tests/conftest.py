@@ -10,6 +10,13 @@ import torch
 from captum_ext.default_models import load_default_model
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # The suite runs one pytest-xdist worker per core; more torch threads than
+    # cores only oversubscribe the CPU (tiny models are dominated by thread
+    # start-up cost).
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def sentiment_model() -> Tuple[torch.nn.Module, object]:
     r"""``(model, tokenizer)``: all-MiniLM-L6-v2 fine-tuned on negative/positive

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ["captum_ext", "tests"]
+TARGETS = ["captum_ext", "tests", "benchmarks"]
 
 
 @pytest.mark.parametrize(
