@@ -82,11 +82,12 @@ def test_cuda(family):
     assert_cuda_matches_cpu(CAT, family)
 
 
-# CAT is noisier than AttCAT: function words can outrank the polar ones.
+# Checked on nine fine-tuning runs of the default model. CAT is noisier than
+# AttCAT: "a" can outrank "gorgeous", and "dull" or "lifeless" turn negative.
 @pytest.mark.integration
 def test_checked_sentences_on_default_model(sentiment_model):
     assert_sentence(CAT, sentiment_model, GORGEOUS, "positive", ["gorgeous"])
-    assert_sentence(CAT, sentiment_model, DULL, "negative", ["lifeless", "mess"])
+    assert_sentence(CAT, sentiment_model, DULL, "negative", ["mess"])
     not_bad = ["not", "bad"]
     assert_sentence(
         CAT, sentiment_model, NOT_BAD, top_magnitude=not_bad, same_sign=not_bad

@@ -437,7 +437,7 @@ def test_model_state_untouched_when_the_decoder_raises(model):
 def test_clear_errors(model, decoder):
     batch = token_batch(seed=19)
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    wrong_vocab = nn.Linear(32, 50)
+    wrong_vocab = nn.Linear(32, 50).eval()
     with pytest.raises(ValueError, match="50 logits .* 99 tokens"):
         DecodedLayerGradCam(model, 1, wrong_vocab).attribute(ids, None, mask)
     with pytest.raises(ValueError, match="50 logits .* 99 tokens"):
