@@ -141,16 +141,17 @@ def _median_ratio(
 
 def _real_text_ids(tokenizer: object) -> Tensor:
     r"""``[BATCH, LENGTH]`` ids: consecutive test snippets joined per row until the
-    row fills LENGTH tokens, framed by [CLS] ... [SEP]."""
+    row fills LENGTH tokens, framed by the tokenizer ([CLS] ... [SEP])."""
     from captum_ext.datasets import load_split
 
     texts = iter(load_split("sentiment").texts)
     rows: List[List[int]] = []
     while len(rows) < BATCH:
-        words: List[int] = []
-        while len(words) < LENGTH - 2:
-            words += tokenizer(next(texts), add_special_tokens=False)["input_ids"]
-        rows.append(tokenizer.build_inputs_with_special_tokens(words[: LENGTH - 2]))
+        joined = next(texts)
+        while len(tokenizer(joined)["input_ids"]) < LENGTH:  # type: ignore
+            joined += " " + next(texts)
+        encoded = tokenizer(joined, truncation=True, max_length=LENGTH)  # type: ignore
+        rows.append(encoded["input_ids"])
     return torch.tensor(rows)
 
 

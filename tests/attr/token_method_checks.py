@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 r"""Checks shared by the tests of LogAt, NormXLogit, CAT and AttCAT: every method
 takes ``(input_ids, target, additional_forward_args)`` and returns
-``[batch, pos]`` scores, so padding, state and dtype behaviour is tested once."""
+``[batch, pos]`` scores, so padding, state and dtype behaviour is tested once.
+Also the naive (Att)CAT reference and the checks on hand-picked sentences for
+the default sentiment model."""
 
 from typing import Callable, List, Optional, Sequence
 
