@@ -58,7 +58,7 @@ class AttCAT(CAT):
     More details can be found in the original paper (Qiang et al., "AttCAT:
     Explaining Transformers via Attentive Class Activation Tokens", NeurIPS
     2022):
-    https://proceedings.neurips.cc/paper_files/paper/2022/hash/20e45668fe04a8ea9ed1e3c4d4a9a8f4-Abstract-Conference.html
+    https://papers.nips.cc/paper_files/paper/2022/hash/20e45668fefa793bd9f2edf19be12c4b-Abstract-Conference.html
     and the authors' code: https://github.com/qiangyao1988/AttCAT
     """
 

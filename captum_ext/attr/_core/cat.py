@@ -48,8 +48,9 @@ class CAT(GradientAttribution):
     so this is the project's reading. One forward and one backward pass per
     call, whatever the batch size; works with frozen parameters and leaves every
     ``.grad`` untouched. The forward and backward passes run in the model's
-    dtype; the sum over :math:`d`, whose terms cancel strongly after a LayerNorm,
-    is accumulated in at least float32, and scores are returned in the model's dtype.
+    dtype; the sum over :math:`d`, whose terms cancel strongly after a
+    LayerNorm, is accumulated in at least float32, and scores are returned in
+    the model's dtype.
     With bfloat16 post-LN encoders (BERT family) scores are still only
     approximate (relative error of 10-60 % on small random models), as the
     bfloat16 gradients cannot resolve a sum that cancels to about 1e-3 of its
@@ -58,7 +59,7 @@ class CAT(GradientAttribution):
     More details can be found in the AttCAT paper (Qiang et al., "AttCAT:
     Explaining Transformers via Attentive Class Activation Tokens", NeurIPS
     2022):
-    https://proceedings.neurips.cc/paper_files/paper/2022/hash/20e45668fe04a8ea9ed1e3c4d4a9a8f4-Abstract-Conference.html
+    https://papers.nips.cc/paper_files/paper/2022/hash/20e45668fefa793bd9f2edf19be12c4b-Abstract-Conference.html
     and the authors' code: https://github.com/qiangyao1988/AttCAT
     """
 

@@ -54,31 +54,33 @@ class _Factors:
     residual: Optional[Tensor]  # [batch, pos, d]; None for variant "N"
     scale: Tensor  # [batch, pos]
 
-    def sources(self) -> Tensor:
-        r"""``f_h(x_j)`` after the folded maps: ``[batch, pos, heads, d]``."""
-        return torch.einsum("bjhv,hvd->bjhd", self.value, self.w_out)
+    def _heads(self) -> Tuple[Tensor, Tensor]:
+        r"""Mixing weights ``[batch, j, i, k]`` and sources ``[batch, j, k, d]``
+        of ``vector_ij = scale[i] * sum_k weights[j, i, k] * sources[j, k]``. The
+        residual, if any, is one more head ``k`` attending only to itself."""
+        weights = self.attention.permute(0, 3, 2, 1)  # [batch, j, i, heads]
+        sources = torch.einsum("bjhv,hvd->bjhd", self.value, self.w_out)  # f_h(x_j)
+        if self.residual is None:
+            return weights, sources
+        batch, pos = self.scale.shape
+        own = torch.eye(pos, dtype=weights.dtype, device=weights.device)
+        weights = torch.cat([weights, own.expand(batch, pos, pos)[..., None]], -1)
+        return weights, torch.cat([sources, self.residual[:, :, None]], dim=2)
 
     def vectors(self) -> Tensor:
         r"""Every decomposed vector, ``[batch, pos (i), pos (j), d]``. Memory is
         O(n^2 d): for inspection; :meth:`norms` never forms it."""
-        mixed = torch.einsum("bhij,bjhd->bijd", self.attention, self.sources())
-        if self.residual is not None:
-            mixed.diagonal(dim1=1, dim2=2).add_(self.residual.transpose(1, 2))
+        weights, sources = self._heads()
+        mixed = torch.einsum("bjik,bjkd->bijd", weights, sources)
         return self.scale[:, :, None, None] * mixed
 
     def norms(self) -> Tensor:
         r"""``||vector_ij||`` ``[batch, pos, pos]`` from per-source Gram matrices:
-        ``||sum_h a_h s_h||^2 = sum_hk a_h a_k <s_h, s_k>``, O(n^2 heads^2) work
+        ``||sum_k w_k s_k||^2 = sum_kl w_k w_l <s_k, s_l>``, O(n^2 heads^2) work
         and O(n^2 heads) memory instead of O(n^2 d)."""
-        sources = self.sources()  # [batch, pos j, heads, d]
-        gram = sources @ sources.transpose(-1, -2)  # [batch, pos j, heads, heads]
-        weights = self.attention.permute(0, 3, 2, 1).contiguous()  # [b, j, i, heads]
+        weights, sources = self._heads()
+        gram = sources @ sources.transpose(-1, -2)  # [batch, j, heads, heads]
         squared = ((weights @ gram) * weights).sum(-1).transpose(1, 2)  # [b, i, j]
-        if self.residual is not None:
-            own = self.attention.diagonal(dim1=-2, dim2=-1)  # [batch, heads, pos]
-            cross = torch.einsum("bjhd,bjd->bhj", sources, self.residual)
-            diagonal = 2 * (own * cross).sum(1) + self.residual.pow(2).sum(-1)
-            squared.diagonal(dim1=1, dim2=2).add_(diagonal)
         return self.scale[:, :, None] * squared.clamp(min=0).sqrt()
 
 

@@ -61,7 +61,8 @@ class LogAt(Attribution):
 
     More details can be found in the NormXLogit paper (Abbasi, Modarres and
     Pilehvar, "NormXLogit: The Head-on-Top Never Lies", EMNLP 2025):
-    https://arxiv.org/abs/2411.16252 and the authors' code:
+    https://aclanthology.org/2025.emnlp-main.1769/ (arXiv:
+    https://arxiv.org/abs/2411.16252) and the authors' code:
     https://github.com/sinaabbasi1/NormXLogit
     """
 

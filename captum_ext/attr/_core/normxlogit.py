@@ -44,7 +44,8 @@ class NormXLogit(LogAt):
 
     More details can be found in the original paper (Abbasi, Modarres and
     Pilehvar, "NormXLogit: The Head-on-Top Never Lies", EMNLP 2025):
-    https://arxiv.org/abs/2411.16252 and the authors' code:
+    https://aclanthology.org/2025.emnlp-main.1769/ (arXiv:
+    https://arxiv.org/abs/2411.16252) and the authors' code:
     https://github.com/sinaabbasi1/NormXLogit
     """
 
