@@ -171,7 +171,7 @@ def _curve_plot(result: BenchmarkResult, task: str, metric: str, path: Path) -> 
     rows = [row for row in _rows(result, task) if metric in row.curves]
     if not rows:
         return False
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(8, 4))
     for row in rows:
         grid, values = row.curves[metric]
         style = "--" if row.family != "captum_ext" else "-"
@@ -180,7 +180,7 @@ def _curve_plot(result: BenchmarkResult, task: str, metric: str, path: Path) -> 
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} curve, {task} (n={rows[0].n})")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -197,7 +197,7 @@ def _layer_plot(tokens: List[str], scores: Any, title: str, path: Path) -> None:
     image = ax.imshow(matrix, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
     ax.set_xticks(range(len(tokens)), tokens, rotation=70, fontsize=7)
     ax.set_yticks(range(matrix.shape[0]))
-    ax.set_ylabel("layer")
+    ax.set_ylabel("hidden_states index")
     ax.set_title(title, fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.03)
     fig.tight_layout()

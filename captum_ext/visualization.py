@@ -197,10 +197,17 @@ def explanation_html(explanation: Explanation, text: Optional[str] = None) -> st
         for name, scores in explanation.scores.items()
     ]
     intro = f"<p>{html.escape(text)}</p>" if text is not None else ""
+
+    def bold(index: Optional[int]) -> str:
+        return f"<b>{html.escape(explanation.label(index))}</b>"
+
+    truth = ""
+    if explanation.true_class is not None:
+        truth = f"true class {bold(explanation.true_class)}; "
     prediction = (
-        f"<p>prediction: <b>{html.escape(explanation.label(explanation.pred_class))}"
-        f"</b> (p={explanation.pred_prob:.3f}); scores explain class "
-        f"<b>{html.escape(explanation.label(explanation.target))}</b>. "
+        f"<p>{truth}prediction: {bold(explanation.pred_class)} "
+        f"(p={explanation.pred_prob:.3f}); scores explain class "
+        f"{bold(explanation.target)}. "
         '<span class="note">Green supports the class, red speaks against it; '
         "each row is scaled by its largest magnitude.</span></p>"
     )

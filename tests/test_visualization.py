@@ -58,6 +58,7 @@ def test_explanation_html_escapes_tokens_method_names_labels_and_text():
     out = explanation_html(_explanation(), text="<script>alert(1)</script> & co")
     assert "<script" not in out and "<b>Odd" not in out and "<pos>" not in out
     assert "&lt;b&gt;Odd&lt;/b&gt;" in out and "&lt;pos&gt;&amp;" in out
+    assert "true class <b>neg</b>; prediction: <b>&lt;pos&gt;&amp;</b>" in out
 
 
 def test_html_page_is_self_contained_and_escapes_title():

@@ -108,6 +108,11 @@ class LogAt(Attribution):
         Args:
 
             inputs (Tensor): Token ids ``[batch, pos]``, padded on either side.
+                        The model is called as ``model(input_ids,
+                        attention_mask, token_type_ids)`` without
+                        ``position_ids``, so a model with absolute positions
+                        (GPT-2) gives another output, and other scores, when
+                        padded on the left.
             target (int, list, or Tensor, optional): Class whose logit is
                         attributed: an int or 0-d tensor for every example, or a
                         list / 1-d tensor with one class per example. With a
