@@ -29,6 +29,7 @@ import torch
 from captum.attr import LayerGradientXActivation
 from captum_ext import classifier_forward, get_adapter
 from captum_ext.attr import GlobEnc
+from captum_ext.benchmark import METHODS
 from scipy.stats import spearmanr
 from torch import nn, Tensor
 
@@ -48,18 +49,9 @@ def grad_x_input_norm(model: nn.Module, input_ids: Tensor, mask: Tensor) -> Tens
     return attribution.norm(dim=-1).detach()
 
 
-def raw_attention_rollout(model: nn.Module, input_ids: Tensor, mask: Tensor) -> Tensor:
-    r"""Row 0 of ``W^L ... W^1`` with ``W^l`` the head-averaged attention."""
-    with torch.no_grad():
-        output = model(input_ids=input_ids, attention_mask=mask, output_attentions=True)
-    row = output.attentions[-1].mean(1)[:, 0]  # [batch, pos]
-    for attention in reversed(output.attentions[:-1]):
-        row = torch.einsum("bi,bij->bj", row, attention.mean(1))
-    return row
-
-
 def explainers(model: nn.Module) -> Dict[str, Explainer]:
     globenc = GlobEnc(model)
+    raw_rollout = METHODS["Attention rollout"].factory(model, None)
 
     def globenc_row(variant: str, rollout: bool = True) -> Explainer:
         return lambda ids, mask: globenc.attribute(
@@ -71,9 +63,7 @@ def explainers(model: nn.Module) -> Dict[str, Explainer]:
         "GlobEnc N_res": globenc_row("N_res"),
         "GlobEnc N": globenc_row("N"),
         "GlobEnc N_enc, last layer": globenc_row("N_enc", rollout=False),
-        "Raw attention rollout": lambda ids, mask: raw_attention_rollout(
-            model, ids, mask
-        ),
+        "Raw attention rollout": lambda ids, mask: raw_rollout(ids, mask, None),
     }
 
 

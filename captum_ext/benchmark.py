@@ -47,7 +47,7 @@ from captum.attr import (
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from captum_ext._utils.common import classifier_forward
+from captum_ext._utils.common import classifier_forward, parse_token_batch, run_model
 from captum_ext.adapters import get_adapter
 from captum_ext.attr import (
     AttCAT,
@@ -111,7 +111,9 @@ class MethodSpec:
         factory (MethodFactory): ``factory(model, tokenizer)`` returns
             ``explain(input_ids, attention_mask, target) -> [batch, seq]``.
         family (str): ``"captum_ext"``, ``"captum"`` (a baseline a user would
-            pick instead) or ``"control"`` (random).
+            pick instead), ``"baseline"`` (the simple baselines the papers beat:
+            attention, attention rollout, embedding norm) or ``"control"``
+            (random).
     """
 
     name: str
@@ -284,6 +286,63 @@ def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
     return explain
 
 
+# ------------------------------------------------------------ paper baselines
+def _head_mean_attentions(
+    model: nn.Module, input_ids: Tensor, attention_mask: Tensor
+) -> List[Tensor]:
+    r"""Every layer's attention averaged over heads, ``L x [batch, query, key]``."""
+    adapter = get_adapter(model)
+    batch = parse_token_batch(adapter, input_ids, (attention_mask,))
+    with torch.no_grad():
+        output = run_model(adapter, batch, attentions=True)
+    return [layer.mean(1) for layer in output.attentions]
+
+
+def _raw_attention(rollout: bool) -> MethodFactory:
+    r"""The row of the classification position in the last layer's head-averaged
+    attention (AttCAT's "Attention" baseline), or in the plain product
+    ``W^L ... W^1`` of all layers without residual or renormalisation (GlobEnc's
+    raw attention rollout)."""
+
+    def factory(model: nn.Module, tokenizer: Any) -> MethodFn:
+        adapter = get_adapter(model)
+        adapter.require_attention_weights(
+            "Attention rollout" if rollout else "Attention"
+        )
+
+        def explain(
+            input_ids: Tensor, attention_mask: Tensor, target: Tensor
+        ) -> Tensor:
+            weights = _head_mean_attentions(model, input_ids, attention_mask)
+            position = adapter.classification_position(input_ids, attention_mask)
+            rows = torch.arange(len(position), device=position.device)
+            row = weights[-1][rows, position]  # [batch, key]
+            for layer in reversed(weights[:-1] if rollout else []):
+                row = torch.einsum("bq,bqk->bk", row, layer)
+            return row * attention_mask
+
+        return explain
+
+    return factory
+
+
+def _embedding_norm(model: nn.Module, tokenizer: Any) -> MethodFn:
+    r"""``||hidden_states[0]_i||_2``: the norm NormXLogit multiplies LogAt by,
+    alone (the NormXLogit paper's "Norm" baseline)."""
+    adapter = get_adapter(model)
+
+    def explain(input_ids: Tensor, attention_mask: Tensor, target: Tensor) -> Tensor:
+        batch = parse_token_batch(adapter, input_ids, (attention_mask,))
+        with torch.no_grad():
+            output = run_model(adapter, batch, hidden_states=True)
+        return output.hidden_states[0].norm(dim=-1) * attention_mask
+
+    return explain
+
+
+register_method("Attention", _raw_attention(rollout=False), "baseline")
+register_method("Attention rollout", _raw_attention(rollout=True), "baseline")
+register_method("Embedding norm", _embedding_norm, "baseline")
 register_method("Saliency", _saliency, "captum")
 register_method("InputXGradient", _input_x_gradient, "captum")
 register_method("IntegratedGradients", _integrated_gradients, "captum")

@@ -136,6 +136,7 @@ def evaluate_accuracy(
     was_training = model.training
     model.eval()
     ids = _tokenize(tokenizer, dataset.texts)
+    labels = torch.tensor(dataset.labels)
     device = next(model.parameters()).device
     # Length-sorted batches need far less padding; order does not change accuracy.
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -144,10 +145,7 @@ def evaluate_accuracy(
         batch = order[start : start + batch_size]
         input_ids, mask = _pad([ids[i] for i in batch], tokenizer.pad_token_id)
         output = model(input_ids=input_ids.to(device), attention_mask=mask.to(device))
-        predicted = output.logits.argmax(-1).cpu()
-        correct += int(
-            (predicted == torch.tensor([dataset.labels[i] for i in batch])).sum()
-        )
+        correct += int((output.logits.argmax(-1).cpu() == labels[batch]).sum())
     model.train(was_training)
     return correct / max(len(ids), 1)
 
@@ -311,8 +309,13 @@ def _fine_tune(
 def _native_bf16(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    # Elsewhere bfloat16 is emulated and slower than float32.
-    return device.type == "cpu" and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if device.type != "cpu":
+        return False
+    # Without AVX512-BF16/AMX, bfloat16 is emulated and slower than float32.
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def _num_steps(size: int, recipe: _Recipe) -> int:

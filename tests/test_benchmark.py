@@ -83,7 +83,7 @@ def no_decoder_fitting(monkeypatch):
 def tiny_result():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(benchmark, "decoders_for", embedding_decoders)
-        return run_benchmark([tiny_task(4)], batch_size=3, progress=False)
+        return run_benchmark([tiny_task(4)], batch_size=4, progress=False)
 
 
 def test_registries_hold_the_new_methods_and_captum_baselines():
@@ -95,6 +95,8 @@ def test_registries_hold_the_new_methods_and_captum_baselines():
         assert METHODS[name].family == "captum"
     assert METHODS["FeatureAblation"].family == "captum"
     assert METHODS["Random"].family == "control"
+    for name in ("Attention", "Attention rollout", "Embedding norm"):
+        assert METHODS[name].family == "baseline"
     names = ["aopc", "log_odds", "kendall_tau", "hiding_revealing", "sufficiency"]
     assert list(METRICS) == names
     columns = [c for name in names for c in METRICS[name].columns]
@@ -175,6 +177,41 @@ def test_metric_means_weight_examples_and_skip_nan(monkeypatch):
 def test_register_rejects_duplicates():
     with pytest.raises(ValueError, match="already registered"):
         benchmark.register_method("Random", METHODS["Random"].factory, "control")
+
+
+def paper_baseline(name: str, ids: torch.Tensor, mask: torch.Tensor):
+    model = tiny_model()
+    scores = METHODS[name].factory(model, tiny_tokenizer())(ids, mask, None)
+    output = model(
+        input_ids=ids,
+        attention_mask=mask,
+        output_attentions=True,
+        output_hidden_states=True,
+    )
+    return scores, output
+
+
+def test_attention_baselines_are_the_cls_row_of_head_averaged_weights():
+    ids = torch.tensor([[CLS_ID, 7, 8, 9, SEP_ID], [CLS_ID, 10, SEP_ID, PAD_ID, 0]])
+    mask = (torch.arange(5) < torch.tensor([[5], [3]])).long()
+    last, output = paper_baseline("Attention", ids, mask)
+    weights = [layer.mean(1).detach() for layer in output.attentions]
+    torch.testing.assert_close(last, weights[-1][:, 0] * mask)
+    rollout, _ = paper_baseline("Attention rollout", ids, mask)
+    for b in range(2):  # naive: row 0 of W^L @ ... @ W^1, one example at a time
+        product = torch.eye(5)
+        for layer in weights:
+            product = layer[b] @ product
+        torch.testing.assert_close(rollout[b], product[0] * mask[b])
+    assert rollout[1, 3:].abs().max() == 0  # pads get nothing
+
+
+def test_embedding_norm_is_the_norm_of_hidden_states_0():
+    ids = torch.tensor([[CLS_ID, 7, 8, SEP_ID]])
+    scores, output = paper_baseline("Embedding norm", ids, torch.ones_like(ids))
+    expected = output.hidden_states[0].norm(dim=-1).detach()
+    torch.testing.assert_close(scores, expected)
+    assert scores.min() > 0
 
 
 def test_explain_text_scores_every_non_control_method():
