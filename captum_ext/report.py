@@ -172,10 +172,13 @@ def _curve_plot(result: BenchmarkResult, task: str, metric: str, path: Path) -> 
     if not rows:
         return False
     fig, ax = plt.subplots(figsize=(8, 4))
-    for row in rows:
+    # 20 distinct colours: the default cycle repeats after 10 methods.
+    colours = plt.get_cmap("tab20").colors
+    for index, row in enumerate(rows):
         grid, values = row.curves[metric]
         style = "--" if row.family != "captum_ext" else "-"
-        ax.plot(grid, values, style, marker=".", label=row.method)
+        colour = colours[index % len(colours)]
+        ax.plot(grid, values, style, color=colour, marker=".", label=row.method)
     ax.set_xlabel("fraction of tokens")
     ax.set_ylabel(metric)
     ax.set_title(f"{metric} curve, {task} (n={rows[0].n})")
