@@ -14,10 +14,12 @@ from tests.metrics.toys import (
     bag_of_words,
     BagOfWords,
     batch_with_scores,
+    case_forward,
     example,
-    lively_forward,
     MASK_ID,
+    predicted_class,
     probabilities,
+    run_metric,
     SPECIALS,
 )
 
@@ -30,15 +32,6 @@ CASES = [
     ("llama", "right"),
     ("llama", "left"),
 ]
-
-
-def _forward(name):
-    return bag_of_words(3) if name == "bow" else lively_forward(name)
-
-
-def _predicted(forward, batch):
-    with torch.no_grad():
-        return forward(batch["input_ids"], batch["attention_mask"]).argmax(-1)
 
 
 def _naive(forward, batch, curve_fn, target, absolute=False):
@@ -59,25 +52,13 @@ def _naive(forward, batch, curve_fn, target, absolute=False):
     return torch.tensor(scores, dtype=torch.float64)
 
 
-def _run(forward, batch, chunk, **kwargs):
-    return aopc(
-        forward,
-        batch["input_ids"],
-        batch["scores"],
-        additional_forward_args=(batch["attention_mask"],),
-        special_tokens_mask=batch["special"],
-        max_examples_per_batch=chunk,
-        **kwargs,
-    )
-
-
 @pytest.mark.parametrize("name,pad_side", CASES)
 @pytest.mark.parametrize("chunk", [None, 1, 7])
 def test_attcat_matches_reference_loop(name, pad_side, chunk):
-    forward = _forward(name)
+    forward = case_forward(name)
     batch = batch_with_scores(LENGTHS, pad_side=pad_side)
     labels = torch.tensor([0, 1, 2, 0, 1, 2])
-    result = _run(forward, batch, chunk, target=labels, preset="attcat")
+    result = run_metric(aopc, forward, batch, chunk, target=labels, preset="attcat")
     expected = _naive(
         forward,
         batch,
@@ -95,14 +76,16 @@ def test_attcat_matches_reference_loop(name, pad_side, chunk):
 @pytest.mark.parametrize("name,pad_side", CASES)
 @pytest.mark.parametrize("chunk", [None, 5])
 def test_normxlogit_matches_reference_loop(name, pad_side, chunk):
-    forward = _forward(name)
+    forward = case_forward(name)
     batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=3)
-    result = _run(forward, batch, chunk, preset="normxlogit", mask_token_id=MASK_ID)
+    result = run_metric(
+        aopc, forward, batch, chunk, preset="normxlogit", mask_token_id=MASK_ID
+    )
     expected = _naive(
         forward,
         batch,
         partial(reference.normxlogit_curve, suff=False),
-        _predicted(forward, batch),
+        predicted_class(forward, batch),
     )
     assert_scores(result.score, expected)
 
@@ -110,14 +93,14 @@ def test_normxlogit_matches_reference_loop(name, pad_side, chunk):
 @pytest.mark.parametrize("name,pad_side", CASES)
 @pytest.mark.parametrize("chunk", [None, 4])
 def test_ferret_matches_reference_loop(name, pad_side, chunk):
-    forward = _forward(name)
+    forward = case_forward(name)
     batch = batch_with_scores(LENGTHS + (3, 5), pad_side=pad_side, seed=5)
-    result = _run(forward, batch, chunk, preset="ferret")
+    result = run_metric(aopc, forward, batch, chunk, preset="ferret")
     expected = _naive(
         forward,
         batch,
         partial(reference.ferret_curve, suff=False),
-        _predicted(forward, batch),
+        predicted_class(forward, batch),
     )
     assert_scores(result.score, expected)
 
@@ -125,14 +108,14 @@ def test_ferret_matches_reference_loop(name, pad_side, chunk):
 @pytest.mark.parametrize("name,pad_side", CASES)
 @pytest.mark.parametrize("chunk", [None, 3])
 def test_default_matches_reference_loop(name, pad_side, chunk):
-    forward = _forward(name)
+    forward = case_forward(name)
     batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=7)
-    result = _run(forward, batch, chunk)
+    result = run_metric(aopc, forward, batch, chunk)
     expected = _naive(
         forward,
         batch,
         partial(reference.default_curve, suff=False),
-        _predicted(forward, batch),
+        predicted_class(forward, batch),
     )
     assert_scores(result.score, expected)
     torch.testing.assert_close(result.levels, torch.arange(1, 11) / 10)
@@ -183,7 +166,7 @@ def test_exact_weights_beat_every_other_ranking():
     model = bag_of_words(2, seed=1)
     batch = batch_with_scores((14, 9, 20, 12), seed=2)
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    target = _predicted(model, batch)
+    target = predicted_class(model, batch)
     # The logit margin each token adds to the target decides p exactly.
     margin = model.weights[:, 1] - model.weights[:, 0]
     exact = margin[ids] * torch.where(target == 1, 1.0, -1.0)[:, None]

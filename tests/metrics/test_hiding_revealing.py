@@ -12,14 +12,16 @@ from tests.metrics.toys import (
     bag_of_words,
     BagOfWords,
     batch_with_scores,
+    case_forward,
     example,
-    lively_forward,
     MASK_ID,
+    PAD_INVARIANT_CASES,
+    predicted_class,
     probabilities,
+    run_metric,
     SPECIALS,
 )
 
-CASES = [("bow", "right"), ("bow", "left"), ("bert", "right"), ("llama", "left")]
 GRID = torch.arange(11, dtype=torch.float64) / 10
 
 
@@ -33,23 +35,20 @@ def _naive(forward, batch, labels, curves_fn=reference.decoded_curves):
     return hiding.double(), revealing.double()
 
 
-@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
 @pytest.mark.parametrize("chunk", [None, 1, 9])
 def test_decoded_matches_reference_loop(name, pad_side, chunk):
-    forward = bag_of_words(3) if name == "bow" else lively_forward(name)
+    forward = case_forward(name)
     batch = batch_with_scores((12, 4, 10, 3, 16), pad_side=pad_side, seed=29)
     labels = [0, 1, 2, 1, 0]
-    result = hiding_revealing(
+    result = run_metric(
+        hiding_revealing,
         forward,
-        batch["input_ids"],
-        batch["scores"],
-        None,
-        (batch["attention_mask"],),
+        batch,
+        chunk,
         labels=labels,
         preset="decoded",
         mask_token_id=MASK_ID,
-        special_tokens_mask=batch["special"],
-        max_examples_per_batch=chunk,
     )
     hiding, revealing = _naive(forward, batch, labels)
     assert_scores(result.hiding.curve, hiding)
@@ -58,22 +57,13 @@ def test_decoded_matches_reference_loop(name, pad_side, chunk):
     assert_scores(result.revealing.score, torch.trapezoid(revealing, GRID, dim=1))
 
 
-@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
 @pytest.mark.parametrize("chunk", [None, 4])
 def test_default_matches_reference_loop(name, pad_side, chunk):
-    forward = bag_of_words(3) if name == "bow" else lively_forward(name)
+    forward = case_forward(name)
     batch = batch_with_scores((12, 4, 10, 3, 16), pad_side=pad_side, seed=31)
-    result = hiding_revealing(
-        forward,
-        batch["input_ids"],
-        batch["scores"],
-        None,
-        (batch["attention_mask"],),
-        special_tokens_mask=batch["special"],
-        max_examples_per_batch=chunk,
-    )
-    with torch.no_grad():
-        predicted = forward(batch["input_ids"], batch["attention_mask"]).argmax(-1)
+    result = run_metric(hiding_revealing, forward, batch, chunk)
+    predicted = predicted_class(forward, batch)
     hiding, revealing = _naive(
         forward, batch, predicted, reference.default_hiding_curves
     )
@@ -105,8 +95,7 @@ def test_exact_weights_hide_and_reveal_best():
     model = bag_of_words(2, seed=8)
     batch = batch_with_scores((14, 9, 20, 17, 11, 13, 19, 15), seed=9)
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    with torch.no_grad():
-        target = model(ids, mask).argmax(-1)
+    target = predicted_class(model, batch)
     margin = model.weights[:, 1] - model.weights[:, 0]
     exact = margin[ids] * torch.where(target == 1, 1.0, -1.0)[:, None]
 

@@ -13,13 +13,14 @@ from tests.metrics.toys import (
     bag_of_words,
     BagOfWords,
     batch_with_scores,
+    case_forward,
     example,
-    lively_forward,
+    PAD_INVARIANT_CASES,
+    predicted_class,
     probabilities,
+    run_metric,
     SPECIALS,
 )
-
-CASES = [("bow", "right"), ("bow", "left"), ("bert", "right"), ("llama", "left")]
 
 
 def _naive(forward, batch, target, curve_fn):
@@ -37,44 +38,33 @@ def _naive(forward, batch, target, curve_fn):
     return torch.tensor(scores, dtype=torch.float64)
 
 
-@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
 @pytest.mark.parametrize("chunk", [None, 1, 8])
 def test_attcat_matches_reference_loop(name, pad_side, chunk):
-    forward = bag_of_words(3) if name == "bow" else lively_forward(name)
+    forward = case_forward(name)
     batch = batch_with_scores((12, 4, 10, 16, 11), pad_side=pad_side, seed=11)
     labels = torch.tensor([2, 0, 1, 1, 0])
-    result = log_odds(
+    result = run_metric(
+        log_odds,
         forward,
-        batch["input_ids"],
-        batch["scores"],
-        labels,
-        (batch["attention_mask"],),
+        batch,
+        chunk,
+        target=labels,
         preset="attcat",
         pad_token_id=PAD_ID,
-        special_tokens_mask=batch["special"],
-        max_examples_per_batch=chunk,
     )
     curve_fn = partial(reference.attcat_curve, replace=True)
     assert_scores(result.score, _naive(forward, batch, labels, curve_fn))
     assert torch.isnan(result.score[1])
 
 
-@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
 @pytest.mark.parametrize("chunk", [None, 3])
 def test_default_matches_reference_loop(name, pad_side, chunk):
-    forward = bag_of_words(3) if name == "bow" else lively_forward(name)
+    forward = case_forward(name)
     batch = batch_with_scores((12, 4, 10, 16, 3), pad_side=pad_side, seed=37)
-    result = log_odds(
-        forward,
-        batch["input_ids"],
-        batch["scores"],
-        None,
-        (batch["attention_mask"],),
-        special_tokens_mask=batch["special"],
-        max_examples_per_batch=chunk,
-    )
-    with torch.no_grad():
-        predicted = forward(batch["input_ids"], batch["attention_mask"]).argmax(-1)
+    result = run_metric(log_odds, forward, batch, chunk)
+    predicted = predicted_class(forward, batch)
     curve_fn = partial(reference.default_curve, suff=False)
     assert_scores(result.score, _naive(forward, batch, predicted, curve_fn))
 

@@ -10,24 +10,22 @@ from tests.metrics.toys import (
     assert_scores,
     bag_of_words,
     batch_with_scores,
+    case_forward,
     example,
     lively_forward,
     MASK_ID,
+    PAD_INVARIANT_CASES,
+    predicted_class,
     probabilities,
+    run_metric,
     SPECIALS,
 )
 
-CASES = [("bow", "right"), ("bow", "left"), ("bert", "right"), ("llama", "left")]
 LENGTHS = (12, 4, 10, 3, 16, 11)
 
 
-def _forward(name):
-    return bag_of_words(3) if name == "bow" else lively_forward(name)
-
-
 def _naive(forward, batch, curve_fn, empty=float("nan")):
-    with torch.no_grad():
-        target = forward(batch["input_ids"], batch["attention_mask"]).argmax(-1)
+    target = predicted_class(forward, batch)
     scores = []
     for row in range(len(batch["input_ids"])):
         ids, row_scores = example(batch, row)
@@ -39,38 +37,27 @@ def _naive(forward, batch, curve_fn, empty=float("nan")):
     return torch.tensor(scores, dtype=torch.float64)
 
 
-def _run(forward, batch, chunk, **kwargs):
-    return sufficiency(
-        forward,
-        batch["input_ids"],
-        batch["scores"],
-        None,
-        (batch["attention_mask"],),
-        special_tokens_mask=batch["special"],
-        max_examples_per_batch=chunk,
-        **kwargs,
-    )
-
-
-@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
 @pytest.mark.parametrize("chunk", [None, 1, 6])
 def test_normxlogit_matches_reference_loop(name, pad_side, chunk):
-    forward = _forward(name)
+    forward = case_forward(name)
     batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=13)
-    result = _run(forward, batch, chunk, preset="normxlogit", mask_token_id=MASK_ID)
+    result = run_metric(
+        sufficiency, forward, batch, chunk, preset="normxlogit", mask_token_id=MASK_ID
+    )
     expected = _naive(forward, batch, partial(reference.normxlogit_curve, suff=True))
     assert_scores(result.score, expected)
 
 
-@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
 @pytest.mark.parametrize("chunk", [None, 5])
 def test_ferret_matches_reference_loop(name, pad_side, chunk):
-    forward = _forward(name)
+    forward = case_forward(name)
     batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=17)
     # Row 3 has a single content token with a negative score: nothing is kept
     # at any level, and ferret scores that 1.
     batch["scores"][3] = -1.0
-    result = _run(forward, batch, chunk, preset="ferret")
+    result = run_metric(sufficiency, forward, batch, chunk, preset="ferret")
     expected = _naive(
         forward, batch, partial(reference.ferret_curve, suff=True), empty=1.0
     )
@@ -78,12 +65,12 @@ def test_ferret_matches_reference_loop(name, pad_side, chunk):
     assert result.score[3].item() == 1.0
 
 
-@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
 @pytest.mark.parametrize("chunk", [None, 4])
 def test_default_matches_reference_loop(name, pad_side, chunk):
-    forward = _forward(name)
+    forward = case_forward(name)
     batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=19)
-    result = _run(forward, batch, chunk)
+    result = run_metric(sufficiency, forward, batch, chunk)
     expected = _naive(forward, batch, partial(reference.default_curve, suff=True))
     assert_scores(result.score, expected)
 
@@ -93,10 +80,10 @@ def test_full_input_is_zero(preset):
     forward = lively_forward("bert")
     batch = batch_with_scores((9, 5, 12), seed=23)
     batch["scores"] = batch["scores"].abs() + 0.1  # ferret keeps positive ones
-    result = _run(
+    result = run_metric(
+        sufficiency,
         forward,
         batch,
-        None,
         preset=preset,
         levels=[1.0],
         mask_token_id=MASK_ID,
@@ -108,8 +95,7 @@ def test_exact_weights_are_most_sufficient():
     model = bag_of_words(2, seed=4)
     batch = batch_with_scores((14, 9, 20), seed=6)
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    with torch.no_grad():
-        target = model(ids, mask).argmax(-1)
+    target = predicted_class(model, batch)
     margin = model.weights[:, 1] - model.weights[:, 0]
     exact = margin[ids] * torch.where(target == 1, 1.0, -1.0)[:, None]
 

@@ -4,7 +4,7 @@ exact token contributions are known, and tiny transformers re-initialised so tha
 their outputs vary visibly with the input."""
 
 from functools import lru_cache
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
 import torch
 from captum_ext import classifier_forward
@@ -14,6 +14,16 @@ from tests.helpers import CLS_ID, PAD_ID, SEP_ID, tiny_classifier, token_batch, 
 
 MASK_ID = 4
 SPECIALS = (CLS_ID, SEP_ID)
+# (model, padding side) pairs whose output does not depend on the padding side;
+# the model names are those of ``case_forward``.
+PAD_INVARIANT_CASES = [
+    ("bow", "right"),
+    ("bow", "left"),
+    ("bert", "right"),
+    ("llama", "left"),
+]
+
+Result = TypeVar("Result")
 
 
 class BagOfWords(nn.Module):
@@ -55,6 +65,12 @@ def lively_forward(family: str, num_labels: int = 3, seed: int = 0):
     return classifier_forward(model)
 
 
+def case_forward(name: str) -> Callable[..., Tensor]:
+    r"""The model of a test case: ``"bow"`` is a 3-class ``bag_of_words``, any
+    other name the ``lively_forward`` of that model family."""
+    return bag_of_words(3) if name == "bow" else lively_forward(name)
+
+
 def batch_with_scores(
     lengths: Tuple[int, ...],
     pad_side: str = "right",
@@ -90,4 +106,32 @@ def assert_scores(actual: Tensor, expected: Tensor) -> None:
     r"""Equal up to float32 noise, NaN (a skipped example) included."""
     torch.testing.assert_close(
         actual.double(), expected.double(), atol=1e-5, rtol=0, equal_nan=True
+    )
+
+
+def predicted_class(forward: Callable[..., Tensor], batch: Dict[str, Tensor]) -> Tensor:
+    r"""The class ``[batch]`` that ``forward`` predicts for each row of ``batch``."""
+    with torch.no_grad():
+        return forward(batch["input_ids"], batch["attention_mask"]).argmax(-1)
+
+
+def run_metric(
+    metric: Callable[..., Result],
+    forward: Callable[..., Tensor],
+    batch: Dict[str, Tensor],
+    chunk: Optional[int] = None,
+    **kwargs,
+) -> Result:
+    r"""``metric`` on a ``batch_with_scores`` batch: its ``scores`` as the
+    attributions, its attention mask as the extra forward argument, its
+    ``special`` tokens mask, and ``chunk`` examples per forward batch; ``kwargs``
+    (``target``, ``preset``, ...) are passed on."""
+    return metric(
+        forward,
+        batch["input_ids"],
+        batch["scores"],
+        additional_forward_args=(batch["attention_mask"],),
+        special_tokens_mask=batch["special"],
+        max_examples_per_batch=chunk,
+        **kwargs,
     )
