@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
-import transformers
+from benchmarks.common import random_minilm
 from captum.attr import LayerIntegratedGradients
 from captum_ext import classifier_forward
 from captum_ext._utils.cache import cache_root, is_complete
@@ -122,29 +122,9 @@ def method_table() -> Dict[str, Callable[[nn.Module], Run]]:
 
 
 # ------------------------------------------------------------------ worker
-def _random_minilm() -> nn.Module:
-    r"""all-MiniLM-L6-v2's sizes with random weights."""
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=30522,
-        hidden_size=384,
-        num_hidden_layers=6,
-        num_attention_heads=12,
-        intermediate_size=1536,
-        max_position_embeddings=512,
-        num_labels=2,
-        pad_token_id=0,
-        cls_token_id=101,
-        sep_token_id=102,
-    )
-    return transformers.AutoModelForSequenceClassification.from_config(
-        config, attn_implementation="eager"
-    ).eval()
-
-
 def _load(kind: str) -> nn.Module:
     if kind == "random":
-        return _random_minilm()
+        return random_minilm()
     from captum_ext.default_models import load_default_model
 
     return load_default_model("sentiment")[0]

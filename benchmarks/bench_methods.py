@@ -30,7 +30,7 @@ import time
 from typing import Callable, Dict, List, Tuple
 
 import torch
-import transformers
+from benchmarks.common import random_minilm
 from captum.attr import LayerIntegratedGradients
 from captum_ext import classifier_forward
 from captum_ext.attr import (
@@ -178,21 +178,7 @@ def _default_model() -> Tuple[nn.Module, Tensor]:
 
 def _tiny_model() -> Tuple[nn.Module, Tensor]:
     r"""The default model's architecture (all-MiniLM-L6-v2) with random weights."""
-    torch.manual_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=30522,
-        hidden_size=384,
-        num_hidden_layers=6,
-        num_attention_heads=12,
-        intermediate_size=1536,
-        num_labels=2,
-        pad_token_id=0,
-        cls_token_id=101,
-        sep_token_id=102,
-    )
-    model = transformers.AutoModelForSequenceClassification.from_config(
-        config, attn_implementation="eager"
-    ).eval()
+    model = random_minilm()
     return model, _random_ids(model)
 
 

@@ -29,7 +29,7 @@ import time
 from typing import Dict, List, Sequence, Tuple
 
 import torch
-from captum.attr import LayerGradientXActivation
+from benchmarks.common import embedding_grad_x_activation, encode
 from captum_ext import classifier_forward, get_adapter
 from captum_ext.attr import DecodedLayerGradCam, EmbeddingDecoder, load_fitted_decoders
 from captum_ext.metrics import hiding_revealing
@@ -47,15 +47,8 @@ def batches(
 ) -> List[Batch]:
     out = []
     for start in range(0, len(texts), size):
-        encoded = tokenizer(  # type: ignore[operator]
-            list(texts[start : start + size]),
-            truncation=True,
-            max_length=max_length,
-            padding=True,
-            return_tensors="pt",
-        )
-        gold = torch.tensor(labels[start : start + size])
-        out.append((encoded["input_ids"], encoded["attention_mask"], gold))
+        ids, mask = encode(tokenizer, texts[start : start + size], max_length)
+        out.append((ids, mask, torch.tensor(labels[start : start + size])))
     return out
 
 
@@ -76,14 +69,8 @@ def decoders(model: nn.Module, tokenizer: object, kind: str) -> List[nn.Module]:
 
 def grad_cam_layer0(model: nn.Module, ids: Tensor, mask: Tensor) -> Tensor:
     r"""Vanilla layer Grad-CAM at the embeddings (Eq. 2), ``[batch, pos]``."""
-    forward = classifier_forward(model)
-    with torch.no_grad():
-        target = forward(ids, mask).argmax(-1)
-    layer = get_adapter(model).embedding_output_module()
-    alpha = LayerGradientXActivation(forward, layer).attribute(
-        ids, target=target, additional_forward_args=(mask,)
-    )
-    return alpha.sum(-1).clamp(min=0).detach() * mask
+    alpha = embedding_grad_x_activation(model, ids, mask)
+    return alpha.sum(-1).clamp(min=0) * mask
 
 
 def game(

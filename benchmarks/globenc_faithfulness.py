@@ -25,9 +25,7 @@ import argparse
 from typing import Callable, Dict, List, Sequence
 
 import numpy as np
-import torch
-from captum.attr import LayerGradientXActivation
-from captum_ext import classifier_forward, get_adapter
+from benchmarks.common import embedding_grad_x_activation, encode
 from captum_ext.attr import GlobEnc
 from captum_ext.benchmark import METHODS
 from scipy.stats import spearmanr
@@ -39,14 +37,7 @@ Explainer = Callable[[Tensor, Tensor], Tensor]  # (input_ids, mask) -> [batch, p
 def grad_x_input_norm(model: nn.Module, input_ids: Tensor, mask: Tensor) -> Tensor:
     r"""``||d logit_pred / d h0 * h0||_2`` per token, ``[batch, pos]``, where ``h0``
     is the embedding-layer output and ``pred`` each example's predicted class."""
-    forward = classifier_forward(model)
-    with torch.no_grad():
-        target = forward(input_ids, mask).argmax(-1)
-    layer = get_adapter(model).embedding_output_module()
-    attribution = LayerGradientXActivation(forward, layer).attribute(
-        input_ids, target=target, additional_forward_args=(mask,)
-    )
-    return attribution.norm(dim=-1).detach()
+    return embedding_grad_x_activation(model, input_ids, mask).norm(dim=-1)
 
 
 def explainers(model: nn.Module) -> Dict[str, Explainer]:
@@ -89,14 +80,7 @@ def correlations(
     method (NaN where a side is constant)."""
     results: Dict[str, List[float]] = {name: [] for name in methods}
     for start in range(0, len(texts), batch_size):
-        batch = tokenizer(  # type: ignore[operator]
-            list(texts[start : start + batch_size]),
-            truncation=True,
-            max_length=max_length,
-            padding=True,
-            return_tensors="pt",
-        )
-        ids, mask = batch["input_ids"], batch["attention_mask"]
+        ids, mask = encode(tokenizer, texts[start : start + batch_size], max_length)
         reference = grad_x_input_norm(model, ids, mask)
         for name, explain in methods.items():
             results[name] += spearman_per_example(explain(ids, mask), reference, mask)

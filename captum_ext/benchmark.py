@@ -48,7 +48,7 @@ from torch import nn, Tensor
 from tqdm.auto import tqdm
 
 from captum_ext._utils.common import classifier_forward, parse_token_batch, run_model
-from captum_ext.adapters import get_adapter
+from captum_ext.adapters import get_adapter, ModelAdapter
 from captum_ext.attr import (
     AttCAT,
     CAT,
@@ -288,10 +288,9 @@ def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
 
 # ------------------------------------------------------------ paper baselines
 def _head_mean_attentions(
-    model: nn.Module, input_ids: Tensor, attention_mask: Tensor
+    adapter: ModelAdapter, input_ids: Tensor, attention_mask: Tensor
 ) -> List[Tensor]:
     r"""Every layer's attention averaged over heads, ``L x [batch, query, key]``."""
-    adapter = get_adapter(model)
     batch = parse_token_batch(adapter, input_ids, (attention_mask,))
     with torch.no_grad():
         output = run_model(adapter, batch, attentions=True)
@@ -313,7 +312,7 @@ def _raw_attention(rollout: bool) -> MethodFactory:
         def explain(
             input_ids: Tensor, attention_mask: Tensor, target: Tensor
         ) -> Tensor:
-            weights = _head_mean_attentions(model, input_ids, attention_mask)
+            weights = _head_mean_attentions(adapter, input_ids, attention_mask)
             position = adapter.classification_position(input_ids, attention_mask)
             rows = torch.arange(len(position), device=position.device)
             row = weights[-1][rows, position]  # [batch, key]
