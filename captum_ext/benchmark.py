@@ -60,6 +60,7 @@ from captum_ext.attr import (
 )
 from captum_ext.datasets import load_split, TextDataset
 from captum_ext.default_models import load_default_model, MAX_LENGTH
+from captum_ext.evaluation.results import BenchmarkResult, MethodResult
 from captum_ext.metrics import (
     aopc,
     hiding_revealing,
@@ -531,39 +532,6 @@ class TaskSetup:
     tokenizer: Any
     data: TextDataset
     max_length: int = MAX_LENGTH
-
-
-@dataclass
-class MethodResult:
-    r"""One (task, method) row: mean metric values, mean curves and timings."""
-
-    task: str
-    method: str
-    family: str
-    n: int
-    metrics: Dict[str, float]
-    curves: Dict[str, Tuple[List[float], List[float]]]
-    seconds: float
-    forward_seconds: float
-
-    @property
-    def time_ratio(self) -> float:
-        r"""Attribution time / one forward pass over the same examples."""
-        return self.seconds / max(self.forward_seconds, 1e-9)
-
-
-@dataclass
-class BenchmarkResult:
-    r"""Everything the report needs."""
-
-    rows: List[MethodResult]
-    metrics: Dict[str, bool]  # column -> higher is better
-    examples: Dict[str, List[Explanation]]
-    config: Dict[str, Any]
-    wall_seconds: float = 0.0
-    layer_maps: Dict[str, Dict[str, Tuple[List[str], Tensor]]] = field(
-        default_factory=dict
-    )
 
 
 @dataclass

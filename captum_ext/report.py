@@ -17,7 +17,7 @@ matplotlib.use("Agg")  # files only: never needs a display
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from captum_ext.benchmark import BenchmarkResult, MethodResult  # noqa: E402
+from captum_ext.evaluation.results import BenchmarkResult, MethodResult  # noqa: E402
 from captum_ext.visualization import explanation_html, html_page  # noqa: E402
 
 __all__ = [

@@ -7,7 +7,7 @@ import re
 
 import pytest
 import torch
-from captum_ext.benchmark import BenchmarkResult, MethodResult
+from captum_ext.evaluation.results import BenchmarkResult, MethodResult
 from captum_ext.report import markdown_table, to_json, write_report
 from captum_ext.visualization import Explanation
 

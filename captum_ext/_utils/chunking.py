@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+r"""``internal_batch_size``: Captum's name for running a batch in chunks to bound
+memory. One validation and one slicing rule for every method and metric."""
+
+from typing import List, Optional
+
+__all__ = ["batch_slices", "check_internal_batch_size"]
+
+
+def check_internal_batch_size(
+    value: Optional[int], name: str = "internal_batch_size"
+) -> Optional[int]:
+    r"""Returns ``value`` unchanged if it is ``None`` or a positive int.
+
+    Raises:
+        TypeError: ``value`` is not an int (``bool`` included).
+        ValueError: ``value`` is zero or negative.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a positive int or None, got {value!r}")
+    if value < 1:
+        raise ValueError(
+            f"{name} must be a positive int (examples per chunk), got {value}"
+        )
+    return value
+
+
+def batch_slices(batch_size: int, internal_batch_size: Optional[int]) -> List[slice]:
+    r"""Consecutive slices of ``range(batch_size)`` of at most
+    ``internal_batch_size`` rows each; one slice for ``None``."""
+    step = check_internal_batch_size(internal_batch_size) or max(batch_size, 1)
+    return [slice(start, start + step) for start in range(0, batch_size, step)]

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+r"""Tokenisation into length-bucketed, right-padded batches.
+
+Padding costs every method time in proportion to the longest row, so examples
+are sorted by token length before they are cut into batches; ``rows`` keeps
+each example's position in the input so results can be put back in order.
+"""
+
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["EncodedBatch", "bucketed_batches"]
+
+
+@dataclass
+class EncodedBatch:
+    r"""One padded batch. ``rows[i]`` is the input position of batch row ``i``;
+    ``truncated[i]`` says whether that text was cut to ``max_length`` tokens."""
+
+    rows: List[int]
+    input_ids: Tensor  # [batch, pos]
+    attention_mask: Tensor  # [batch, pos]
+    token_type_ids: Optional[Tensor]  # [batch, pos], text pairs only
+    truncated: List[bool]
+
+    def to(self, device: Any) -> "EncodedBatch":
+        type_ids = self.token_type_ids
+        return EncodedBatch(
+            self.rows,
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            None if type_ids is None else type_ids.to(device),
+            self.truncated,
+        )
+
+    def forward_args(self) -> tuple:
+        r"""``additional_forward_args`` for captum_ext methods and metrics."""
+        if self.token_type_ids is None:
+            return (self.attention_mask,)
+        return (self.attention_mask, self.token_type_ids)
+
+
+def _pad_id(tokenizer: Any) -> int:
+    if tokenizer.pad_token_id is None:
+        raise ValueError(
+            "the tokenizer has no pad token, so examples cannot be batched; set "
+            "tokenizer.pad_token (and the model's config.pad_token_id) first, e.g. "
+            "to the eos token for a GPT-2 or Llama classifier"
+        )
+    return int(tokenizer.pad_token_id)
+
+
+def bucketed_batches(
+    tokenizer: Any,
+    texts: Sequence[str],
+    text_pairs: Optional[Sequence[str]] = None,
+    *,
+    batch_size: int,
+    max_length: int,
+) -> List[EncodedBatch]:
+    r"""Tokenises ``texts`` (with ``text_pairs`` as second segments, if given) and
+    cuts them into batches of similar length.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer.
+        texts (Sequence[str]): the inputs.
+        text_pairs (Sequence[str], optional): second segments (NLI, paraphrase),
+            tokenised as pairs with ``token_type_ids``.
+        batch_size (int): examples per batch.
+        max_length (int): tokens per example after truncation.
+
+    Returns:
+        list[EncodedBatch]: shortest batches first; the rows of all batches
+        together are ``range(len(texts))``.
+    """
+    pad_id = _pad_id(tokenizer)
+    pairs = None if text_pairs is None else list(text_pairs)
+    full = tokenizer(list(texts), pairs, truncation=False)["input_ids"]
+    encoded = tokenizer(list(texts), pairs, truncation=True, max_length=max_length)
+    ids = encoded["input_ids"]
+    type_ids = encoded.get("token_type_ids") if pairs is not None else None
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    batches = []
+    for start in range(0, len(order), batch_size):
+        rows = order[start : start + batch_size]
+        width = max(len(ids[i]) for i in rows)
+        input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        types = None if type_ids is None else torch.zeros_like(mask)
+        for row, i in enumerate(rows):
+            input_ids[row, : len(ids[i])] = torch.tensor(ids[i])
+            mask[row, : len(ids[i])] = 1
+            if types is not None:
+                types[row, : len(ids[i])] = torch.tensor(type_ids[i])
+        truncated = [len(full[i]) > len(ids[i]) for i in rows]
+        batches.append(EncodedBatch(rows, input_ids, mask, types, truncated))
+    return batches
