@@ -416,6 +416,28 @@ class ModelAdapter:
             return torch.full((batch,), pos - 1, device=input_ids.device)
         return (index * keep).argmax(-1)
 
+    def special_positions(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        r"""Boolean ``[batch, pos]``: attended positions holding a special token
+        (ids from :meth:`special_token_ids`)."""
+        special = torch.tensor(self.special_token_ids(), device=input_ids.device)
+        return attention_mask.bool() & torch.isin(input_ids, special)
+
+    def check_head_reproduces(self, head_logits: Tensor, model_logits: Tensor) -> None:
+        r"""Raises :class:`UnsupportedModelError` unless the adapter's head at the
+        classification position (``head_logits`` ``[batch, C]``) reproduces the
+        model's own logits ``[batch, C]``: a non-standard head (mean pooling, a
+        custom subclass) would otherwise give silently wrong attributions."""
+        scale = model_logits.abs().max().clamp_min(1.0)
+        error = float((head_logits - model_logits).abs().max() / scale)
+        if error > 1e-3:
+            raise UnsupportedModelError(
+                f"{type(self.model).__name__}'s classification head is not the "
+                f"standard {self.family} head: applied at the classification "
+                f"position it gives logits that differ from the model's own by "
+                f"{error:.2g} (relative); methods that apply the head to every "
+                "position (LogAt, NormXLogit) cannot explain this model"
+            )
+
     def mlm_head(self) -> Optional[nn.Module]:
         r"""The masked-LM head (hidden -> vocabulary logits), or ``None``."""
         for path in self._family.mlm_head_paths:
