@@ -1,15 +1,43 @@
 #!/usr/bin/env python3
-r"""Hook lifetimes as context managers: whatever a method registers is removed when
-its ``with`` block ends, also when the block raises."""
+r"""Hook lifetimes and exclusive use of a model, as context managers.
 
+:class:`HookSet`: whatever a method registers is removed when its ``with`` block
+ends, also when the block raises.
+
+:func:`eval_semantics`: every method and metric runs its model inside it. It
+holds the model's lock (:func:`model_lock`) for the whole block, puts the model in
+eval mode and restores every submodule's ``training`` flag on exit.
+
+Thread safety: a forward hook fires on every forward pass of its module,
+whichever thread runs it, and ``model.eval()`` / ``model.train()`` flip flags that
+every thread sees. So two calls on one model from two threads would capture each
+other's activations and restore each other's modes. :func:`model_lock` gives each
+model one re-entrant lock, and :func:`eval_semantics` holds it while a method
+registers hooks, runs the model and removes them: calls on one model from several
+threads are serialised (each gives exactly its single-threaded result), calls on
+different models still run in parallel, and a method that nests
+:func:`eval_semantics` (a metric calling a method) re-enters its own lock.
+
+The lock is keyed by the model's first parameter tensor (else first buffer, else
+the module), which wrappers share with what they wrap: the Hugging Face model,
+:class:`~captum_ext.ClassifierLogits` around it, a ``peft`` ``PeftModel`` and a
+``torch.compile`` ``OptimizedModule`` all take the same lock. Not covered: a
+metric's ``forward_func`` that is a plain function (not an ``nn.Module``) runs
+unlocked, and the caller's own forward passes on the model in other threads
+(wrap them in ``with model_lock(model):``). Nested locks are taken outermost model
+first (e.g. the explained model, then a decoder module of another model).
+"""
+
+import threading
 import warnings
+import weakref
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 from torch import nn, Tensor
 from torch.utils.hooks import RemovableHandle
 
-__all__ = ["HookSet", "eval_semantics"]
+__all__ = ["HookSet", "eval_semantics", "model_lock"]
 
 
 class HookSet:
@@ -75,24 +103,62 @@ class HookSet:
         self.forward(module, hook)
 
 
+# id(anchor) -> (weak reference to the anchor, its lock). The weak reference
+# tells a live anchor from a dead one whose id was reused; dead entries are
+# dropped whenever a lock is added, so the table holds about one entry per model.
+_LOCKS: Dict[int, Tuple["weakref.ref[Any]", threading.RLock]] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def _anchor(model: nn.Module) -> Any:
+    r"""The object that every wrapper of ``model`` shares: its first parameter
+    (else first buffer, else the module itself)."""
+    for tensors in (model.parameters(), model.buffers()):
+        first = next(tensors, None)
+        if first is not None:
+            return first
+    return model
+
+
+def model_lock(model: nn.Module) -> threading.RLock:
+    r"""The re-entrant lock of ``model``, shared by every module wrapping the same
+    parameters. Hold it to run ``model`` while no captum_ext call on it (in any
+    thread) is in progress."""
+    anchor = _anchor(model)
+    with _LOCKS_GUARD:
+        entry = _LOCKS.get(id(anchor))
+        if entry is not None and entry[0]() is anchor:
+            return entry[1]
+        for key in [k for k, (ref, _) in _LOCKS.items() if ref() is None]:
+            del _LOCKS[key]
+        lock = threading.RLock()
+        _LOCKS[id(anchor)] = (weakref.ref(anchor), lock)
+        return lock
+
+
 @contextmanager
 def eval_semantics(model: nn.Module) -> Iterator[None]:
-    r"""Runs the block with every submodule in eval mode, then restores each
-    submodule's own ``training`` flag. Warns when the model was in training mode
-    (a leaf module, such as a dropout, was), because attributions of a
-    dropout-perturbed forward are not reproducible; the flag of a wrapper that
-    holds the model (e.g. :class:`~captum_ext.ClassifierLogits`) is ignored."""
-    modes = [(module, module.training) for module in model.modules()]
-    if any(m.training for m in model.modules() if next(m.children(), None) is None):
-        warnings.warn(
-            "the model is in training mode; captum_ext runs it in eval "
-            "semantics (no dropout) and restores the mode afterwards. Call "
-            "model.eval() to silence this warning.",
-            stacklevel=3,
-        )
-    try:
-        model.eval()
-        yield
-    finally:
-        for module, training in modes:
-            module.training = training
+    r"""Runs the block holding ``model``'s lock (:func:`model_lock`), with every
+    submodule in eval mode, then restores each submodule's own ``training`` flag.
+    Warns when the model was in training mode (a leaf module, such as a dropout,
+    was), because attributions of a dropout-perturbed forward are not
+    reproducible; the flag of a wrapper that holds the model (e.g.
+    :class:`~captum_ext.ClassifierLogits`) is ignored. Nested blocks in one thread
+    re-enter the lock, and the innermost restores the flags it found (eval), the
+    outermost the caller's."""
+    with model_lock(model):
+        modes = [(module, module.training) for module in model.modules()]
+        leaves = (m for m in model.modules() if next(m.children(), None) is None)
+        if any(m.training for m in leaves):
+            warnings.warn(
+                "the model is in training mode; captum_ext runs it in eval "
+                "semantics (no dropout) and restores the mode afterwards. Call "
+                "model.eval() to silence this warning.",
+                stacklevel=3,
+            )
+        try:
+            model.eval()
+            yield
+        finally:
+            for module, training in modes:
+                module.training = training
