@@ -1,13 +1,27 @@
 #!/usr/bin/env python3
-r"""The artifact cache rebuilds a corrupted or incomplete directory and never
-exposes a half-built one. A tiny build function stands in for fine-tuning."""
+r"""The artifact cache rebuilds a corrupted or incomplete directory, never
+exposes a half-built one and removes what killed builders left. A tiny build
+function stands in for fine-tuning."""
 
+import ast
 import json
+import signal
+import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import List
+from typing import Iterator, List
 
+import captum_ext
+import captum_ext._utils.cache
 import pytest
-from captum_ext._utils.cache import cache_root, cached_directory, is_complete
+from captum_ext._utils.cache import (
+    cache_root,
+    cached_directory,
+    is_complete,
+    remove_orphans,
+)
 
 
 class _Build:
@@ -80,3 +94,104 @@ def test_failed_build_leaves_nothing(build):
     assert _leftovers(cache_root()) == []
     # The next call builds normally.
     assert is_complete(cached_directory("artifact-v1", build))
+
+
+def _orphan(root: Path, name: str) -> Path:
+    r"""What a builder killed mid-build leaves: a half-written temporary
+    directory and no lock holder."""
+    path = root / f".{name}.k1ll3d"
+    (path / "sub").mkdir(parents=True)
+    (path / "sub" / "half.bin").write_bytes(b"half")
+    return path
+
+
+def test_orphans_of_any_artifact_are_removed_on_next_access(build):
+    root = cache_root()
+    orphans = [_orphan(root, "artifact-v1"), _orphan(root, "old.recipe-v0")]
+    assert sorted(_leftovers(root)) == sorted(p.name for p in orphans)
+    cached_directory("another-v1", build)
+    assert _leftovers(root) == []
+    assert (root / "another-v1").is_dir()
+
+
+def test_removes_nothing_else(build):
+    root = cache_root()
+    cached_directory("artifact-v1", build)
+    (root / ".hidden").mkdir()  # no ".<random>" suffix: not a temporary directory
+    (root / ".notes.txt").write_text("a file, not a directory")
+    assert remove_orphans(root) == []
+    assert is_complete(root / "artifact-v1")
+    assert (root / ".hidden").is_dir() and (root / ".notes.txt").is_file()
+
+
+def test_live_builders_directories_are_kept(build):
+    r"""A build in progress in another thread (another open lock file, as another
+    process would have) and a build nesting another keep their directories."""
+    started, finish = threading.Event(), threading.Event()
+
+    def slow(directory: Path) -> None:
+        (directory / "first.bin").write_bytes(b"1")
+        started.set()
+        assert finish.wait(timeout=60)
+        # A nested build sweeps while this one's directory exists.
+        cached_directory("nested-v1", build)
+        (directory / "second.bin").write_bytes(b"2")
+
+    with ThreadPoolExecutor(1) as pool:
+        slow_build = pool.submit(cached_directory, "slow-v1", slow)
+        assert started.wait(timeout=60)
+        assert remove_orphans(cache_root()) == []
+        cached_directory("artifact-v1", build)  # sweeps too
+        finish.set()
+        final = slow_build.result(timeout=60)
+    assert sorted(p.name for p in final.iterdir()) == [
+        "MANIFEST.json",
+        "first.bin",
+        "second.bin",
+    ]
+    assert is_complete(final)
+
+
+def test_directory_of_a_killed_builder_is_removed(build):
+    r"""``kill -9`` during a build: the operating system frees the lock, so the
+    next access removes the directory and builds normally."""
+    script = (
+        "import importlib.util, os, signal, sys\n"
+        "spec = importlib.util.spec_from_file_location('cache', sys.argv[1])\n"
+        "cache = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(cache)\n"
+        "def build(directory):\n"
+        "    (directory / 'half.bin').write_bytes(b'half')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "cache.cached_directory('artifact-v1', build)\n"
+    )
+    source = Path(captum_ext._utils.cache.__file__)
+    done = subprocess.run([sys.executable, "-c", script, str(source)], timeout=120)
+    assert done.returncode == -signal.SIGKILL
+    assert [n for n in _leftovers(cache_root()) if n.startswith(".artifact-v1.")]
+    assert is_complete(cached_directory("artifact-v1", build))
+    assert _leftovers(cache_root()) == []
+
+
+def _torch_load_calls(tree: ast.AST) -> Iterator[ast.Call]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.load":
+            yield node
+
+
+def test_every_torch_load_refuses_pickled_code():
+    r"""``torch.load`` unpickles arbitrary code unless ``weights_only=True`` (the
+    default only from torch 2.6): a file planted in the cache must not run."""
+    package = Path(captum_ext.__file__).parent
+    unsafe = []
+    for path in sorted(package.rglob("*.py")):
+        for call in _torch_load_calls(ast.parse(path.read_text())):
+            safe = any(
+                k.arg == "weights_only"
+                and isinstance(k.value, ast.Constant)
+                and k.value.value is True
+                for k in call.keywords
+            )
+            if not safe:
+                unsafe.append(f"{path.relative_to(package)}:{call.lineno}")
+    assert unsafe == []

@@ -7,6 +7,16 @@ manifest of every file's SHA-256 written last, and is renamed into place, so a
 reader never sees a half-written artifact; one whose manifest is missing or does
 not match its files is rebuilt. A file lock serialises builders across processes
 (pytest-xdist workers, two shells).
+
+A builder that is killed (``kill -9``, a power cut) leaves its temporary
+directory ``.<name>.<random>`` behind. Every :func:`cached_directory` call first
+removes such orphans: a temporary directory of ``name`` exists only while a
+builder holds ``name``'s lock, and the operating system releases a dead process's
+``flock``, so a temporary directory whose lock can be taken at once has no live
+builder. This needs no age threshold and no process ids (which a reboot or
+another host sharing the cache would make meaningless). The locks are advisory
+``flock`` locks: on a network file system without ``flock`` support the cache
+must not be shared by concurrent builders.
 """
 
 import fcntl
@@ -17,9 +27,9 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, List, Tuple
 
-__all__ = ["cache_root", "cached_directory", "sha256_of"]
+__all__ = ["cache_root", "cached_directory", "remove_orphans", "sha256_of"]
 
 CACHE_ENV = "CAPTUM_EXT_CACHE"
 _MANIFEST = "MANIFEST.json"
@@ -70,13 +80,42 @@ def is_complete(directory: Path) -> bool:
 
 
 @contextmanager
-def _locked(root: Path, name: str) -> Iterator[None]:
+def _locked(root: Path, name: str, wait: bool = True) -> Iterator[bool]:
+    r"""Holds ``name``'s build lock; yields whether it was taken (always, when
+    ``wait``)."""
     with open(root / f".{name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            yield
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _temporary_directories(root: Path) -> Iterator[Tuple[str, Path]]:
+    r"""``(artifact name, path)`` of every ``.<name>.<random>`` directory."""
+    for path in root.iterdir():
+        stem, dot, _suffix = path.name[1:].rpartition(".")
+        if path.name.startswith(".") and dot and stem and path.is_dir():
+            yield stem, path
+
+
+def remove_orphans(root: Path) -> List[Path]:
+    r"""Removes the temporary directories of builders that died, returns them.
+
+    A directory ``.<name>.<random>`` is an orphan when ``name``'s lock is free:
+    builders create it while holding the lock and remove it before releasing
+    it, also when the build raises."""
+    removed = []
+    for name, path in sorted(_temporary_directories(root)):
+        with _locked(root, name, wait=False) as free:
+            if free:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
 
 
 def cached_directory(name: str, build: Callable[[Path], None]) -> Path:
@@ -90,6 +129,7 @@ def cached_directory(name: str, build: Callable[[Path], None]) -> Path:
             directory it is given.
     """
     root = cache_root()
+    remove_orphans(root)
     final = root / name
     with _locked(root, name):
         if is_complete(final):
