@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-r"""Session-wide fixtures: the real default models, fine-tuned once and cached
-under :func:`captum_ext._utils.cache.cache_root` (a few minutes the first time,
+r"""Session-wide setup: torch on one thread (the only place the suite sets it),
+and the real default models, fine-tuned once and cached under
+:func:`captum_ext._utils.cache.cache_root` (a few minutes the first time,
 seconds afterwards)."""
 
 from typing import Tuple
@@ -11,9 +12,11 @@ from captum_ext.default_models import load_default_model
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # The suite runs one pytest-xdist worker per core; more torch threads than
-    # cores only oversubscribe the CPU (tiny models are dominated by thread
-    # start-up cost).
+    # The one thread setup of the suite (no test module sets it again): pytest-xdist
+    # runs one worker per core, and more torch threads than cores only
+    # oversubscribe the CPU; tiny models are dominated by thread start-up and
+    # lock contention (a second thread spins for seconds per call on a busy
+    # machine).
     torch.set_num_threads(1)
 
 
