@@ -35,7 +35,7 @@ import tarfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Tuple, Union
+from typing import Dict, List, overload, Tuple, Union
 
 from captum_ext._utils.cache import cached_directory, sha256_of
 
@@ -98,6 +98,12 @@ class TextDataset:
 
     def __len__(self) -> int:
         return len(self.texts)
+
+    @overload
+    def __getitem__(self, index: int) -> Tuple[str, int]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> "TextDataset": ...
 
     def __getitem__(
         self, index: Union[int, slice]
@@ -252,13 +258,20 @@ def read_ground_truth(sdist: Path) -> Dict[str, List[Tuple[float, str]]]:
     verify_sha256(sdist, VADER_SHA256)
     with tarfile.open(sdist, "r:gz") as outer:
         member = next(m for m in outer.getmembers() if m.name.endswith(_INNER_TARBALL))
-        inner_bytes = outer.extractfile(member).read()
+        inner_bytes = _read_member(outer, member)
     with tarfile.open(fileobj=io.BytesIO(inner_bytes), mode="r:gz") as inner:
         by_name = {Path(m.name).name: m for m in inner.getmembers() if m.isfile()}
         return {
-            corpus: parse_ground_truth(inner.extractfile(by_name[fname]).read())
+            corpus: parse_ground_truth(_read_member(inner, by_name[fname]))
             for corpus, fname in _FILES.items()
         }
+
+
+def _read_member(archive: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    handle = archive.extractfile(member)
+    if handle is None:  # a directory or link where a file belongs
+        raise RuntimeError(f"{member.name} in the archive is not a regular file")
+    return handle.read()
 
 
 def verify_sha256(path: Path, expected: str) -> None:
