@@ -197,30 +197,58 @@ def test_wrappers_share_the_lock(model: nn.Module) -> None:
     lock = model_lock(model)
     assert model_lock(classifier_forward(model)) is lock  # type: ignore[arg-type]
     assert model_lock(model.base_model) is lock  # type: ignore[arg-type]
+    assert model_lock(torch.compile(model)) is lock  # type: ignore[arg-type]
     assert model_lock(tiny_classifier("bert", seed=1)) is not lock
+
+
+def test_peft_wrapper_shares_the_lock() -> None:
+    peft = pytest.importorskip("peft")
+    model = tiny_classifier("bert")  # LoRA injects modules: a model of its own
+    lock = model_lock(model)
+    config = peft.LoraConfig(target_modules=["query", "value"], r=2)
+    wrapped = peft.get_peft_model(model, config)
+    assert model_lock(wrapped) is lock
+    assert model_lock(wrapped.merge_and_unload()) is lock
+
+
+@pytest.mark.filterwarnings("ignore:the model is in training mode")
+def test_nested_blocks_restore_mixed_modes_also_on_error(model: nn.Module) -> None:
+    model.train()
+    model.base_model.encoder.layer[0].eval()  # type: ignore[union-attr,index]
+    before = [m.training for m in model.modules()]
+    try:
+        with pytest.raises(RuntimeError, match="inside"):
+            with eval_semantics(model):
+                with eval_semantics(classifier_forward(model)):  # type: ignore
+                    assert not any(m.training for m in model.modules())
+                    raise RuntimeError("inside")
+        after = [m.training for m in model.modules()]
+    finally:
+        model.eval()
+    assert after == before
+    assert _free_in_another_thread(model)  # released by the raising block
 
 
 def test_eval_semantics_holds_the_lock_of_every_wrapper(model: nn.Module) -> None:
     r"""Inside ``eval_semantics(model)`` another thread cannot take the lock of the
     model or of a wrapper of it; afterwards it can."""
+    with eval_semantics(model):
+        assert not _free_in_another_thread(classifier_forward(model))
+    assert _free_in_another_thread(classifier_forward(model))
+
+
+def _free_in_another_thread(model: Callable[..., Any]) -> bool:
+    r"""Whether another thread can take ``model``'s lock at once (it releases it
+    before ending)."""
     attempts: List[bool] = []
 
     def try_lock() -> None:
-        lock = model_lock(classifier_forward(model))  # type: ignore[arg-type]
+        lock = model_lock(model)  # type: ignore[arg-type]
         attempts.append(lock.acquire(blocking=False))
         if attempts[-1]:
             lock.release()
 
-    for inside in (True, False):
-        if inside:
-            with eval_semantics(model):
-                _in_thread(try_lock)
-        else:
-            _in_thread(try_lock)
-    assert attempts == [False, True]
-
-
-def _in_thread(function: Callable[[], None]) -> None:
-    thread = threading.Thread(target=function)
+    thread = threading.Thread(target=try_lock)
     thread.start()
     thread.join()
+    return attempts == [True]
