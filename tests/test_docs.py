@@ -19,6 +19,7 @@ DOCUMENTED = (
     "captum_ext",
     "captum_ext.attr",
     "captum_ext.metrics",
+    "captum_ext.evaluation",
     "captum_ext.visualization",
     "captum_ext.report",
     "captum_ext.datasets",
@@ -63,7 +64,7 @@ def _expected_names() -> List[str]:
         module = importlib.import_module(module_name)
         names += [
             f"{module_name}.{name}"
-            for name in module.__all__
+            for name in getattr(module, "__all__", [])
             if callable(getattr(module, name))
         ]
     return names
