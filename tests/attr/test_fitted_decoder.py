@@ -134,8 +134,10 @@ def test_texts_are_required_and_not_empty(model, texts):
         load_fitted_decoders(model, _tokenizer(), texts, CONFIG)
     with pytest.raises(ValueError, match="texts is empty"):
         fit_decoders(model, _tokenizer(), texts, CONFIG)
-    with pytest.raises(TypeError, match="sequence of strings"):
+    with pytest.raises(TypeError, match="got one str"):
         load_fitted_decoder(model, _tokenizer(), 1, "w5 w6 w7", CONFIG)
+    with pytest.raises(TypeError, match="item int"):
+        fit_decoders(model, _tokenizer(), ["w5 w6", 7], CONFIG)
 
 
 class _Payload:

@@ -141,10 +141,12 @@ def _check_vocab(adapter: ModelAdapter, tokenizer: object) -> None:
 
 
 def _check_texts(texts: Sequence[str]) -> None:
-    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+    if isinstance(texts, str):
+        raise TypeError("texts must be a sequence of strings, got one str")
+    wrong = next((t for t in texts if not isinstance(t, str)), None)
+    if wrong is not None:
         raise TypeError(
-            "texts must be a sequence of strings (a list of training texts), got "
-            f"{type(texts).__name__}"
+            f"texts must be a sequence of strings, got an item {type(wrong).__name__}"
         )
     if not any(t.strip() for t in texts):
         raise ValueError(
