@@ -9,8 +9,9 @@ over all real tokens, [CLS] and [SEP] included. Prints mean +- std per method:
 
 - ``GlobEnc N_enc`` / ``N_res`` / ``N``: rolled out over all layers;
 - ``GlobEnc N_enc, last layer``: ``N^L`` alone, no rollout;
-- ``Raw attention rollout``: attention averaged over heads, plain matrix products
-  without residual or normalisation (the reference notebook's "W" rollout).
+- ``Raw attention rollout``: :class:`captum_ext.attr.AttentionRollout`, attention
+  averaged over heads, plain matrix products without residual or normalisation
+  (the reference notebook's "W" rollout).
 
 Reference (BERT-base on SST-2, reference notebook): N_enc 0.77 +- 0.12, N_res
 0.73, N 0.44, raw attention rollout -0.11, last layer N_enc 0.41.
@@ -26,8 +27,7 @@ from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 from benchmarks.common import embedding_grad_x_activation, encode
-from captum_ext.attr import GlobEnc
-from captum_ext.benchmark import METHODS
+from captum_ext.attr import AttentionRollout, GlobEnc
 from scipy.stats import spearmanr
 from torch import nn, Tensor
 
@@ -42,7 +42,7 @@ def grad_x_input_norm(model: nn.Module, input_ids: Tensor, mask: Tensor) -> Tens
 
 def explainers(model: nn.Module) -> Dict[str, Explainer]:
     globenc = GlobEnc(model)
-    raw_rollout = METHODS["Attention rollout"].factory(model, None)
+    raw_rollout = AttentionRollout(model)
 
     def globenc_row(variant: str, rollout: bool = True) -> Explainer:
         return lambda ids, mask: globenc.attribute(
@@ -54,7 +54,9 @@ def explainers(model: nn.Module) -> Dict[str, Explainer]:
         "GlobEnc N_res": globenc_row("N_res"),
         "GlobEnc N": globenc_row("N"),
         "GlobEnc N_enc, last layer": globenc_row("N_enc", rollout=False),
-        "Raw attention rollout": lambda ids, mask: raw_rollout(ids, mask, None),
+        "Raw attention rollout": lambda ids, mask: raw_rollout.attribute(
+            ids, additional_forward_args=(mask,)
+        ),
     }
 
 

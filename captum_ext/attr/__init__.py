@@ -2,12 +2,14 @@
 r"""Token-attribution methods for Hugging Face transformers, in Captum's API."""
 
 from captum_ext.attr._core.attcat import AttCAT
+from captum_ext.attr._core.attention_rollout import AttentionRollout
 from captum_ext.attr._core.cat import CAT
 from captum_ext.attr._core.decoded_layer_attribution import (
     DecodedLayerAttribution,
     EmbeddingDecoder,
 )
 from captum_ext.attr._core.decoded_layer_grad_cam import DecodedLayerGradCam
+from captum_ext.attr._core.embedding_norm import EmbeddingNorm
 from captum_ext.attr._core.fitted_decoder import (
     fit_decoders,
     FitConfig,
@@ -15,17 +17,21 @@ from captum_ext.attr._core.fitted_decoder import (
     load_fitted_decoders,
 )
 from captum_ext.attr._core.globenc import GlobEnc
+from captum_ext.attr._core.last_layer_attention import LastLayerAttention
 from captum_ext.attr._core.logat import LogAt
 from captum_ext.attr._core.normxlogit import NormXLogit
 
 __all__: list = [
     "AttCAT",
+    "AttentionRollout",
     "CAT",
     "DecodedLayerAttribution",
     "DecodedLayerGradCam",
     "EmbeddingDecoder",
+    "EmbeddingNorm",
     "FitConfig",
     "GlobEnc",
+    "LastLayerAttention",
     "fit_decoders",
     "load_fitted_decoder",
     "load_fitted_decoders",

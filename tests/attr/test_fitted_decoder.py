@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 r"""Decoders fitted on a frozen encoder (Eq. 3 with t = the input tokens)."""
 
+import pickle
 import random
 from dataclasses import replace
+from pathlib import Path
 from typing import List
 
 import pytest
 import torch
+from captum_ext._utils import cache
 from captum_ext.attr import (
     DecodedLayerGradCam,
     fit_decoders,
@@ -121,3 +124,46 @@ def test_clear_errors(model):
         fit_decoders(model, _tokenizer(50), _corpus(10), CONFIG)
     with pytest.raises(IndexError, match="out of range"):
         load_fitted_decoder(model, _tokenizer(), 3, _corpus(10), CONFIG)
+
+
+@pytest.mark.parametrize("texts", [[], ["", "  "]])
+def test_texts_are_required_and_not_empty(model, texts):
+    with pytest.raises(TypeError, match="texts"):
+        load_fitted_decoders(model, _tokenizer())  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="texts is empty"):
+        load_fitted_decoders(model, _tokenizer(), texts, CONFIG)
+    with pytest.raises(ValueError, match="texts is empty"):
+        fit_decoders(model, _tokenizer(), texts, CONFIG)
+    with pytest.raises(TypeError, match="got one str"):
+        load_fitted_decoder(model, _tokenizer(), 1, "w5 w6 w7", CONFIG)
+    with pytest.raises(TypeError, match="item int"):
+        fit_decoders(model, _tokenizer(), ["w5 w6", 7], CONFIG)
+
+
+class _Payload:
+    r"""Pickles to a call of ``open(marker, "w")``: creating the marker file is
+    what an attacker's ``os.system`` would do, harmlessly."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_planted_pickle_in_the_cache_is_refused_not_run(model, monkeypatch, tmp_path):
+    monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path / "cache"))
+    texts, tokenizer = _corpus(200), _tokenizer()
+    config = replace(CONFIG, steps=2)
+    load_fitted_decoders(model, tokenizer, texts, config)
+    (directory,) = (tmp_path / "cache").glob("fitted-decoder-*")
+    marker = tmp_path / "payload-ran"
+    planted = directory / "layer_0.pt"
+    torch.save({"layer_norm.weight": _Payload(marker)}, planted)
+    cache._write_manifest(directory)  # the attacker fixes the manifest too
+    with pytest.raises(pickle.UnpicklingError, match="refused to load"):
+        load_fitted_decoders(model, tokenizer, texts, config)
+    assert not marker.exists()
+    # the planted file is live: a plain torch.load would have run it
+    torch.load(planted, weights_only=False)
+    assert marker.exists()

@@ -25,10 +25,11 @@ over the full vocabulary dominates.
 
 import hashlib
 import json
+import pickle
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +39,6 @@ from tqdm.auto import tqdm
 from captum_ext._utils.cache import cached_directory
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext.adapters import get_adapter, ModelAdapter
-from captum_ext.datasets import load_split
 
 __all__ = [
     "DecoderHead",
@@ -128,7 +128,8 @@ class FittedDecoders:
 
 
 def _check_vocab(adapter: ModelAdapter, tokenizer: object) -> None:
-    vocab = int(adapter.config.vocab_size)
+    config: Any = adapter.config  # a Hugging Face config: attributes per family
+    vocab = int(config.vocab_size)
     tokens = len(tokenizer)  # type: ignore[arg-type]
     rows = adapter.word_embeddings().weight.shape[0]
     if not tokens == vocab == rows:
@@ -136,6 +137,22 @@ def _check_vocab(adapter: ModelAdapter, tokenizer: object) -> None:
             f"vocabulary sizes differ: tokenizer {tokens}, model config {vocab}, "
             f"word embeddings {rows}; a decoder must predict exactly the model's "
             "tokens, so use the model's own tokenizer"
+        )
+
+
+def _check_texts(texts: Sequence[str]) -> None:
+    if isinstance(texts, str):
+        raise TypeError("texts must be a sequence of strings, got one str")
+    wrong = next((t for t in texts if not isinstance(t, str)), None)
+    if wrong is not None:
+        raise TypeError(
+            f"texts must be a sequence of strings, got an item {type(wrong).__name__}"
+        )
+    if not any(t.strip() for t in texts):
+        raise ValueError(
+            "texts is empty: fitting a decoder needs real text in the model's "
+            "language (e.g. the training texts of the task the model was "
+            "fine-tuned on)"
         )
 
 
@@ -232,6 +249,7 @@ def fit_decoders(
     """
     if config.steps < 1 or config.fit_texts < 1 or config.batch_positions < 1:
         raise ValueError(f"steps, fit_texts and batch_positions must be >= 1: {config}")
+    _check_texts(texts)
     adapter = get_adapter(model)
     _check_vocab(adapter, tokenizer)
     start = time.perf_counter()
@@ -282,14 +300,26 @@ def _save(fitted: FittedDecoders, config: FitConfig, directory: Path) -> None:
     (directory / _REPORT).write_text(json.dumps(report, indent=1))
 
 
+def _load_state(path: Path) -> dict:
+    r"""A head's saved tensors. ``weights_only=True``: a cache file is data, and
+    unpickling anything else (a file planted in the cache) could run code."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise pickle.UnpicklingError(
+            f"refused to load {path}: it holds more than tensors (weights_only=True "
+            "rejected it), so it was not written by captum_ext; delete the "
+            f"directory {path.parent} to fit the decoders anew"
+        ) from error
+
+
 def _load(directory: Path, adapter: ModelAdapter) -> FittedDecoders:
     report = json.loads((directory / _REPORT).read_text())
     embedding = adapter.word_embeddings().weight.detach()
     heads = []
     for layer in range(len(report["accuracy"])):
         head = DecoderHead(adapter.hidden_size, embedding).to(embedding.device)
-        state = torch.load(directory / f"layer_{layer}.pt", map_location="cpu")
-        head.load_state_dict(state)
+        head.load_state_dict(_load_state(directory / f"layer_{layer}.pt"))
         heads.append(head.eval())
     return FittedDecoders(heads, report["accuracy"], report["fit_seconds"])
 
@@ -297,7 +327,7 @@ def _load(directory: Path, adapter: ModelAdapter) -> FittedDecoders:
 def load_fitted_decoders(
     model: nn.Module,
     tokenizer: object,
-    texts: Optional[Sequence[str]] = None,
+    texts: Sequence[str],
     config: FitConfig = FitConfig(),
 ) -> FittedDecoders:
     r"""The fitted decoders of every layer ``0..L``: fitted once with
@@ -308,17 +338,20 @@ def load_fitted_decoders(
         model (nn.Module): a Hugging Face model (not changed).
         tokenizer (PreTrainedTokenizerBase): its tokenizer; its vocabulary must be
             the model's.
-        texts (sequence of str, optional): real text; None: the training split of
-            the ``"sentiment"`` task (:func:`captum_ext.datasets.load_split`).
+        texts (sequence of str): real text in the model's language, e.g. the
+            training texts of the task the model was fine-tuned on (for the
+            default models, :func:`captum_ext.datasets.load_split` ``(task,
+            "train").texts``); the first ``config.fit_texts +
+            config.held_out_texts`` are used and are part of the cache key.
         config (FitConfig, optional): the recipe.
 
     Returns:
         FittedDecoders: ``heads[l]`` decodes ``hidden_states[l]``.
     """
+    _check_texts(texts)
     adapter = get_adapter(model)
     _check_vocab(adapter, tokenizer)
-    chosen = list(load_split("sentiment", "train").texts if texts is None else texts)
-    used = chosen[: config.fit_texts + config.held_out_texts]
+    used = list(texts[: config.fit_texts + config.held_out_texts])
     key = _fingerprint(model, tokenizer, used) + json.dumps(asdict(config))
     name = hashlib.sha256(key.encode()).hexdigest()[:16]
 
@@ -333,7 +366,7 @@ def load_fitted_decoder(
     model: nn.Module,
     tokenizer: object,
     layer: int,
-    texts: Optional[Sequence[str]] = None,
+    texts: Sequence[str],
     config: FitConfig = FitConfig(),
 ) -> DecoderHead:
     r"""The fitted decoder of ``hidden_states[layer]`` (see
@@ -344,8 +377,8 @@ def load_fitted_decoder(
         model (nn.Module): a Hugging Face model (not changed).
         tokenizer (PreTrainedTokenizerBase): its tokenizer.
         layer (int): index into ``hidden_states`` (0 = embedding output).
-        texts (sequence of str, optional): real text; None: the ``"sentiment"``
-            training split.
+        texts (sequence of str): real text in the model's language (see
+            :func:`load_fitted_decoders`).
         config (FitConfig, optional): the recipe.
 
     Returns:

@@ -18,6 +18,7 @@ from captum_ext._utils.common import (
 )
 from captum_ext._utils.hooks import eval_semantics, HookSet
 from captum_ext.adapters import BlockParts, get_adapter, ModelAdapter
+from captum_ext.attr._utils.rollout import rollout_products, rollout_row
 
 __all__ = ["GlobEnc", "VARIANTS"]
 
@@ -168,24 +169,6 @@ def _masked(matrix: Tensor, valid: Tensor) -> Tensor:
     return matrix * mask[:, :, None] * mask[:, None, :]
 
 
-def _rollout(matrices: Tensor) -> Tensor:
-    r"""``G^1 = N^1, G^l = N^l @ G^(l-1)`` (no normalisation, no identity):
-    ``[batch, layers, pos, pos] -> [batch, layers, pos, pos]``."""
-    rolled = [matrices[:, 0]]
-    for layer in range(1, matrices.shape[1]):
-        rolled.append(matrices[:, layer] @ rolled[-1])
-    return torch.stack(rolled, dim=1)
-
-
-def _row_rollout(matrices: Tensor, position: Tensor) -> Tensor:
-    r"""Row ``position`` of ``G^L`` as ``e_p^T N^L N^(L-1) ... N^1`` (vector-matrix
-    products only): ``[batch, layers, pos, pos], [batch] -> [batch, pos]``."""
-    row = matrices[torch.arange(len(position)), -1, position]  # [batch, pos]
-    for layer in range(matrices.shape[1] - 2, -1, -1):
-        row = torch.einsum("bi,bij->bj", row, matrices[:, layer])
-    return row
-
-
 def _check_not_padding(position: Tensor, valid: Tensor) -> None:
     padded = (~valid[torch.arange(len(position)), position]).nonzero().flatten()
     if len(padded):
@@ -320,7 +303,7 @@ class GlobEnc(Attribution):
         _check_not_padding(position, batch.valid)
         if not rollout:
             matrices = matrices[:, -1:]
-        return _row_rollout(matrices, position)
+        return rollout_row(matrices.unbind(1), position)
 
     @log_usage()
     def attribute_matrices(
@@ -352,7 +335,9 @@ class GlobEnc(Attribution):
             ``l``; zero on pad rows and pad columns.
         """
         matrices, _ = self._matrices(inputs, None, additional_forward_args, variant)
-        return _rollout(matrices) if rollout else matrices
+        if not rollout:
+            return matrices
+        return torch.stack(rollout_products(matrices.unbind(1)), dim=1)
 
     def _matrices(
         self,

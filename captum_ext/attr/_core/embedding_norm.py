@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+r"""Embedding norm: the L2 norm of each token's embedding-layer output (the
+NormXLogit paper's "Norm" baseline)."""
+
+from typing import Any, Tuple, Union
+
+import torch
+from captum._utils.typing import TargetType
+from captum.attr._utils.attribution import Attribution
+from captum.log import log_usage
+from torch import nn, Tensor
+
+from captum_ext._utils.common import parse_token_batch, resolve_target, run_model
+from captum_ext._utils.hooks import eval_semantics
+from captum_ext.adapters import get_adapter
+
+__all__ = ["EmbeddingNorm"]
+
+
+class EmbeddingNorm(Attribution):
+    r"""
+    Scores token :math:`i` with the L2 norm of its representation after the
+    embedding layer, ``hidden_states[0]``:
+
+    .. math::
+        \mathrm{Norm}(x_i) = \lVert x_i^0 \rVert_2
+
+    (for BERT, :math:`x_i^0` is the LayerNorm of the word, position and segment
+    embeddings). This is the factor :class:`~captum_ext.attr.NormXLogit`
+    multiplies the LogAt logit by, alone: the NormXLogit paper's "Norm"
+    baseline.
+
+    The method is class-agnostic: ``target`` is validated but does not change
+    the result. Scores are positive, computed from one forward pass without
+    gradients in float32 (float64 for a float64 model), and are exactly zero on
+    padding.
+
+    More details can be found in the NormXLogit paper (Abbasi, Modarres and
+    Pilehvar, "NormXLogit: The Head-on-Top Never Lies", EMNLP 2025):
+    https://aclanthology.org/2025.emnlp-main.1769/ (arXiv:
+    https://arxiv.org/abs/2411.16252)
+    """
+
+    def __init__(self, forward_func: nn.Module) -> None:
+        r"""
+        Args:
+
+            forward_func (torch.nn.Module): A Hugging Face
+                        ``*ForSequenceClassification`` model of a family
+                        supported by :func:`captum_ext.get_adapter`.
+        """
+        Attribution.__init__(self, forward_func)
+        self.adapter = get_adapter(forward_func)
+
+    @log_usage()
+    def attribute(
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        target: TargetType = None,
+        additional_forward_args: Any = None,
+    ) -> Tensor:
+        r"""
+        Args:
+
+            inputs (Tensor): Token ids ``[batch, pos]``.
+            target (int, list, or Tensor, optional): Accepted for compatibility
+                        with Captum's API and validated (an out-of-range class
+                        raises), but the method is class-agnostic: the result
+                        is the same for every target.
+                        Default: None
+            additional_forward_args (Tensor or tuple, optional): ``attention_mask``
+                        ``[batch, pos]`` (1 on real tokens, 0 on padding) or
+                        ``(attention_mask, token_type_ids)``.
+                        Default: None (every position is a real token)
+
+        Returns:
+            *Tensor* of **attributions**:
+            - **attributions** (*Tensor*): ``[batch, pos]`` positive norms,
+                        exactly zero where ``attention_mask`` is 0.
+
+        Examples::
+
+            >>> enc = tokenizer(texts, padding=True, return_tensors="pt")
+            >>> attr = EmbeddingNorm(model).attribute(
+            ...     enc["input_ids"],
+            ...     additional_forward_args=(enc["attention_mask"],))
+        """
+        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
+        with eval_semantics(self.adapter.model), torch.no_grad():
+            out = run_model(self.adapter, batch, hidden_states=True)
+            resolve_target(target, out.logits)  # validated only: class-agnostic
+            embedded = out.hidden_states[0]  # [batch, pos, d_model]
+            # norms in float32 at least: a bfloat16 sum of d squares is coarse
+            dtype = torch.promote_types(embedded.dtype, torch.float32)
+            norms = embedded.to(dtype).norm(dim=-1)  # [batch, pos]
+        return norms.masked_fill(~batch.valid, 0)

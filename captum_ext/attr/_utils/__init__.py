@@ -1,0 +1,2 @@
+#!/usr/bin/env python3
+r"""Computations shared by several attribution methods (not public API)."""

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+import pytest
+import torch
+from captum_ext.attr import AttentionRollout, LastLayerAttention
+from captum_ext.attr._utils.rollout import rollout_products, rollout_row
+
+from tests.attr.baseline_checks import (
+    assert_bfloat16_gives_close_float32,
+    assert_target_validated_but_ignored,
+)
+from tests.attr.token_method_checks import (
+    assert_padding_invariant,
+    assert_state_kept,
+    attribute,
+    unpadded,
+)
+from tests.helpers import ALL_FAMILIES, is_causal, tiny_classifier, token_batch
+
+
+def naive_rollout(model, input_ids, causal):
+    r"""One unpadded example ``[1, n]``: row ``p`` of ``W^L ... W^1``, every
+    ``W^l`` the head average of layer ``l``'s attention, multiplied entry by
+    entry in Python loops (``p`` = last token for causal models, else first)."""
+    attentions = model(input_ids=input_ids, output_attentions=True).attentions
+    n = input_ids.shape[1]
+    product = [[float(i == j) for j in range(n)] for i in range(n)]
+    for layer in attentions:
+        weights = layer[0].mean(0).tolist()  # [query, key]
+        product = [
+            [sum(weights[i][k] * product[k][j] for k in range(n)) for j in range(n)]
+            for i in range(n)
+        ]
+    return torch.tensor(product[n - 1 if causal else 0], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_equals_naive_per_example_product(family):
+    model = tiny_classifier(family, dtype=torch.float64)
+    batch = token_batch(causal=is_causal(family))
+    scores = attribute(AttentionRollout(model), batch)
+    valid = batch["attention_mask"].bool()
+    for row, ids in enumerate(unpadded(batch)):
+        expected = naive_rollout(model, ids, is_causal(family))
+        torch.testing.assert_close(scores[row][valid[row]], expected)
+        assert torch.all(scores[row][~valid[row]] == 0)
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_batched_equals_loop_and_padding(family):
+    assert_padding_invariant(AttentionRollout, family)
+
+
+def test_differs_from_the_last_layer_alone():
+    # a product of row-stochastic matrices is row-stochastic: the rollout is a
+    # distribution too, but not the last layer's
+    model = tiny_classifier("electra")
+    batch = token_batch()
+    rolled = attribute(AttentionRollout(model), batch)
+    last = attribute(LastLayerAttention(model), batch)
+    torch.testing.assert_close(rolled.sum(-1), torch.ones(3))
+    assert (rolled - last).abs().max() > 1e-3
+
+
+def test_target_validated_but_ignored():
+    assert_target_validated_but_ignored(AttentionRollout, "gpt2")
+
+
+def test_bfloat16_model_gives_close_float32_scores():
+    assert_bfloat16_gives_close_float32(AttentionRollout, "bert", 0.02)
+
+
+def test_model_state_kept():
+    assert_state_kept(AttentionRollout, "roberta")
+
+
+# ---------------------------------------------------------------- shared rollout
+def _random_matrices(layers=3, batch=2, pos=5):
+    generator = torch.Generator().manual_seed(0)
+    return [
+        torch.rand(batch, pos, pos, generator=generator, dtype=torch.float64)
+        for _ in range(layers)
+    ]
+
+
+def test_rollout_products_are_the_partial_products():
+    matrices = _random_matrices()
+    rolled = rollout_products(matrices)
+    assert len(rolled) == 3
+    torch.testing.assert_close(rolled[0], matrices[0])
+    torch.testing.assert_close(rolled[1], matrices[1] @ matrices[0])
+    torch.testing.assert_close(rolled[2], matrices[2] @ matrices[1] @ matrices[0])
+
+
+def test_rollout_row_reads_the_last_product():
+    matrices = _random_matrices()
+    position = torch.tensor([4, 1])
+    row = rollout_row(matrices, position)
+    last = rollout_products(matrices)[-1]
+    torch.testing.assert_close(row, last[torch.arange(2), position])
+    # one layer: the row itself
+    torch.testing.assert_close(
+        rollout_row(matrices[:1], position), matrices[0][torch.arange(2), position]
+    )
+
+
+def test_rollout_rejects_no_or_mismatched_matrices():
+    with pytest.raises(ValueError, match="at least one"):
+        rollout_products([])
+    with pytest.raises(ValueError, match="one shape"):
+        rollout_row([torch.ones(2, 3, 3), torch.ones(2, 4, 4)], torch.zeros(2))

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+import math
+
+import pytest
+import torch
+from captum_ext.attr import EmbeddingNorm, LogAt, NormXLogit
+
+from tests.attr.baseline_checks import (
+    assert_bfloat16_gives_close_float32,
+    assert_target_validated_but_ignored,
+)
+from tests.attr.token_method_checks import (
+    assert_padding_invariant,
+    assert_state_kept,
+    attribute,
+    unpadded,
+)
+from tests.helpers import ALL_FAMILIES, is_causal, tiny_classifier, token_batch
+
+
+def naive_embedding_norm(model, input_ids):
+    r"""One unpadded example ``[1, n]``: ``sqrt(sum_d h0[i, d]^2)`` per token,
+    in Python, from ``hidden_states[0]``."""
+    hidden = model(input_ids=input_ids, output_hidden_states=True).hidden_states[0]
+    rows = hidden[0].tolist()
+    return torch.tensor(
+        [math.sqrt(sum(v * v for v in row)) for row in rows], dtype=torch.float64
+    )
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_equals_naive_per_example_norm(family):
+    model = tiny_classifier(family, dtype=torch.float64)
+    batch = token_batch(causal=is_causal(family))
+    scores = attribute(EmbeddingNorm(model), batch)
+    valid = batch["attention_mask"].bool()
+    for row, ids in enumerate(unpadded(batch)):
+        expected = naive_embedding_norm(model, ids)
+        torch.testing.assert_close(scores[row][valid[row]], expected)
+        assert torch.all(scores[row][~valid[row]] == 0)
+    assert torch.all(scores[valid] > 0)
+
+
+def test_bert_is_the_norm_of_layernormed_summed_embeddings():
+    # BERT's hidden_states[0] = LayerNorm(word + position + segment embeddings)
+    model = tiny_classifier("bert", dtype=torch.float64)
+    ids = unpadded(token_batch())[0]
+    embeddings = model.bert.embeddings
+    n = ids.shape[1]
+    summed = (
+        embeddings.word_embeddings.weight[ids[0]]
+        + embeddings.position_embeddings.weight[:n]
+        + embeddings.token_type_embeddings.weight[0]
+    )
+    expected = embeddings.LayerNorm(summed).norm(dim=-1).detach()
+    torch.testing.assert_close(EmbeddingNorm(model).attribute(ids)[0], expected)
+
+
+@pytest.mark.parametrize("family", ["distilbert", "llama"])
+def test_times_logat_is_normxlogit(family):
+    # NormXLogit = ||h0|| * LogAt: the baseline is that factor alone
+    model = tiny_classifier(family, dtype=torch.float64)
+    batch = token_batch(causal=is_causal(family))
+    product = attribute(EmbeddingNorm(model), batch) * attribute(
+        LogAt(model), batch, target=1
+    )
+    torch.testing.assert_close(product, attribute(NormXLogit(model), batch, target=1))
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_batched_equals_loop_and_padding(family):
+    assert_padding_invariant(EmbeddingNorm, family)
+
+
+def test_target_validated_but_ignored():
+    assert_target_validated_but_ignored(EmbeddingNorm, "llama")
+
+
+def test_bfloat16_model_gives_close_float32_scores():
+    assert_bfloat16_gives_close_float32(EmbeddingNorm, "bert", 0.02)
+
+
+def test_model_state_kept():
+    assert_state_kept(EmbeddingNorm, "gpt2")

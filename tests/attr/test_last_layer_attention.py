@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+import pytest
+import torch
+from captum_ext.attr import LastLayerAttention
+
+from tests.attr.baseline_checks import (
+    assert_bfloat16_gives_close_float32,
+    assert_target_validated_but_ignored,
+)
+from tests.attr.token_method_checks import (
+    assert_padding_invariant,
+    assert_state_kept,
+    attribute,
+    unpadded,
+)
+from tests.helpers import ALL_FAMILIES, is_causal, tiny_classifier, token_batch
+
+
+def naive_last_layer_attention(model, input_ids, causal):
+    r"""One unpadded example ``[1, n]``: the classification position's row (the
+    last token for causal models, else the first) of the last layer's
+    attention, averaged over heads by an explicit loop."""
+    attention = model(input_ids=input_ids, output_attentions=True).attentions[-1][0]
+    position = input_ids.shape[1] - 1 if causal else 0
+    heads = attention.shape[0]
+    return sum(attention[h, position] for h in range(heads)) / heads
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_equals_naive_per_example_formula(family):
+    model = tiny_classifier(family, dtype=torch.float64)
+    batch = token_batch(causal=is_causal(family))
+    scores = attribute(LastLayerAttention(model), batch)
+    valid = batch["attention_mask"].bool()
+    for row, ids in enumerate(unpadded(batch)):
+        expected = naive_last_layer_attention(model, ids, is_causal(family))
+        torch.testing.assert_close(scores[row][valid[row]], expected.detach())
+        assert torch.all(scores[row][~valid[row]] == 0)
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_batched_equals_loop_and_padding(family):
+    assert_padding_invariant(LastLayerAttention, family)
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_is_a_probability_distribution_over_real_tokens(family):
+    scores = attribute(
+        LastLayerAttention(tiny_classifier(family)),
+        token_batch(causal=is_causal(family)),
+    )
+    assert torch.all(scores >= 0)
+    torch.testing.assert_close(scores.sum(-1), torch.ones(3))
+
+
+def test_target_validated_but_ignored():
+    assert_target_validated_but_ignored(LastLayerAttention, "bert")
+
+
+def test_bfloat16_model_gives_close_float32_scores():
+    assert_bfloat16_gives_close_float32(LastLayerAttention, "roberta", 0.02)
+
+
+@pytest.mark.parametrize("family", ["distilbert", "llama"])
+def test_model_state_kept(family):
+    assert_state_kept(LastLayerAttention, family)
+
+
+def test_sdpa_raises():
+    model = tiny_classifier("bert", attn_implementation="sdpa")
+    with pytest.raises(ValueError, match="attn_implementation='eager'"):
+        attribute(LastLayerAttention(model), token_batch())
