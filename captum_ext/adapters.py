@@ -410,10 +410,113 @@ def _head_tolerance(dtype: torch.dtype) -> float:
     return max(1e-3, 8 * torch.finfo(dtype).eps)
 
 
+def _check_layer(layer: int, num_layers: int) -> int:
+    r"""Validates a ``hidden_states`` index; negative indices count from L."""
+    n = num_layers
+    if not isinstance(layer, int) or isinstance(layer, bool):
+        raise TypeError(f"layer must be an int index into hidden_states, got {layer!r}")
+    if not -(n + 1) <= layer <= n:
+        raise IndexError(
+            f"layer {layer} is out of range: hidden_states has indices 0..{n} "
+            f"(0 = embedding output, {n} = last block) for this {n}-layer model"
+        )
+    return layer % (n + 1)
+
+
+def _blocks(base_model: nn.Module, family: _Family) -> List[nn.Module]:
+    if family.blocks is None:
+        raise UnsupportedModelError(
+            f"{family.name}: blocks share their weights across layers, so no single "
+            "module holds one layer; this method needs one module per layer."
+        )
+    return list(_module(base_model, family.blocks).children())
+
+
+def _embedding_output(base_model: nn.Module, family: _Family) -> nn.Module:
+    for path in family.embedding_output:
+        try:
+            return _module(base_model, path)
+        except AttributeError:
+            continue
+    raise UnsupportedModelError(
+        f"{family.name}: none of {family.embedding_output} exists on the base "
+        "model; cannot locate the embedding output"
+    )
+
+
+def _part_paths(family: _Family) -> _PartPaths:
+    if family.parts is None:
+        raise UnsupportedModelError(
+            f"{family.name} is not a post-LayerNorm encoder with separate "
+            "value/output projections and two LayerNorms per block, so the "
+            "norm-based decomposition is not defined for it; supported: "
+            + ", ".join(sorted(k for k, f in _FAMILIES.items() if f.parts))
+        )
+    return family.parts
+
+
+def _block_parts(block: nn.Module, paths: _PartPaths, what: str) -> BlockParts:
+    def part(path: str, kind: type) -> Any:
+        name = f"{what}'s {path}"
+        return _typed(_effective_layer(_module(block, path), name), kind, name)
+
+    return BlockParts(
+        value=_module(block, paths.value),
+        attention_output=part(paths.attention_output, nn.Linear),
+        layernorm1=part(paths.layernorm1, nn.LayerNorm),
+        layernorm2=part(paths.layernorm2, nn.LayerNorm),
+    )
+
+
+def _last_token_position(
+    input_ids: Tensor, attention_mask: Optional[Tensor], pad_token_id: Optional[int]
+) -> Tensor:
+    r"""``[batch]``: the rightmost token that is not ``pad_token_id`` (Hugging
+    Face's rule for causal classifiers); without a pad id, the last attended one."""
+    batch, pos = input_ids.shape
+    index = torch.arange(pos, device=input_ids.device)
+    if pad_token_id is not None:
+        keep = input_ids != pad_token_id
+    elif attention_mask is not None:
+        keep = attention_mask.bool()
+    else:
+        return torch.full((batch,), pos - 1, device=input_ids.device)
+    return (index * keep).argmax(-1)
+
+
+def _find_mlm_head(model: nn.Module, family: _Family) -> Optional[nn.Module]:
+    for path in family.mlm_head_paths:
+        if hasattr(model, path):
+            return _module(model, path)
+    for build in family.mlm_head_builders:
+        try:
+            return build(model)
+        except AttributeError:
+            continue
+    return None
+
+
+def _check_attention_weights(config: Any, method: str) -> None:
+    impl = getattr(config, "_attn_implementation", None) or "eager"
+    if impl != "eager":
+        raise ValueError(
+            f"{method} needs attention weights, but this model uses "
+            f"attn_implementation={impl!r}, which returns none. Load it with "
+            "from_pretrained(..., attn_implementation='eager') or call "
+            "model.set_attn_implementation('eager'); captum_ext never changes "
+            "the model for you."
+        )
+
+
+def _tokenizer_ids(tokenizer: object) -> List[int]:
+    return sorted(set(getattr(tokenizer, "all_special_ids")))
+
+
 class ModelAdapter:
     r"""What the attribution methods need from one Hugging Face model.
 
     Build it with :func:`get_adapter`. The adapter never changes the model.
+    ``hidden_states`` indices run from 0 (embedding output) to L (last block).
     """
 
     def __init__(self, model: nn.Module, family: _Family) -> None:
@@ -431,224 +534,121 @@ class ModelAdapter:
         self.is_causal = family.causal
         self.max_positions = _max_positions(cfg, family)
         self.pad_token_id: Optional[int] = cfg.pad_token_id
+        self.base_model: nn.Module = getattr(model, "base_model")
 
-    @property
-    def base_model(self) -> nn.Module:
-        return getattr(self.model, "base_model")
-
-    def _base(self, path: str) -> nn.Module:
-        return _module(self.base_model, path)
-
-    # --------------------------------------------------------------- modules
     def word_embeddings(self) -> nn.Embedding:
         r"""The input word-embedding table (``get_input_embeddings()``)."""
         return getattr(self.model, "get_input_embeddings")()
 
     def blocks(self) -> List[nn.Module]:
         r"""The transformer blocks, first to last."""
-        if self._family.blocks is None:
-            raise UnsupportedModelError(
-                f"{self.family}: blocks share their weights across layers, so no "
-                "single module holds one layer; this method needs one module per "
-                "layer."
-            )
-        return list(self._base(self._family.blocks).children())
+        return _blocks(self.base_model, self._family)
 
     def check_layer(self, layer: int) -> int:
         r"""Validates a ``hidden_states`` index; negative indices count from L."""
-        n = self.num_layers
-        if not isinstance(layer, int) or isinstance(layer, bool):
-            raise TypeError(
-                f"layer must be an int index into hidden_states, got {layer!r}"
-            )
-        if not -(n + 1) <= layer <= n:
-            raise IndexError(
-                f"layer {layer} is out of range: hidden_states has indices 0..{n} "
-                f"(0 = embedding output, {n} = last block) for this {n}-layer model"
-            )
-        return layer % (n + 1)
+        return _check_layer(layer, self.num_layers)
 
     def embedding_output_module(self) -> nn.Module:
         r"""The module whose output is ``hidden_states[0]``."""
-        for path in self._family.embedding_output:
-            try:
-                return self._base(path)
-            except AttributeError:
-                continue
-        raise UnsupportedModelError(
-            f"{self.family}: none of {self._family.embedding_output} exists on the "
-            "base model; cannot locate the embedding output"
-        )
+        return _embedding_output(self.base_model, self._family)
 
     def hidden_state_module(self, layer: int) -> nn.Module:
-        r"""The module whose forward output equals ``hidden_states[layer]``.
-
-        Index 0 is the embedding output and ``L`` the last block's output (after the
-        final norm for causal models, as Hugging Face reports it).
-        """
-        layer = self.check_layer(layer)
+        r"""The module whose output is ``hidden_states[layer]`` (for ``L``, the
+        final norm of causal models, as Hugging Face reports it)."""
+        layer, final = self.check_layer(layer), self._family.final_output
         if layer == 0:
             return self.embedding_output_module()
-        if layer == self.num_layers and self._family.final_output is not None:
-            return self._base(self._family.final_output)
+        if layer == self.num_layers and final is not None:
+            return _module(self.base_model, final)
         return self.blocks()[layer - 1]
 
     def block_parts(self, layer: int) -> BlockParts:
-        r"""Value projection, attention output projection and both LayerNorms of
-        block ``layer`` (1-based like ``hidden_states``: block ``l`` maps
+        r"""The :class:`BlockParts` of block ``layer`` (1..L: block ``l`` maps
         ``hidden_states[l-1]`` to ``hidden_states[l]``)."""
-        paths = self._family.parts
-        if paths is None:
-            raise UnsupportedModelError(
-                f"{self.family} is not a post-LayerNorm encoder with separate "
-                "value/output projections and two LayerNorms per block, so the "
-                "norm-based decomposition is not defined for it; supported: "
-                + ", ".join(sorted(k for k, f in _FAMILIES.items() if f.parts))
-            )
-        index = self.check_layer(layer)
+        paths, index = _part_paths(self._family), self.check_layer(layer)
         if index == 0:
             raise IndexError("block_parts takes a block index 1..L, not 0")
         block = self.blocks()[index - 1]
+        return _block_parts(block, paths, f"{self.family} block {index}")
 
-        def part(path: str, kind: type) -> Any:
-            what = f"{self.family} block {layer}'s {path}"
-            return _typed(_effective_layer(_module(block, path), what), kind, what)
-
-        return BlockParts(
-            value=_module(block, paths.value),
-            attention_output=part(paths.attention_output, nn.Linear),
-            layernorm1=part(paths.layernorm1, nn.LayerNorm),
-            layernorm2=part(paths.layernorm2, nn.LayerNorm),
-        )
-
-    # ------------------------------------------------------------------ heads
     def require_classifier(self) -> None:
         r"""Raises :class:`UnsupportedModelError` unless the model is a sequence
         classifier (a masked-LM or a bare ``*Model`` has no classification head)."""
         if not hasattr(self.model, self._family.classifier):
             raise UnsupportedModelError(
-                f"{type(self.model).__name__} has no sequence-classification head "
-                f"({self._family.classifier!r}); load it with "
-                "AutoModelForSequenceClassification"
+                f"{type(self.model).__name__} has no sequence-classification head; "
+                "load it with AutoModelForSequenceClassification"
             )
 
     def head_on_every_position(self, hidden: Tensor) -> Tensor:
-        r"""The classification head applied to every position.
-
-        Args:
-            hidden (Tensor): ``[batch, pos, d_model]``, the final hidden states
-                ``hidden_states[L]``.
-        Returns:
-            Tensor ``[batch, pos, num_labels]``. At :meth:`classification_position`
-            it equals the model's own logits (:meth:`check_head_reproduces`).
-        """
+        r"""The classification head on every position of ``hidden_states[L]``:
+        ``[batch, pos, d_model] -> [batch, pos, num_labels]``; at
+        :meth:`classification_position` it equals the model's logits."""
         self.require_classifier()
         return self._family.head(self.model, hidden)
 
     def classification_position(
         self, input_ids: Tensor, attention_mask: Optional[Tensor] = None
     ) -> Tensor:
-        r"""Index ``[batch]`` of the position the model classifies from.
-
-        Encoders read position 0. Causal classifiers read the rightmost token that
-        is not ``pad_token_id`` (Hugging Face's own rule); without a pad id, the last
-        attended position.
-        """
-        batch, pos = input_ids.shape
-        if not self.is_causal:
-            return torch.zeros(batch, dtype=torch.long, device=input_ids.device)
-        index = torch.arange(pos, device=input_ids.device)
-        if self.pad_token_id is not None:
-            keep = input_ids != self.pad_token_id
-        elif attention_mask is not None:
-            keep = attention_mask.bool()
-        else:
-            return torch.full((batch,), pos - 1, device=input_ids.device)
-        return (index * keep).argmax(-1)
+        r"""``[batch]`` index of the position the model classifies from: 0 for
+        encoders, the last non-pad token for causal classifiers."""
+        if self.is_causal:
+            return _last_token_position(input_ids, attention_mask, self.pad_token_id)
+        return torch.zeros(len(input_ids), dtype=torch.long, device=input_ids.device)
 
     def check_head_reproduces(self, head_logits: Tensor, model_logits: Tensor) -> None:
-        r"""Raises :class:`UnsupportedModelError` unless the adapter's head at the
-        classification position (``head_logits`` ``[batch, C]``) reproduces the
-        model's own logits ``[batch, C]``: a non-standard head (mean pooling, a
-        custom subclass) would otherwise give silently wrong attributions.
-
-        Compared in float32, relative to the largest logit magnitude of the batch;
-        tolerance 1e-3, or 8 ulps of the logits' dtype when coarser (bfloat16:
-        0.0625, float16: 0.0078).
-        """
+        r"""Raises :class:`UnsupportedModelError` unless the head at the
+        classification position (``[batch, C]``) reproduces the model's own logits
+        ``[batch, C]``: a non-standard head (mean pooling, a custom subclass)
+        would otherwise give silently wrong attributions. Relative error in
+        float32 (:func:`_relative_head_error`) against :func:`_head_tolerance`."""
         error = _relative_head_error(head_logits, model_logits)
         if not error <= _head_tolerance(model_logits.dtype):
             raise UnsupportedModelError(
                 f"{type(self.model).__name__}'s classification head is not the "
-                f"standard {self.family} head: applied at the classification "
-                f"position it gives logits that differ from the model's own by "
-                f"{error:.2g} (relative); methods that apply the head to every "
-                "position (LogAt, NormXLogit) cannot explain this model"
+                f"standard {self.family} head: at the classification position it "
+                f"gives logits that differ from the model's own by {error:.2g} "
+                "(relative); methods that apply the head to every position (LogAt, "
+                "NormXLogit) cannot explain this model"
             )
 
     def mlm_head(self) -> Optional[nn.Module]:
         r"""The masked-LM head (hidden -> vocabulary logits), or ``None``."""
-        for path in self._family.mlm_head_paths:
-            if hasattr(self.model, path):
-                return _module(self.model, path)
-        for build in self._family.mlm_head_builders:
-            try:
-                return build(self.model)
-            except AttributeError:
-                continue
-        return None
+        return _find_mlm_head(self.model, self._family)
 
-    # ------------------------------------------------------------ inputs
     def require_attention_weights(self, method: str) -> None:
         r"""Raises if the model's attention implementation returns no weights."""
-        impl = getattr(self.config, "_attn_implementation", None) or "eager"
-        if impl != "eager":
-            raise ValueError(
-                f"{method} needs attention weights, but this model uses "
-                f"attn_implementation={impl!r}, which returns none. Load it with "
-                "from_pretrained(..., attn_implementation='eager') or call "
-                "model.set_attn_implementation('eager'); captum_ext never changes "
-                "the model for you."
-            )
+        _check_attention_weights(self.config, method)
 
     def special_token_ids(self, tokenizer: Optional[object] = None) -> List[int]:
-        r"""Special-token ids: the tokenizer's when given, else the config's
-        (``pad``, ``bos``, ``eos``, ``sep``, ``cls``; transformers 5 BERT-style
-        configs name only ``pad``)."""
+        r"""Special-token ids: the tokenizer's when given, else the config's pad,
+        bos, eos, sep and cls ids (BERT-style configs of transformers 5: pad only)."""
         if tokenizer is not None:
-            return sorted(set(getattr(tokenizer, "all_special_ids")))
+            return _tokenizer_ids(tokenizer)
         ids = set(_config_special_ids(self.config)) | {self.pad_token_id}
         return sorted(i for i in ids if isinstance(i, int))
 
     def special_positions(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        tokenizer: Optional[object] = None,
+        self, input_ids: Tensor, attention_mask: Tensor, tokenizer: object = None
     ) -> Tensor:
-        r"""Boolean ``[batch, pos]``: attended positions holding a special token.
-
-        The tokenizer's special ids when given, else the config's bos/eos/sep/cls
-        ids; a config naming none of them (``BertConfig``, ``DistilBertConfig``...
-        in transformers 5) falls back to the family's rule: encoders' tokenizers
-        wrap every sequence in a special first and last token, so the first and
-        last attended positions are special; causal families have no such rule.
-        """
-        valid = attention_mask.bool()
+        r"""Boolean ``[batch, pos]``: attended positions holding a special token,
+        by the tokenizer's ids, else the config's bos/eos/sep/cls ids, else the
+        family's rule: encoders' tokenizers frame every sequence with a special
+        first and last token, so those attended positions are special (causal
+        families: none)."""
         if tokenizer is None and not _config_special_ids(self.config):
             if self._family.framed_by_specials:
                 return _framing_positions(attention_mask)
-            return torch.zeros_like(valid)
-        ids = self.special_token_ids(tokenizer)
-        return valid & torch.isin(input_ids, torch.tensor(ids, device=valid.device))
+            return torch.zeros_like(attention_mask, dtype=torch.bool)
+        ids = torch.tensor(self.special_token_ids(tokenizer), device=input_ids.device)
+        return attention_mask.bool() & torch.isin(input_ids, ids)
 
     def forward_kwargs(
         self, attention_mask: Optional[Tensor], token_type_ids: Optional[Tensor]
     ) -> Dict[str, Tensor]:
-        r"""Keyword arguments for ``model(input_ids, **kwargs)``: the masks, and for
-        families with absolute positions that left padding would shift,
-        ``position_ids`` counting attended tokens only (so left- and right-padded
-        inputs give the same scores)."""
+        r"""Keyword arguments for ``model(input_ids, **kwargs)``: the masks, and
+        ``position_ids`` counting attended tokens only for families whose absolute
+        positions left padding would shift (so left = right padding)."""
         kwargs: Dict[str, Tensor] = {}
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask
