@@ -308,8 +308,21 @@ def _inner_model(model: nn.Module) -> Optional[nn.Module]:
     if hasattr(model, "peft_config") and callable(
         getattr(model, "get_base_model", None)
     ):
+        _check_not_prompt_learning(model)
         return model.get_base_model()  # type: ignore[operator]
     return None
+
+
+def _check_not_prompt_learning(peft_model: nn.Module) -> None:
+    config = getattr(peft_model, "active_peft_config", None)
+    if getattr(config, "is_prompt_learning", False):
+        raise UnsupportedModelError(
+            f"{type(peft_model).__name__} uses prompt learning "
+            f"({getattr(config, 'peft_type', '?')}), whose virtual tokens are "
+            "added outside the transformers model, so its token attributions are "
+            "undefined here; captum_ext supports PEFT methods injected into the "
+            "model's layers (LoRA, IA3, ...)"
+        )
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:

@@ -169,3 +169,12 @@ class _Holder(nn.Module):
 def test_unknown_wrapper_names_the_inner_model():
     with pytest.raises(UnsupportedModelError, match=r"_Holder.*model\.net"):
         get_adapter(_Holder(tiny_classifier("bert")))
+
+
+def test_prompt_learning_is_refused():
+    config = peft.PromptTuningConfig(
+        task_type=peft.TaskType.SEQ_CLS, num_virtual_tokens=2
+    )
+    model = peft.get_peft_model(tiny_classifier("bert"), config)
+    with pytest.raises(UnsupportedModelError, match="prompt learning"):
+        get_adapter(model)
