@@ -28,7 +28,7 @@ which the methods hook and run (uncompiled, on its own device), so attributions
 equal those of the unwrapped model.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -182,27 +182,23 @@ def _register(family: _Family, *model_types: str) -> None:
         _FAMILIES[model_type] = family
 
 
-_register(
-    _Family(
-        name="bert",
-        embedding_output=("embeddings",),
-        blocks="encoder.layer",
-        parts=_BERT_PARTS,
-        head=_bert_head,
-        framed_by_specials=True,
-        mlm_head_paths=("cls",),
-    ),
-    "bert",
+_BERT = _Family(
+    name="bert",
+    embedding_output=("embeddings",),
+    blocks="encoder.layer",
+    parts=_BERT_PARTS,
+    head=_bert_head,
+    framed_by_specials=True,
+    mlm_head_paths=("cls",),
 )
+_register(_BERT, "bert")
+# BERT's layout with another head and positions that start after the pad id.
 _register(
-    _Family(
+    replace(
+        _BERT,
         name="roberta",
-        embedding_output=("embeddings",),
-        blocks="encoder.layer",
-        parts=_BERT_PARTS,
         head=_classification_head,
         positions_after_pad=True,
-        framed_by_specials=True,
         mlm_head_paths=("lm_head",),
     ),
     "roberta",
@@ -260,29 +256,25 @@ _register(
     ),
     "deberta-v2",
 )
-_register(
-    _Family(
-        name="gpt2",
-        embedding_output=("drop",),
-        blocks="h",
-        final_output="ln_f",
-        head=_score_head,
-        classifier="score",
-        causal=True,
-        position_ids_from_mask=True,
-    ),
-    "gpt2",
+_GPT2 = _Family(
+    name="gpt2",
+    embedding_output=("drop",),
+    blocks="h",
+    final_output="ln_f",
+    head=_score_head,
+    classifier="score",
+    causal=True,
+    position_ids_from_mask=True,
 )
+_register(_GPT2, "gpt2")
+# The same decoder-only classifier, under other module names.
 _register(
-    _Family(
+    replace(
+        _GPT2,
         name="llama",
         embedding_output=("embed_tokens",),
         blocks="layers",
         final_output="norm",
-        head=_score_head,
-        classifier="score",
-        causal=True,
-        position_ids_from_mask=True,
     ),
     "llama",
     "mistral",

@@ -167,12 +167,9 @@ def assert_same_state(before: Dict[str, object], after: Dict[str, object]) -> No
 # ----------------------------------------------------------------------------
 # Models that are not plain *ForSequenceClassification (adapters' checks).
 def tiny_base_model(family: str, seed: int = 0) -> nn.Module:
-    r"""A random-init bare ``*Model`` (no head at all) in eval mode."""
-    torch.manual_seed(seed)
-    model = transformers.AutoModel.from_config(
-        _config(family, 2), attn_implementation="eager"
-    )
-    return model.eval()
+    r"""A random-init bare ``*Model`` (no head at all) in eval mode: the body of
+    :func:`tiny_classifier`."""
+    return tiny_classifier(family, seed=seed).base_model
 
 
 class MeanPoolBertClassifier(transformers.BertForSequenceClassification):
