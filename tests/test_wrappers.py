@@ -10,6 +10,7 @@ adapter unwraps the ``OptimizedModule`` before any backend is involved.
 import copy
 from typing import Callable, Dict
 
+import peft  # a test dependency (setup.cfg [test])
 import pytest
 import torch
 from captum.attr import LayerGradientXActivation
@@ -28,8 +29,6 @@ from captum_ext.attr import (
 from torch import nn, Tensor
 
 from tests.helpers import assert_same_state, model_state, tiny_classifier, token_batch
-
-peft = pytest.importorskip("peft")
 
 METHODS: Dict[str, Callable[[nn.Module], object]] = {
     "AttCAT": AttCAT,
