@@ -16,12 +16,20 @@ methods need, whatever the family:
   ([CLS]/<s>, or the last non-pad token for causal classifiers);
 - ``mlm_head()``: the masked-LM head of a ``*ForMaskedLM`` model, if any.
 
-Families are recognised by ``config.model_type`` (never by ``isinstance``). A model
-of an unknown family gets a :class:`UnsupportedModelError` naming what is missing.
+Families are recognised by ``config.model_type`` (never by ``isinstance`` on a
+model class); each is one keyword-built :class:`_Family` record. A model of an
+unknown family gets a :class:`UnsupportedModelError` naming what is missing.
+
+Wrapped models are seen through (:func:`unwrap_model`): a ``peft`` ``PeftModel``
+(LoRA merged or not; the adapter layers stay inside the inner model), the
+``OptimizedModule`` of ``torch.compile`` and ``DataParallel`` /
+``DistributedDataParallel``. ``adapter.model`` is then the inner Hugging Face model,
+which the methods hook and run (uncompiled, on its own device), so attributions
+equal those of the unwrapped model.
 """
 
-from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn, Tensor
@@ -32,6 +40,7 @@ __all__ = [
     "UnsupportedModelError",
     "get_adapter",
     "supported_families",
+    "unwrap_model",
 ]
 
 
@@ -44,25 +53,63 @@ class BlockParts:
     r"""Modules of one post-LN encoder block used by norm-based decompositions.
 
     ``value`` maps ``[batch, pos, d_model] -> [batch, pos, heads * head_dim]``
-    (bias included); ``attention_output`` is the projection after the heads
-    (``W_O``, ``b_O``); ``layernorm1`` follows attention + residual, ``layernorm2``
-    follows feed-forward + residual.
+    (bias included; a LoRA-wrapped projection stays wrapped, since only its output
+    is used); ``attention_output`` is the projection after the heads (``W_O``,
+    ``b_O``), whose weight is read; ``layernorm1`` follows attention + residual,
+    ``layernorm2`` follows feed-forward + residual.
     """
 
-    value: nn.Linear
+    value: nn.Module
     attention_output: nn.Linear
     layernorm1: nn.LayerNorm
     layernorm2: nn.LayerNorm
 
 
-def _get(root: nn.Module, path: str) -> nn.Module:
-    module = root
-    for name in path.split("."):
-        if name.isdigit():
-            module = module[int(name)]  # type: ignore[index]
-        else:
-            module = getattr(module, name)
-    return module
+@dataclass(frozen=True, kw_only=True)
+class _PartPaths:
+    r"""Paths of :class:`BlockParts` inside one block."""
+
+    value: str
+    attention_output: str
+    layernorm1: str
+    layernorm2: str
+
+
+# A classification head on every position: (model, [batch, pos, d]) -> [b, pos, C].
+_Head = Callable[[nn.Module, Tensor], Tensor]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Family:
+    r"""Everything captum_ext knows about one architecture family.
+
+    Module paths are relative to ``model.base_model`` unless said otherwise.
+    """
+
+    name: str
+    embedding_output: Tuple[str, ...]  # hidden_states[0]; first path that exists
+    blocks: Optional[str]  # None: weights shared across layers (ALBERT)
+    final_output: Optional[str] = None  # hidden_states[L] if not the last block
+    parts: Optional[_PartPaths] = None  # post-LN encoders only (GlobEnc)
+    head: _Head
+    classifier: str = "classifier"  # the head's attribute on the full model
+    causal: bool = False  # classifies from the last non-pad token
+    # Position ids start at pad_token_id + 1 (RoBERTa), so that many embeddings
+    # are never used by a token.
+    positions_after_pad: bool = False
+    # Pass position_ids = cumsum(attention_mask) - 1, so left padding does not
+    # shift absolute positions (as Hugging Face's generate() does).
+    position_ids_from_mask: bool = False
+    # Without special ids in the config: the tokenizer wraps every sequence in a
+    # special first and last token ([CLS] ... [SEP]).
+    framed_by_specials: bool = False
+    mlm_head_paths: Tuple[str, ...] = ()  # on the full model
+    mlm_head_builders: Tuple[Callable[[nn.Module], nn.Module], ...] = ()
+
+
+def _module(root: nn.Module, path: str) -> nn.Module:
+    r"""``root.a.b.0.c`` for ``path = "a.b.0.c"``; AttributeError if absent."""
+    return root.get_submodule(path)
 
 
 def _first_token_head(head: nn.Module, hidden: Tensor) -> Tensor:
@@ -79,65 +126,52 @@ def _first_token_head(head: nn.Module, hidden: Tensor) -> Tensor:
 # Heads on every position, one per family. Dropout is left out: attributions are
 # computed in eval semantics, where dropout is the identity.
 def _bert_head(model: nn.Module, hidden: Tensor) -> Tensor:
-    pooled = _first_token_head(model.bert.pooler, hidden)
-    return model.classifier(pooled)
+    pooled = _first_token_head(_module(model, "bert.pooler"), hidden)
+    return _module(model, "classifier")(pooled)
 
 
 def _classification_head(model: nn.Module, hidden: Tensor) -> Tensor:
     # RobertaClassificationHead / ElectraClassificationHead read features[:, 0, :].
-    return _first_token_head(model.classifier, hidden)
+    return _first_token_head(_module(model, "classifier"), hidden)
 
 
 def _albert_head(model: nn.Module, hidden: Tensor) -> Tensor:
-    pooled = model.albert.pooler_activation(model.albert.pooler(hidden))
-    return model.classifier(pooled)
+    pooler = nn.Sequential(
+        _module(model, "albert.pooler"), _module(model, "albert.pooler_activation")
+    )
+    return _module(model, "classifier")(pooler(hidden))
 
 
 def _deberta_head(model: nn.Module, hidden: Tensor) -> Tensor:
-    return model.classifier(_first_token_head(model.pooler, hidden))
+    pooled = _first_token_head(_module(model, "pooler"), hidden)
+    return _module(model, "classifier")(pooled)
 
 
 def _distilbert_head(model: nn.Module, hidden: Tensor) -> Tensor:
-    return model.classifier(torch.relu(model.pre_classifier(hidden)))
+    pre_classifier = _module(model, "pre_classifier")
+    return _module(model, "classifier")(torch.relu(pre_classifier(hidden)))
 
 
 def _score_head(model: nn.Module, hidden: Tensor) -> Tensor:
-    return model.score(hidden)
+    return _module(model, "score")(hidden)
 
 
 # Masked-LM heads of the *ForMaskedLM classes (hidden -> vocabulary logits).
 def _distilbert_mlm_head(model: nn.Module) -> nn.Module:
-    return nn.Sequential(
-        model.vocab_transform,
-        model.activation,
-        model.vocab_layer_norm,
-        model.vocab_projector,
-    )
+    names = ("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector")
+    return nn.Sequential(*(_module(model, name) for name in names))
 
 
 def _electra_mlm_head(model: nn.Module) -> nn.Module:
-    return nn.Sequential(model.generator_predictions, model.generator_lm_head)
+    names = ("generator_predictions", "generator_lm_head")
+    return nn.Sequential(*(_module(model, name) for name in names))
 
 
-@dataclass(frozen=True)
-class _Family:
-    name: str
-    # module paths relative to ``model.base_model``
-    embedding_output: Tuple[str, ...]  # first path that exists wins
-    blocks: Optional[str]  # None: weights shared across layers (ALBERT)
-    final_output: Optional[str]  # hidden_states[L] when it is not the last block
-    parts: Optional[Tuple[str, str, str, str]]  # value, attn out, LN1, LN2
-    head: Optional[Callable[[nn.Module, Tensor], Tensor]]
-    causal: bool = False
-    mlm_head_paths: Tuple[str, ...] = ()  # on the full model
-    mlm_head_builders: Tuple[Callable[[nn.Module], nn.Module], ...] = ()
-
-
-_BERT_PARTS = (
-    "attention.self.value",
-    "attention.output.dense",
-    "attention.output.LayerNorm",
-    "output.LayerNorm",
+_BERT_PARTS = _PartPaths(
+    value="attention.self.value",
+    attention_output="attention.output.dense",
+    layernorm1="attention.output.LayerNorm",
+    layernorm2="output.LayerNorm",
 )
 
 _FAMILIES: Dict[str, _Family] = {}
@@ -148,26 +182,23 @@ def _register(family: _Family, *model_types: str) -> None:
         _FAMILIES[model_type] = family
 
 
-_register(
-    _Family(
-        "bert",
-        ("embeddings",),
-        "encoder.layer",
-        None,
-        _BERT_PARTS,
-        _bert_head,
-        mlm_head_paths=("cls",),
-    ),
-    "bert",
+_BERT = _Family(
+    name="bert",
+    embedding_output=("embeddings",),
+    blocks="encoder.layer",
+    parts=_BERT_PARTS,
+    head=_bert_head,
+    framed_by_specials=True,
+    mlm_head_paths=("cls",),
 )
+_register(_BERT, "bert")
+# BERT's layout with another head and positions that start after the pad id.
 _register(
-    _Family(
-        "roberta",
-        ("embeddings",),
-        "encoder.layer",
-        None,
-        _BERT_PARTS,
-        _classification_head,
+    replace(
+        _BERT,
+        name="roberta",
+        head=_classification_head,
+        positions_after_pad=True,
         mlm_head_paths=("lm_head",),
     ),
     "roberta",
@@ -176,58 +207,75 @@ _register(
 )
 _register(
     _Family(
-        "electra",
-        ("embeddings_project", "embeddings"),
-        "encoder.layer",
-        None,
-        _BERT_PARTS,
-        _classification_head,
+        name="electra",
+        embedding_output=("embeddings_project", "embeddings"),
+        blocks="encoder.layer",
+        parts=_BERT_PARTS,
+        head=_classification_head,
+        framed_by_specials=True,
         mlm_head_builders=(_electra_mlm_head,),
     ),
     "electra",
 )
 _register(
     _Family(
-        "distilbert",
-        ("embeddings",),
-        "transformer.layer",
-        None,
-        ("attention.v_lin", "attention.out_lin", "sa_layer_norm", "output_layer_norm"),
-        _distilbert_head,
+        name="distilbert",
+        embedding_output=("embeddings",),
+        blocks="transformer.layer",
+        parts=_PartPaths(
+            value="attention.v_lin",
+            attention_output="attention.out_lin",
+            layernorm1="sa_layer_norm",
+            layernorm2="output_layer_norm",
+        ),
+        head=_distilbert_head,
+        framed_by_specials=True,
         mlm_head_builders=(_distilbert_mlm_head,),
     ),
     "distilbert",
 )
 _register(
     _Family(
-        "albert",
-        ("encoder.embedding_hidden_mapping_in",),
-        None,
-        None,
-        None,
-        _albert_head,
+        name="albert",
+        embedding_output=("encoder.embedding_hidden_mapping_in",),
+        blocks=None,
+        head=_albert_head,
+        framed_by_specials=True,
         mlm_head_paths=("predictions",),
     ),
     "albert",
 )
 _register(
     _Family(
-        "deberta-v2",
-        ("embeddings",),
-        "encoder.layer",
-        None,
-        None,
-        _deberta_head,
+        name="deberta-v2",
+        embedding_output=("embeddings",),
+        blocks="encoder.layer",
+        head=_deberta_head,
+        framed_by_specials=True,
         mlm_head_paths=("cls", "lm_predictions"),
     ),
     "deberta-v2",
 )
-_register(
-    _Family("gpt2", ("drop",), "h", "ln_f", None, _score_head, causal=True),
-    "gpt2",
+_GPT2 = _Family(
+    name="gpt2",
+    embedding_output=("drop",),
+    blocks="h",
+    final_output="ln_f",
+    head=_score_head,
+    classifier="score",
+    causal=True,
+    position_ids_from_mask=True,
 )
+_register(_GPT2, "gpt2")
+# The same decoder-only classifier, under other module names.
 _register(
-    _Family("llama", ("embed_tokens",), "layers", "norm", None, _score_head, True),
+    replace(
+        _GPT2,
+        name="llama",
+        embedding_output=("embed_tokens",),
+        blocks="layers",
+        final_output="norm",
+    ),
     "llama",
     "mistral",
     "qwen2",
@@ -239,275 +287,415 @@ def supported_families() -> List[str]:
     return sorted(_FAMILIES)
 
 
+# ------------------------------------------------------------------ wrappers
+def _inner_model(model: nn.Module) -> Optional[nn.Module]:
+    r"""The model one wrapper level down, or None if ``model`` wraps nothing known."""
+    if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+        return model.module
+    compiled = getattr(model, "_orig_mod", None)  # torch.compile's OptimizedModule
+    if isinstance(compiled, nn.Module):
+        return compiled
+    # peft's PeftModel (duck-typed: peft is not a dependency). get_base_model()
+    # returns the transformers model with the LoRA layers injected in place.
+    if hasattr(model, "peft_config") and callable(
+        getattr(model, "get_base_model", None)
+    ):
+        _check_not_prompt_learning(model)
+        return model.get_base_model()  # type: ignore[operator]
+    return None
+
+
+def _check_not_prompt_learning(peft_model: nn.Module) -> None:
+    config = getattr(peft_model, "active_peft_config", None)
+    if getattr(config, "is_prompt_learning", False):
+        raise UnsupportedModelError(
+            f"{type(peft_model).__name__} uses prompt learning "
+            f"({getattr(config, 'peft_type', '?')}), whose virtual tokens are "
+            "added outside the transformers model, so its token attributions are "
+            "undefined here; captum_ext supports PEFT methods injected into the "
+            "model's layers (LoRA, IA3, ...)"
+        )
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    r"""The Hugging Face model inside ``model``'s wrappers (``torch.compile``,
+    ``peft``, ``DataParallel`` / ``DistributedDataParallel``, nested in any order);
+    ``model`` itself when it is not wrapped."""
+    inner = _inner_model(model)
+    while inner is not None and inner is not model:
+        model, inner = inner, _inner_model(inner)
+    return model
+
+
+def _effective_layer(module: nn.Module, what: str) -> nn.Module:
+    r"""The layer whose own weights compute ``module``'s output: a PEFT tuner layer
+    (LoRA) is its ``base_layer`` once its adapters are merged or disabled."""
+    base = getattr(module, "base_layer", None)
+    if not isinstance(base, nn.Module):
+        return module
+    active = set(getattr(module, "active_adapters", ()))
+    unmerged = active - set(getattr(module, "merged_adapters", ()))
+    if getattr(module, "disable_adapters", False) or not unmerged:
+        return base
+    raise UnsupportedModelError(
+        f"the {what} carries unmerged PEFT adapters {sorted(unmerged)}, so its "
+        "weight is not the one the model uses; merge them first "
+        "(peft_model.merge_adapter() or merge_and_unload()) or leave this "
+        "projection out of target_modules"
+    )
+
+
+def _typed(module: nn.Module, kind: type, what: str) -> Any:
+    if not isinstance(module, kind):
+        raise UnsupportedModelError(
+            f"the {what} is a {type(module).__name__}, not a {kind.__name__}; the "
+            "norm-based decomposition needs the standard layer"
+        )
+    return module
+
+
+# ------------------------------------------------------------------ records
+def _config_int(config: Any, *names: str) -> int:
+    r"""The first of ``names`` that the config sets (families name sizes
+    differently: ``num_hidden_layers`` / ``n_layers`` / ``n_layer``...)."""
+    for name in names:
+        value = getattr(config, name, None)
+        if value:
+            return int(value)
+    raise UnsupportedModelError(f"the model config sets none of {names}")
+
+
+def _max_positions(config: Any, family: _Family) -> Optional[int]:
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if value:
+            pad = getattr(config, "pad_token_id", None)
+            if family.positions_after_pad and pad is not None:
+                return int(value) - int(pad) - 1
+            return int(value)
+    return None
+
+
+def _positions_from_mask(attention_mask: Tensor) -> Tensor:
+    r"""``[batch, pos]`` position ids counting attended tokens only, so the first
+    real token is position 0 however much left padding precedes it (pads get 0)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp_min(0)
+
+
+def _framing_positions(attention_mask: Tensor) -> Tensor:
+    r"""Boolean ``[batch, pos]``: the first and the last attended position."""
+    valid = attention_mask.bool()
+    index = torch.arange(valid.shape[1], device=valid.device)
+    first = torch.where(valid, index, valid.shape[1]).amin(-1, keepdim=True)
+    last = torch.where(valid, index, -1).amax(-1, keepdim=True)
+    return valid & ((index == first) | (index == last))
+
+
+_CONFIG_SPECIALS = ("bos_token_id", "eos_token_id", "sep_token_id", "cls_token_id")
+
+
+def _config_special_ids(config: Any) -> List[int]:
+    r"""Special ids the config names, padding left out."""
+    ids = {getattr(config, name, None) for name in _CONFIG_SPECIALS}
+    return sorted(i for i in ids if isinstance(i, int))
+
+
+def _relative_head_error(head_logits: Tensor, model_logits: Tensor) -> float:
+    r"""``max |head - model| / max |model|`` over the batch, in float32."""
+    head, model = head_logits.detach().float(), model_logits.detach().float()
+    scale = model.abs().max().clamp_min(torch.finfo(torch.float32).tiny)
+    return float((head - model).abs().max() / scale)
+
+
+def _head_tolerance(dtype: torch.dtype) -> float:
+    r"""1e-3 in float32/64; 8 ulps of the logits' dtype when coarser (0.0625 in
+    bfloat16, 0.0078 in float16). The standard heads reproduce the logits exactly
+    on CPU (the default sentiment model: 0.0 in float32, bfloat16 and float16); a
+    different head (mean pooling) is off by tens of percent."""
+    return max(1e-3, 8 * torch.finfo(dtype).eps)
+
+
+def _check_layer(layer: int, num_layers: int) -> int:
+    r"""Validates a ``hidden_states`` index; negative indices count from L."""
+    n = num_layers
+    if not isinstance(layer, int) or isinstance(layer, bool):
+        raise TypeError(f"layer must be an int index into hidden_states, got {layer!r}")
+    if not -(n + 1) <= layer <= n:
+        raise IndexError(
+            f"layer {layer} is out of range: hidden_states has indices 0..{n} "
+            f"(0 = embedding output, {n} = last block) for this {n}-layer model"
+        )
+    return layer % (n + 1)
+
+
+def _blocks(base_model: nn.Module, family: _Family) -> List[nn.Module]:
+    if family.blocks is None:
+        raise UnsupportedModelError(
+            f"{family.name}: blocks share their weights across layers, so no single "
+            "module holds one layer; this method needs one module per layer."
+        )
+    return list(_module(base_model, family.blocks).children())
+
+
+def _embedding_output(base_model: nn.Module, family: _Family) -> nn.Module:
+    for path in family.embedding_output:
+        try:
+            return _module(base_model, path)
+        except AttributeError:
+            continue
+    raise UnsupportedModelError(
+        f"{family.name}: none of {family.embedding_output} exists on the base "
+        "model; cannot locate the embedding output"
+    )
+
+
+def _part_paths(family: _Family) -> _PartPaths:
+    if family.parts is None:
+        raise UnsupportedModelError(
+            f"{family.name} is not a post-LayerNorm encoder with separate "
+            "value/output projections and two LayerNorms per block, so the "
+            "norm-based decomposition is not defined for it; supported: "
+            + ", ".join(sorted(k for k, f in _FAMILIES.items() if f.parts))
+        )
+    return family.parts
+
+
+def _block_parts(block: nn.Module, paths: _PartPaths, what: str) -> BlockParts:
+    def part(path: str, kind: type) -> Any:
+        name = f"{what}'s {path}"
+        return _typed(_effective_layer(_module(block, path), name), kind, name)
+
+    return BlockParts(
+        value=_module(block, paths.value),
+        attention_output=part(paths.attention_output, nn.Linear),
+        layernorm1=part(paths.layernorm1, nn.LayerNorm),
+        layernorm2=part(paths.layernorm2, nn.LayerNorm),
+    )
+
+
+def _last_token_position(
+    input_ids: Tensor, attention_mask: Optional[Tensor], pad_token_id: Optional[int]
+) -> Tensor:
+    r"""``[batch]``: the rightmost token that is not ``pad_token_id`` (Hugging
+    Face's rule for causal classifiers); without a pad id, the last attended one."""
+    batch, pos = input_ids.shape
+    index = torch.arange(pos, device=input_ids.device)
+    if pad_token_id is not None:
+        keep = input_ids != pad_token_id
+    elif attention_mask is not None:
+        keep = attention_mask.bool()
+    else:
+        return torch.full((batch,), pos - 1, device=input_ids.device)
+    return (index * keep).argmax(-1)
+
+
+def _find_mlm_head(model: nn.Module, family: _Family) -> Optional[nn.Module]:
+    for path in family.mlm_head_paths:
+        if hasattr(model, path):
+            return _module(model, path)
+    for build in family.mlm_head_builders:
+        try:
+            return build(model)
+        except AttributeError:
+            continue
+    return None
+
+
+def _check_attention_weights(config: Any, method: str) -> None:
+    impl = getattr(config, "_attn_implementation", None) or "eager"
+    if impl != "eager":
+        raise ValueError(
+            f"{method} needs attention weights, but this model uses "
+            f"attn_implementation={impl!r}, which returns none. Load it with "
+            "from_pretrained(..., attn_implementation='eager') or call "
+            "model.set_attn_implementation('eager'); captum_ext never changes "
+            "the model for you."
+        )
+
+
+def _tokenizer_ids(tokenizer: object) -> List[int]:
+    return sorted(set(getattr(tokenizer, "all_special_ids")))
+
+
 class ModelAdapter:
     r"""What the attribution methods need from one Hugging Face model.
 
     Build it with :func:`get_adapter`. The adapter never changes the model.
+    ``hidden_states`` indices run from 0 (embedding output) to L (last block).
     """
 
     def __init__(self, model: nn.Module, family: _Family) -> None:
-        self.model = model
-        self.config = model.config
+        self.model = model  # the unwrapped Hugging Face model
+        self.config: Any = getattr(model, "config")
         self.family = family.name
         self._family = family
-
-    # ----------------------------------------------------------------- sizes
-    @property
-    def base_model(self) -> nn.Module:
-        return self.model.base_model
-
-    @property
-    def num_layers(self) -> int:
         cfg = self.config
-        return int(getattr(cfg, "num_hidden_layers", None) or cfg.n_layers)
+        self.num_layers = _config_int(cfg, "num_hidden_layers", "n_layers", "n_layer")
+        self.num_heads = _config_int(cfg, "num_attention_heads", "n_heads", "n_head")
+        self.hidden_size = _config_int(cfg, "hidden_size", "dim", "n_embd")
+        self.head_dim = self.hidden_size // self.num_heads
+        self.num_labels = int(cfg.num_labels)
+        self.is_regression = self.num_labels == 1
+        self.is_causal = family.causal
+        self.max_positions = _max_positions(cfg, family)
+        self.pad_token_id: Optional[int] = cfg.pad_token_id
+        self.base_model: nn.Module = getattr(model, "base_model")
 
-    @property
-    def num_heads(self) -> int:
-        cfg = self.config
-        return int(getattr(cfg, "num_attention_heads", None) or cfg.n_heads)
-
-    @property
-    def hidden_size(self) -> int:
-        cfg = self.config
-        return int(getattr(cfg, "hidden_size", None) or cfg.dim)
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-    @property
-    def num_labels(self) -> int:
-        return int(self.config.num_labels)
-
-    @property
-    def is_regression(self) -> bool:
-        return self.num_labels == 1
-
-    @property
-    def is_causal(self) -> bool:
-        return self._family.causal
-
-    @property
-    def max_positions(self) -> Optional[int]:
-        cfg = self.config
-        for name in ("max_position_embeddings", "n_positions"):
-            value = getattr(cfg, name, None)
-            if value:
-                # RoBERTa reserves padding_idx + 1 positions before the first token.
-                if self.family == "roberta" and cfg.pad_token_id is not None:
-                    return int(value) - int(cfg.pad_token_id) - 1
-                return int(value)
-        return None
-
-    @property
-    def pad_token_id(self) -> Optional[int]:
-        return self.config.pad_token_id
-
-    # --------------------------------------------------------------- modules
     def word_embeddings(self) -> nn.Embedding:
         r"""The input word-embedding table (``get_input_embeddings()``)."""
-        return self.model.get_input_embeddings()
+        return getattr(self.model, "get_input_embeddings")()
 
     def blocks(self) -> List[nn.Module]:
         r"""The transformer blocks, first to last."""
-        if self._family.blocks is None:
-            raise UnsupportedModelError(
-                f"{self.family}: blocks share their weights across layers, so no "
-                "single module holds one layer; this method needs one module per "
-                "layer."
-            )
-        return list(_get(self.base_model, self._family.blocks))
+        return _blocks(self.base_model, self._family)
 
     def check_layer(self, layer: int) -> int:
         r"""Validates a ``hidden_states`` index; negative indices count from L."""
-        n = self.num_layers
-        if not isinstance(layer, int) or isinstance(layer, bool):
-            raise TypeError(
-                f"layer must be an int index into hidden_states, got {layer!r}"
-            )
-        if not -(n + 1) <= layer <= n:
-            raise IndexError(
-                f"layer {layer} is out of range: hidden_states has indices 0..{n} "
-                f"(0 = embedding output, {n} = last block) for this {n}-layer model"
-            )
-        return layer % (n + 1)
+        return _check_layer(layer, self.num_layers)
 
     def embedding_output_module(self) -> nn.Module:
         r"""The module whose output is ``hidden_states[0]``."""
-        for path in self._family.embedding_output:
-            try:
-                return _get(self.base_model, path)
-            except AttributeError:
-                continue
-        raise UnsupportedModelError(
-            f"{self.family}: none of {self._family.embedding_output} exists on the "
-            "base model; cannot locate the embedding output"
-        )
+        return _embedding_output(self.base_model, self._family)
 
     def hidden_state_module(self, layer: int) -> nn.Module:
-        r"""The module whose forward output equals ``hidden_states[layer]``.
-
-        Index 0 is the embedding output and ``L`` the last block's output (after the
-        final norm for causal models, as Hugging Face reports it).
-        """
-        layer = self.check_layer(layer)
+        r"""The module whose output is ``hidden_states[layer]`` (for ``L``, the
+        final norm of causal models, as Hugging Face reports it)."""
+        layer, final = self.check_layer(layer), self._family.final_output
         if layer == 0:
             return self.embedding_output_module()
-        if layer == self.num_layers and self._family.final_output is not None:
-            return _get(self.base_model, self._family.final_output)
+        if layer == self.num_layers and final is not None:
+            return _module(self.base_model, final)
         return self.blocks()[layer - 1]
 
     def block_parts(self, layer: int) -> BlockParts:
-        r"""Value projection, attention output projection and both LayerNorms of
-        block ``layer`` (1-based like ``hidden_states``: block ``l`` maps
+        r"""The :class:`BlockParts` of block ``layer`` (1..L: block ``l`` maps
         ``hidden_states[l-1]`` to ``hidden_states[l]``)."""
-        if self._family.parts is None:
-            raise UnsupportedModelError(
-                f"{self.family} is not a post-LayerNorm encoder with separate "
-                "value/output projections and two LayerNorms per block, so the "
-                "norm-based decomposition is not defined for it; supported: "
-                + ", ".join(sorted(k for k, f in _FAMILIES.items() if f.parts))
-            )
-        layer = self.check_layer(layer)
-        if layer == 0:
+        paths, index = _part_paths(self._family), self.check_layer(layer)
+        if index == 0:
             raise IndexError("block_parts takes a block index 1..L, not 0")
-        block = self.blocks()[layer - 1]
-        return BlockParts(*(_get(block, path) for path in self._family.parts))
+        block = self.blocks()[index - 1]
+        return _block_parts(block, paths, f"{self.family} block {index}")
 
-    # ------------------------------------------------------------------ heads
-    def head_on_every_position(self, hidden: Tensor) -> Tensor:
-        r"""The classification head applied to every position.
-
-        Args:
-            hidden (Tensor): ``[batch, pos, d_model]``, the final hidden states
-                ``hidden_states[L]``.
-        Returns:
-            Tensor ``[batch, pos, num_labels]``. At :meth:`classification_position`
-            it equals the model's own logits.
-        """
-        if self._family.head is None or not self._has_classifier():
+    def require_classifier(self) -> None:
+        r"""Raises :class:`UnsupportedModelError` unless the model is a sequence
+        classifier (a masked-LM or a bare ``*Model`` has no classification head)."""
+        if not hasattr(self.model, self._family.classifier):
             raise UnsupportedModelError(
                 f"{type(self.model).__name__} has no sequence-classification head; "
                 "load it with AutoModelForSequenceClassification"
             )
-        return self._family.head(self.model, hidden)
 
-    def _has_classifier(self) -> bool:
-        return hasattr(self.model, "classifier") or hasattr(self.model, "score")
+    def head_on_every_position(self, hidden: Tensor) -> Tensor:
+        r"""The classification head on every position of ``hidden_states[L]``:
+        ``[batch, pos, d_model] -> [batch, pos, num_labels]``; at
+        :meth:`classification_position` it equals the model's logits."""
+        self.require_classifier()
+        return self._family.head(self.model, hidden)
 
     def classification_position(
         self, input_ids: Tensor, attention_mask: Optional[Tensor] = None
     ) -> Tensor:
-        r"""Index ``[batch]`` of the position the model classifies from.
-
-        Encoders read position 0. Causal classifiers read the rightmost token that
-        is not ``pad_token_id`` (Hugging Face's own rule); without a pad id, the last
-        attended position.
-        """
-        batch, pos = input_ids.shape
-        if not self.is_causal:
-            return torch.zeros(batch, dtype=torch.long, device=input_ids.device)
-        index = torch.arange(pos, device=input_ids.device)
-        if self.pad_token_id is not None:
-            keep = input_ids != self.pad_token_id
-        elif attention_mask is not None:
-            keep = attention_mask.bool()
-        else:
-            return torch.full((batch,), pos - 1, device=input_ids.device)
-        return (index * keep).argmax(-1)
-
-    def special_positions(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
-        r"""Boolean ``[batch, pos]``: attended positions holding a special token
-        (ids from :meth:`special_token_ids`)."""
-        special = torch.tensor(self.special_token_ids(), device=input_ids.device)
-        return attention_mask.bool() & torch.isin(input_ids, special)
+        r"""``[batch]`` index of the position the model classifies from: 0 for
+        encoders, the last non-pad token for causal classifiers."""
+        if self.is_causal:
+            return _last_token_position(input_ids, attention_mask, self.pad_token_id)
+        return torch.zeros(len(input_ids), dtype=torch.long, device=input_ids.device)
 
     def check_head_reproduces(self, head_logits: Tensor, model_logits: Tensor) -> None:
-        r"""Raises :class:`UnsupportedModelError` unless the adapter's head at the
-        classification position (``head_logits`` ``[batch, C]``) reproduces the
-        model's own logits ``[batch, C]``: a non-standard head (mean pooling, a
-        custom subclass) would otherwise give silently wrong attributions."""
-        scale = model_logits.abs().max().clamp_min(1.0)
-        error = float((head_logits - model_logits).abs().max() / scale)
-        if error > 1e-3:
+        r"""Raises :class:`UnsupportedModelError` unless the head at the
+        classification position (``[batch, C]``) reproduces the model's own logits
+        ``[batch, C]``: a non-standard head (mean pooling, a custom subclass)
+        would otherwise give silently wrong attributions. Relative error in
+        float32 (:func:`_relative_head_error`) against :func:`_head_tolerance`."""
+        error = _relative_head_error(head_logits, model_logits)
+        if not error <= _head_tolerance(model_logits.dtype):
             raise UnsupportedModelError(
                 f"{type(self.model).__name__}'s classification head is not the "
-                f"standard {self.family} head: applied at the classification "
-                f"position it gives logits that differ from the model's own by "
-                f"{error:.2g} (relative); methods that apply the head to every "
-                "position (LogAt, NormXLogit) cannot explain this model"
+                f"standard {self.family} head: at the classification position it "
+                f"gives logits that differ from the model's own by {error:.2g} "
+                "(relative); methods that apply the head to every position (LogAt, "
+                "NormXLogit) cannot explain this model"
             )
 
     def mlm_head(self) -> Optional[nn.Module]:
         r"""The masked-LM head (hidden -> vocabulary logits), or ``None``."""
-        for path in self._family.mlm_head_paths:
-            if hasattr(self.model, path):
-                return getattr(self.model, path)
-        for build in self._family.mlm_head_builders:
-            try:
-                return build(self.model)
-            except AttributeError:
-                continue
-        return None
+        return _find_mlm_head(self.model, self._family)
 
-    # -------------------------------------------------------------- checks
     def require_attention_weights(self, method: str) -> None:
         r"""Raises if the model's attention implementation returns no weights."""
-        impl = getattr(self.config, "_attn_implementation", None) or "eager"
-        if impl != "eager":
-            raise ValueError(
-                f"{method} needs attention weights, but this model uses "
-                f"attn_implementation={impl!r}, which returns none. Load it with "
-                "from_pretrained(..., attn_implementation='eager') or call "
-                "model.set_attn_implementation('eager'); captum_ext never changes "
-                "the model for you."
-            )
+        _check_attention_weights(self.config, method)
 
     def special_token_ids(self, tokenizer: Optional[object] = None) -> List[int]:
-        r"""Special-token ids: the tokenizer's when given, else the config's."""
+        r"""Special-token ids: the tokenizer's when given, else the config's pad,
+        bos, eos, sep and cls ids (BERT-style configs of transformers 5: pad only)."""
         if tokenizer is not None:
-            return sorted(set(tokenizer.all_special_ids))  # type: ignore[attr-defined]
-        names = (
-            "pad_token_id",
-            "bos_token_id",
-            "eos_token_id",
-            "sep_token_id",
-            "cls_token_id",
-        )
-        ids = {getattr(self.config, name, None) for name in names}
+            return _tokenizer_ids(tokenizer)
+        ids = set(_config_special_ids(self.config)) | {self.pad_token_id}
         return sorted(i for i in ids if isinstance(i, int))
+
+    def special_positions(
+        self, input_ids: Tensor, attention_mask: Tensor, tokenizer: object = None
+    ) -> Tensor:
+        r"""Boolean ``[batch, pos]``: attended positions holding a special token,
+        by the tokenizer's ids, else the config's bos/eos/sep/cls ids, else the
+        family's rule: encoders' tokenizers frame every sequence with a special
+        first and last token, so those attended positions are special (causal
+        families: none)."""
+        if tokenizer is None and not _config_special_ids(self.config):
+            if self._family.framed_by_specials:
+                return _framing_positions(attention_mask)
+            return torch.zeros_like(attention_mask, dtype=torch.bool)
+        ids = torch.tensor(self.special_token_ids(tokenizer), device=input_ids.device)
+        return attention_mask.bool() & torch.isin(input_ids, ids)
 
     def forward_kwargs(
         self, attention_mask: Optional[Tensor], token_type_ids: Optional[Tensor]
     ) -> Dict[str, Tensor]:
-        r"""Keyword arguments for ``model(input_ids, **kwargs)``."""
+        r"""Keyword arguments for ``model(input_ids, **kwargs)``: the masks, and
+        ``position_ids`` counting attended tokens only for families whose absolute
+        positions left padding would shift (so left = right padding)."""
         kwargs: Dict[str, Tensor] = {}
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask
+            if self._family.position_ids_from_mask:
+                kwargs["position_ids"] = _positions_from_mask(attention_mask)
         if token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
         return kwargs
 
 
+def _wrapped_models_hint(model: nn.Module) -> str:
+    r"""Names the submodules of ``model`` that are Hugging Face models, if any."""
+    names = [
+        name
+        for name, child in model.named_children()
+        if getattr(getattr(child, "config", None), "model_type", None)
+    ]
+    return f"; pass the wrapped model instead (model.{names[0]})" if names else ""
+
+
 def get_adapter(model: nn.Module) -> ModelAdapter:
-    r"""Returns the :class:`ModelAdapter` of a Hugging Face model.
+    r"""Returns the :class:`ModelAdapter` of a Hugging Face model, seen through
+    the wrappers :func:`unwrap_model` knows.
 
     Raises:
-        UnsupportedModelError: the model has no ``config.model_type`` or its family
-            has no adapter.
+        UnsupportedModelError: the (unwrapped) model has no ``config.model_type``
+            or its family has no adapter.
     """
-    config = getattr(model, "config", None)
-    model_type = getattr(config, "model_type", None)
+    inner = unwrap_model(model)
+    model_type = getattr(getattr(inner, "config", None), "model_type", None)
     if model_type is None:
         raise UnsupportedModelError(
-            f"{type(model).__name__} has no Hugging Face config with a model_type; "
-            "captum_ext methods take a transformers PreTrainedModel"
+            f"{type(inner).__name__} has no Hugging Face config with a model_type; "
+            "captum_ext methods take a transformers PreTrainedModel (optionally "
+            "wrapped by peft, torch.compile or DataParallel)"
+            + _wrapped_models_hint(inner)
         )
     family = _FAMILIES.get(model_type)
     if family is None:
         raise UnsupportedModelError(
             f"no architecture adapter for model_type={model_type!r} "
-            f"({type(model).__name__}); supported: {', '.join(supported_families())}. "
+            f"({type(inner).__name__}); supported: {', '.join(supported_families())}. "
             "Add one in captum_ext/adapters.py (see CONTRIBUTING.md)."
         )
-    return ModelAdapter(model, family)
+    return ModelAdapter(inner, family)

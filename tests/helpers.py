@@ -162,3 +162,37 @@ def assert_same_state(before: Dict[str, object], after: Dict[str, object]) -> No
         assert (g0 is None) == (g1 is None)
         if g0 is not None:
             assert torch.equal(g0, g1)
+
+
+# ----------------------------------------------------------------------------
+# Models that are not plain *ForSequenceClassification (adapters' checks).
+def tiny_base_model(family: str, seed: int = 0) -> nn.Module:
+    r"""A random-init bare ``*Model`` (no head at all) in eval mode: the body of
+    :func:`tiny_classifier`."""
+    return tiny_classifier(family, seed=seed).base_model
+
+
+class MeanPoolBertClassifier(transformers.BertForSequenceClassification):
+    r"""A BERT classifier whose head reads the mean of the attended positions
+    instead of [CLS]: the adapter's standard head does not reproduce its logits."""
+
+    def forward(self, input_ids=None, attention_mask=None, **kwargs):  # type: ignore
+        kwargs.pop("labels", None)
+        output = self.bert(input_ids, attention_mask=attention_mask, **kwargs)
+        hidden = output.last_hidden_state  # [batch, pos, d]
+        weights = attention_mask[..., None].to(hidden.dtype)  # [batch, pos, 1]
+        pooled = (hidden * weights).sum(1) / weights.sum(1)  # [batch, d]
+        logits = self.classifier(pooled)  # [batch, C]
+        return transformers.modeling_outputs.SequenceClassifierOutput(
+            logits=logits,
+            hidden_states=output.hidden_states,
+            attentions=output.attentions,
+        )
+
+
+def tiny_mean_pool_classifier(seed: int = 0) -> nn.Module:
+    r"""A random-init :class:`MeanPoolBertClassifier` in eval mode."""
+    torch.manual_seed(seed)
+    config = _config("bert", 3)
+    config._attn_implementation = "eager"
+    return MeanPoolBertClassifier(config).eval()

@@ -3,15 +3,20 @@ import pytest
 import torch
 from captum_ext import get_adapter, UnsupportedModelError
 from captum_ext._utils.common import parse_token_batch, resolve_target
-from captum_ext.adapters import supported_families
+from captum_ext.adapters import _Family, supported_families
+from captum_ext.attr import AttCAT
 from torch import nn
 
 from tests.helpers import (
     ALL_FAMILIES,
+    CLS_ID,
     is_causal,
     POST_LN_FAMILIES,
+    SEP_ID,
+    tiny_base_model,
     tiny_classifier,
     tiny_masked_lm,
+    tiny_mean_pool_classifier,
     token_batch,
 )
 
@@ -196,3 +201,193 @@ def test_resolve_target():
         resolve_target([0, 1, 2], logits)
     with pytest.raises(ValueError, match="tuple"):
         resolve_target((0, 1), logits)
+
+
+def test_families_are_keyword_records():
+    with pytest.raises(TypeError):
+        _Family("mini", ("embeddings",), "layers")  # type: ignore[misc]
+
+
+def test_roberta_position_offset_is_a_field():
+    # pad_token_id = 0 in the tiny configs: RoBERTa's first position is 1.
+    assert get_adapter(tiny_classifier("roberta")).max_positions == 63
+    assert get_adapter(tiny_classifier("bert")).max_positions == 64
+    model = tiny_classifier("roberta")
+    model(torch.full((1, 63), 7))
+    with pytest.raises((IndexError, RuntimeError), match="out of"):
+        model(torch.full((1, 64), 7))
+
+
+# ---------------------------------------------------------------- special ids
+def _as_released(family: str) -> nn.Module:
+    r"""A tiny classifier whose config names the special ids the family's
+    transformers 5 config names by default (BERT-style: none but pad)."""
+    model = tiny_classifier(family)
+    defaults = type(model.config)()
+    for name in ("cls_token_id", "sep_token_id", "bos_token_id", "eos_token_id"):
+        if hasattr(model.config, name):
+            delattr(model.config, name)
+        if getattr(defaults, name, None) is not None:
+            setattr(model.config, name, getattr(defaults, name))
+    return model
+
+
+# Encoders whose configs name no framing ids: the first and last attended
+# positions; the others: their config's ids (RoBERTa <s>=0 </s>=2, Llama <s>=1).
+_FRAMED = ["bert", "distilbert", "electra", "deberta-v2"]
+
+
+@pytest.mark.parametrize("family", _FRAMED)
+@pytest.mark.parametrize("pad_side", ["right", "left"])
+def test_special_positions_without_config_ids(family, pad_side):
+    adapter = get_adapter(_as_released(family))
+    assert adapter.special_token_ids() == [0]  # pad only: the rule decides
+    batch = token_batch((5, 3), pad_side=pad_side)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    special = adapter.special_positions(ids, mask)
+    expected = mask.bool() & ((ids == CLS_ID) | (ids == SEP_ID))
+    assert special.tolist() == expected.tolist()
+    assert special.sum(-1).tolist() == [2, 2]
+
+
+@pytest.mark.parametrize(
+    "family, row, expected",
+    [
+        ("roberta", [0, 9, 9, 2], [1, 0, 0, 1]),
+        ("gpt2", [9, 9, 50256], [0, 0, 1]),
+        ("gpt2", [9, 9, 9], [0, 0, 0]),  # GPT-2 frames nothing: no rule
+        ("llama", [1, 9, 9], [1, 0, 0]),
+    ],
+)
+def test_special_positions_from_config_ids(family, row, expected):
+    adapter = get_adapter(_as_released(family))
+    ids = torch.tensor([row])
+    special = adapter.special_positions(ids, torch.ones_like(ids))
+    assert special.int().tolist() == [expected]
+
+
+def test_special_positions_prefer_the_tokenizer():
+    class Tokenizer:
+        all_special_ids = [9, 0]
+
+    adapter = get_adapter(_as_released("bert"))
+    ids = torch.tensor([[CLS_ID, 9, 7, SEP_ID, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 0]])
+    special = adapter.special_positions(ids, mask, Tokenizer())
+    assert special.int().tolist() == [[0, 1, 0, 0, 0]]  # pads are never special
+    assert adapter.special_token_ids(Tokenizer()) == [0, 9]
+
+
+@pytest.mark.parametrize("family", _FRAMED)
+def test_only_framing_tokens_are_all_special(family):
+    # What the empty-input check reads: [CLS][SEP] holds nothing to explain.
+    adapter = get_adapter(_as_released(family))
+    ids = torch.tensor([[CLS_ID, SEP_ID], [CLS_ID, 7]])
+    assert adapter.special_positions(ids, torch.ones_like(ids)).all()
+
+
+# main's _check_not_empty reads special_token_ids(); core's reads
+# special_positions() (lead: drop this mark once core's common.py is merged).
+_NEEDS_CORE = pytest.mark.xfail(raises=AssertionError, strict=True)
+
+
+@_NEEDS_CORE
+@pytest.mark.parametrize("family", _FRAMED)
+def test_attcat_refuses_only_framing_tokens(family):
+    method = AttCAT(_as_released(family))
+    method.attribute(torch.tensor([[CLS_ID, 7, SEP_ID]]))  # content: fine
+    with pytest.raises(ValueError, match="empty input"):
+        method.attribute(torch.tensor([[CLS_ID, SEP_ID]]))
+        raise AssertionError("no error for an input of special tokens only")
+
+
+# ----------------------------------------------------- decoder-only padding
+def _scores_per_token(method, batch):
+    scores = method.attribute(
+        batch["input_ids"], target=0, additional_forward_args=(batch["attention_mask"],)
+    )
+    return scores[batch["attention_mask"].bool()]
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_left_and_right_padding_give_the_same_scores(family):
+    model = tiny_classifier(family)
+    adapter = get_adapter(model)
+    left = token_batch((7, 4), pad_side="left", causal=True)
+    right = token_batch((7, 4), pad_side="right", causal=True)
+    logits = [
+        model(b["input_ids"], **adapter.forward_kwargs(b["attention_mask"], None))
+        for b in (left, right)
+    ]
+    torch.testing.assert_close(logits[0].logits, logits[1].logits)
+    torch.testing.assert_close(
+        _scores_per_token(AttCAT(model), left),
+        _scores_per_token(AttCAT(model), right),
+    )
+
+
+def test_gpt2_left_padding_shifts_positions_without_position_ids():
+    # Why the adapter passes position_ids: GPT-2's absolute positions.
+    model = tiny_classifier("gpt2")
+    left = token_batch((7, 4), pad_side="left", causal=True)
+    right = token_batch((7, 4), pad_side="right", causal=True)
+    plain = [model(**b).logits[1] for b in (left, right)]
+    assert (plain[0] - plain[1]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_encoders_get_no_position_ids(family):
+    adapter = get_adapter(tiny_classifier(family))
+    mask = torch.ones(1, 3, dtype=torch.long)
+    assert set(adapter.forward_kwargs(mask, None)) == {"attention_mask"}
+
+
+# ------------------------------------------------------------ head checks
+def test_mean_pool_head_is_refused():
+    model = tiny_mean_pool_classifier()
+    adapter = get_adapter(model)
+    batch = token_batch()
+    out = _forward(model, batch)
+    head = adapter.head_on_every_position(out.hidden_states[-1])[:, 0]
+    with pytest.raises(UnsupportedModelError, match="not the standard bert head"):
+        adapter.check_head_reproduces(head, out.logits)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_standard_heads_pass_the_check(family, dtype):
+    model = tiny_classifier(family, dtype=dtype)
+    adapter = get_adapter(model)
+    batch = token_batch(causal=is_causal(family))
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    out = model(ids, **adapter.forward_kwargs(mask, None), output_hidden_states=True)
+    position = adapter.classification_position(ids, mask)
+    head = adapter.head_on_every_position(out.hidden_states[-1])
+    adapter.check_head_reproduces(head[torch.arange(3), position], out.logits)
+
+
+def test_head_check_tolerance_is_relative_to_the_logits():
+    adapter = get_adapter(tiny_classifier("bert"))
+    logits = torch.tensor([[100.0, -50.0]])
+    adapter.check_head_reproduces(logits + 0.05, logits)  # 5e-4 relative
+    with pytest.raises(UnsupportedModelError, match="0.002"):
+        adapter.check_head_reproduces(logits + 0.2, logits)
+    small = torch.tensor([[0.02, 0.01]])
+    with pytest.raises(UnsupportedModelError):
+        adapter.check_head_reproduces(small * 0.5, small)
+    coarse = logits.bfloat16()
+    adapter.check_head_reproduces(coarse + 4, coarse)  # 0.04 < 8 bf16 ulps
+    with pytest.raises(UnsupportedModelError):
+        adapter.check_head_reproduces(coarse + 8, coarse)
+
+
+# ------------------------------------------------------ not a classifier
+@pytest.mark.parametrize(
+    "build, family",
+    [(tiny_masked_lm, "bert"), (tiny_base_model, "bert"), (tiny_base_model, "gpt2")],
+)
+def test_non_classifiers_are_refused(build, family):
+    adapter = get_adapter(build(family))
+    with pytest.raises(UnsupportedModelError, match="AutoModelForSequence"):
+        adapter.require_classifier()
+    get_adapter(tiny_classifier(family)).require_classifier()

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+r"""Every method on a wrapped tiny BERT (peft LoRA merged or not, torch.compile,
+DataParallel) gives the attributions of the equivalent unwrapped model.
+
+torch.compile runs with ``backend="eager"``: the default inductor backend takes
+~50 s to compile the tiny BERT on a 2-core CPU, too slow for the unit suite; the
+adapter unwraps the ``OptimizedModule`` before any backend is involved.
+"""
+
+import copy
+from typing import Callable, Dict
+
+import peft  # a test dependency (setup.cfg [test])
+import pytest
+import torch
+from captum.attr import LayerGradientXActivation
+from captum_ext import get_adapter, UnsupportedModelError
+from captum_ext.adapters import unwrap_model
+from captum_ext.attr import (
+    AttCAT,
+    CAT,
+    DecodedLayerAttribution,
+    DecodedLayerGradCam,
+    EmbeddingDecoder,
+    GlobEnc,
+    LogAt,
+    NormXLogit,
+)
+from torch import nn, Tensor
+
+from tests.helpers import assert_same_state, model_state, tiny_classifier, token_batch
+
+METHODS: Dict[str, Callable[[nn.Module], object]] = {
+    "AttCAT": AttCAT,
+    "CAT": CAT,
+    "LogAt": LogAt,
+    "NormXLogit": NormXLogit,
+    "GlobEnc": GlobEnc,
+    "DecodedLayerGradCam": lambda m: DecodedLayerGradCam(m, 1, EmbeddingDecoder(m)),
+    "DecodedLayerAttribution": lambda m: DecodedLayerAttribution(
+        m, 1, EmbeddingDecoder(m), LayerGradientXActivation
+    ),
+}
+# LoRA on every projection but the attention output, whose weight GlobEnc reads.
+UNMERGED_TARGETS = ["query", "key", "value", "intermediate.dense"]
+ALL_TARGETS = ["query", "key", "value", "dense"]
+
+
+# The decoded methods run signed: their final ReLU zeroes most scores of the tiny
+# random models, which would leave little to compare.
+SIGNED = {
+    "DecodedLayerGradCam": {"relu": None},
+    "DecodedLayerAttribution": {"relu": None},
+}
+
+
+def _attribute(model: nn.Module, method: str) -> Tensor:
+    batch = token_batch()
+    return METHODS[method](model).attribute(  # type: ignore[attr-defined]
+        batch["input_ids"],
+        target=1,
+        additional_forward_args=(batch["attention_mask"],),
+        **SIGNED.get(method, {}),
+    )
+
+
+def _lora(targets: list, seed: int = 1) -> nn.Module:
+    r"""A LoRA sequence classifier with non-zero adapters and a retrained copy of
+    the classifier (``modules_to_save``), so a method that bypassed either would
+    explain another model."""
+    config = peft.LoraConfig(
+        task_type=peft.TaskType.SEQ_CLS,
+        r=4,
+        lora_alpha=8,
+        target_modules=targets,
+        init_lora_weights=False,  # random B: the adapters change the output
+    )
+    torch.manual_seed(seed)
+    model = peft.get_peft_model(tiny_classifier("bert"), config).eval()
+    classifier = model.base_model.model.classifier.modules_to_save["default"]
+    with torch.no_grad():
+        classifier.weight.add_(torch.randn_like(classifier.weight))
+    return model
+
+
+def _merged_copy(peft_model: nn.Module) -> nn.Module:
+    r"""The plain transformers model that computes what ``peft_model`` computes."""
+    return copy.deepcopy(peft_model).merge_and_unload().eval()
+
+
+def _merged_in_place(targets: list) -> nn.Module:
+    model = _lora(targets)
+    model.merge_adapter()  # LoRA layers stay, their deltas now in the weights
+    return model
+
+
+def _assert_same_attributions(wrapped: nn.Module, plain: nn.Module, method: str):
+    before = model_state(wrapped)
+    got = _attribute(wrapped, method)
+    assert_same_state(before, model_state(wrapped))
+    expected = _attribute(plain, method)
+    # Relative to the scores' scale: the decoded scores of a tiny model are ~1e-6.
+    scale = float(expected.abs().max())
+    assert (expected != 0).float().mean() > 0.5
+    torch.testing.assert_close(got, expected, atol=1e-5 * scale, rtol=1e-4)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_lora_unmerged_equals_merged_model(method):
+    lora = _lora(UNMERGED_TARGETS)
+    _assert_same_attributions(lora, _merged_copy(lora), method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_lora_merged_in_place_equals_merged_model(method):
+    lora = _merged_in_place(ALL_TARGETS)
+    _assert_same_attributions(lora, _merged_copy(lora), method)
+
+
+@pytest.mark.parametrize("method", ["LogAt", "GlobEnc"])
+def test_lora_changes_the_attributions(method):
+    # The checks above could not fail if the adapters (or the retrained
+    # classifier) had no effect on the attributions.
+    lora = _lora(UNMERGED_TARGETS)
+    plain = tiny_classifier("bert")
+    difference = (_attribute(lora, method) - _attribute(plain, method)).abs().max()
+    assert difference > 1e-3
+
+
+def test_globenc_refuses_unmerged_lora_on_the_attention_output():
+    with pytest.raises(UnsupportedModelError, match="merge_adapter"):
+        _attribute(_lora(ALL_TARGETS), "GlobEnc")
+
+
+def test_lora_inner_model_is_the_transformers_model():
+    lora = _lora(UNMERGED_TARGETS)
+    inner = lora.get_base_model()
+    adapter = get_adapter(lora)
+    assert adapter.model is inner
+    assert adapter.word_embeddings() is inner.get_input_embeddings()
+    # the LoRA-wrapped value projection is the module GlobEnc hooks
+    assert (
+        adapter.block_parts(1).value is inner.bert.encoder.layer[0].attention.self.value
+    )
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_torch_compile_equals_uncompiled(method):
+    model = tiny_classifier("bert")
+    compiled = torch.compile(model, backend="eager")
+    assert get_adapter(compiled).model is model
+    _assert_same_attributions(compiled, model, method)
+
+
+# cat.py casts its scores to forward_func.dtype, which DataParallel lacks
+# (lead: use self.adapter.model.dtype there, then drop this mark).
+_CAT_DTYPE = pytest.mark.xfail(raises=AttributeError, strict=True)
+
+
+@pytest.mark.parametrize(
+    "method",
+    [pytest.param(m, marks=_CAT_DTYPE) if "CAT" in m else m for m in METHODS],
+)
+def test_data_parallel_equals_inner_model(method):
+    model = tiny_classifier("bert")
+    _assert_same_attributions(nn.DataParallel(model), model, method)
+
+
+def test_nested_wrappers_are_seen_through():
+    lora = _lora(UNMERGED_TARGETS)
+    compiled = torch.compile(lora, backend="eager")
+    assert unwrap_model(compiled) is lora.get_base_model()
+    plain = tiny_classifier("bert")
+    assert unwrap_model(plain) is plain
+
+
+class _Holder(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.net = model
+
+
+def test_unknown_wrapper_names_the_inner_model():
+    with pytest.raises(UnsupportedModelError, match=r"_Holder.*model\.net"):
+        get_adapter(_Holder(tiny_classifier("bert")))
+
+
+def test_prompt_learning_is_refused():
+    config = peft.PromptTuningConfig(
+        task_type=peft.TaskType.SEQ_CLS, num_virtual_tokens=2
+    )
+    model = peft.get_peft_model(tiny_classifier("bert"), config)
+    with pytest.raises(UnsupportedModelError, match="prompt learning"):
+        get_adapter(model)
