@@ -19,15 +19,16 @@ Usage::
 import argparse
 import statistics
 import time
+from dataclasses import replace
 from typing import Callable, Dict, Optional, Tuple
 
 import torch
 import transformers
 from captum_ext import classifier_forward
-from captum_ext.metrics import aopc, sufficiency
+from captum_ext.metrics import aopc, get_protocol, sufficiency, TokenOptions
 
 EXAMPLES = 128
-LEVELS = [i / 10 for i in range(11)]
+ELEVEN_LEVELS = replace(get_protocol("aopc"), levels=[i / 10 for i in range(11)])
 
 
 def _seconds(run: Callable[[], object]) -> float:
@@ -96,13 +97,9 @@ def main() -> None:
     args = parser.parse_args()
     model, tokenizer = _model(args.untrained)
     batch = _inputs(tokenizer)
-    token_ids = dict(
-        mask_token_id=tokenizer.mask_token_id,  # type: ignore[attr-defined]
-        pad_token_id=tokenizer.pad_token_id,  # type: ignore[attr-defined]
-    )
+    tokens = TokenOptions.from_tokenizer(tokenizer, batch["special_tokens_mask"])
     forward = classifier_forward(model)
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    special = batch["special_tokens_mask"]
     scores = torch.randn(ids.shape, generator=torch.Generator().manual_seed(0))
 
     def one_pass() -> None:
@@ -118,9 +115,8 @@ def main() -> None:
             scores,
             None,
             (mask,),
-            special_tokens_mask=special,
-            max_examples_per_batch=chunk,
-            **token_ids,
+            tokens=tokens,
+            internal_batch_size=chunk,
             **kwargs,
         )
 
@@ -131,9 +127,9 @@ def main() -> None:
         f"{_seconds(one_pass) * 1000:.0f} ms"
     )
     cases = {
-        "AOPC default, 11 levels, deletion": metric(aopc, None, levels=LEVELS),
+        "AOPC default, 11 levels, deletion": metric(aopc, None, preset=ELEVEN_LEVELS),
         "AOPC default, 11 levels, deletion, 32 rows/pass": metric(
-            aopc, 32, levels=LEVELS
+            aopc, 32, preset=ELEVEN_LEVELS
         ),
         "AOPC normxlogit, 9 levels, [MASK]": metric(aopc, None, preset="normxlogit"),
         "sufficiency default, 10 levels, deletion": metric(sufficiency, None),

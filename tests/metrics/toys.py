@@ -5,11 +5,12 @@ their outputs vary visibly with the input."""
 
 from dataclasses import replace
 from functools import lru_cache
-from typing import Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import torch
 from captum_ext import classifier_forward
 from captum_ext.metrics import get_protocol, PerturbationProtocol, TokenOptions
+from captum_ext.metrics._utils.protocols import CurveMetric
 from torch import nn, Tensor
 
 from tests.helpers import CLS_ID, PAD_ID, SEP_ID, tiny_classifier, token_batch, VOCAB
@@ -39,17 +40,20 @@ class BagOfWords(nn.Module):
         self.eval()  # like a loaded model; metrics warn about training mode
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor = None
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        token_type_ids: Optional[Tensor] = None,
     ) -> Tensor:
         contributions = self.weights[input_ids] * attention_mask[..., None]
         return self.bias + contributions.sum(1)
 
 
 def protocol(
-    metric: str, preset: Optional[str] = None, **changes: object
+    metric: CurveMetric, preset: Optional[str] = None, **changes: Any
 ) -> PerturbationProtocol:
     r"""A preset of ``metric`` with ``changes`` (``levels``, ``mode``, ...)."""
-    return replace(get_protocol(metric, preset), **changes)  # type: ignore[arg-type]
+    return replace(get_protocol(metric, preset), **changes)
 
 
 def bag_of_words(num_labels: int = 2, seed: int = 0) -> BagOfWords:
@@ -104,7 +108,9 @@ def example(batch: Dict[str, Tensor], row: int) -> Tuple[List[int], List[float]]
     )
 
 
-def probabilities(forward, ids: List[int], attention: List[int] = None) -> Tensor:
+def probabilities(
+    forward, ids: List[int], attention: Optional[List[int]] = None
+) -> Tensor:
     r"""Softmax output ``[C]`` (float64) on one unpadded sequence."""
     input_ids = torch.tensor([ids])
     mask = torch.tensor([attention if attention is not None else [1] * len(ids)])

@@ -7,7 +7,17 @@ default plus presets that reproduce each paper's reference code exactly.
 """
 
 from dataclasses import dataclass, replace
-from typing import Dict, Literal, Optional, overload, Tuple, Type, TypeVar, Union
+from typing import (
+    Dict,
+    Literal,
+    Optional,
+    overload,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 
 import numpy as np
 
@@ -43,7 +53,8 @@ class PerturbationProtocol:
     \rfloor`, capped at the number of perturbable tokens.
 
     Attributes:
-        levels (tuple[float, ...]): fractions :math:`g`, increasing, in [0, 1].
+        levels (sequence of float): fractions :math:`g`, increasing, in [0, 1];
+            stored as a tuple.
         mode (str): ``"delete"`` (remove the tokens and re-pack the sequence,
             attention mask updated), ``"mask"`` (replace them with
             ``mask_token_id``) or ``"pad"`` (replace them with ``pad_token_id``).
@@ -69,7 +80,7 @@ class PerturbationProtocol:
             all skipped; None gives NaN.
     """
 
-    levels: Tuple[float, ...]
+    levels: Sequence[float]
     mode: str = "delete"
     attend_replaced: bool = True
     rounding: str = "round"
