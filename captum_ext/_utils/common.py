@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-r"""Input parsing, target resolution and the model forward shared by all methods.
+r"""The one token-input core (parsing and checks, one message per error), target
+resolution and the model forward, shared by all methods and metrics.
 
 Call convention (the one every captum_ext method and metric follows)::
 
@@ -8,7 +9,10 @@ Call convention (the one every captum_ext method and metric follows)::
     # or (attention_mask, token_type_ids), or a bare attention_mask, or None
 
 ``input_ids`` is ``[batch, pos]`` of token ids; ``attention_mask`` is 1 on real
-tokens and 0 on padding (left or right).
+tokens and 0 on padding: right or left for a decoder-only model, right for an
+encoder (it reads its prediction from position 0). Metrics take the same two
+through :func:`parse_token_ids` (they have no model adapter); methods through
+:func:`parse_token_batch`, which adds the checks that need the model.
 """
 
 import warnings
@@ -25,6 +29,7 @@ __all__ = [
     "ClassifierLogits",
     "TokenBatch",
     "check_decoder_vocabulary",
+    "check_same_shape",
     "check_vocabulary_ids",
     "classifier_forward",
     "parse_token_batch",
@@ -68,7 +73,7 @@ def parse_token_ids(
     if attention_mask is None:
         _warn_if_padded(input_ids, pad_token_id)
         attention_mask = torch.ones_like(input_ids)
-    _check_same_shape("attention_mask", attention_mask, input_ids)
+    check_same_shape("attention_mask", attention_mask, input_ids)
     if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
         raise ValueError("attention_mask must hold only 0 (padding) and 1 (tokens)")
     empty = (~attention_mask.bool().any(-1)).nonzero().flatten()
@@ -116,7 +121,8 @@ def _extra_args(additional_forward_args: Any) -> Tuple[Any, ...]:
     )
 
 
-def _check_same_shape(name: str, tensor: Any, input_ids: Tensor) -> None:
+def check_same_shape(name: str, tensor: Any, input_ids: Tensor) -> None:
+    r"""Raises unless ``tensor`` is a tensor of the shape of ``input_ids``."""
     if not isinstance(tensor, Tensor) or tensor.shape != input_ids.shape:
         got = tuple(tensor.shape) if isinstance(tensor, Tensor) else type(tensor)
         raise ValueError(
@@ -159,7 +165,7 @@ def parse_token_batch(
         )
     token_type_ids = rest[0] if rest else None
     if token_type_ids is not None:
-        _check_same_shape("token_type_ids", token_type_ids, input_ids)
+        check_same_shape("token_type_ids", token_type_ids, input_ids)
     batch = TokenBatch(input_ids, attention_mask, token_type_ids)
     _check_not_only_special(adapter, batch)
     check_vocabulary_ids(adapter, input_ids)

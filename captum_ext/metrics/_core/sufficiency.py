@@ -65,20 +65,21 @@ def sufficiency(
         inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
         attributions (Tensor): one score per token ``[batch, pos]``; higher =
                 more important for ``target``.
-        target (int, list or Tensor, optional): the class tracked, one for all or
-                one per example. Default: None (the predicted class)
+        target (int, list or Tensor, optional): the class whose probability drop
+                is measured, one for all or one per example. Default: None (the
+                predicted class)
         additional_forward_args (Tensor or tuple, optional): ``attention_mask``
                 or ``(attention_mask, *rest)``, passed to ``forward_func`` after
                 the ids; ``[batch, pos]`` tensors follow their tokens when tokens
                 are deleted. Default: None (no padding)
-        preset (str or PerturbationProtocol, optional): a preset above, or a
-                :class:`~captum_ext.metrics.PerturbationProtocol`.
-                Default: None (the default above)
-        tokens (TokenOptions, optional): the [MASK], [PAD] and special ids, see
-                :class:`~captum_ext.metrics.TokenOptions`. Default: None
-        internal_batch_size (int, optional): most rows per forward pass; all
-                (example, level) rows are chunked alike, and results do not
-                depend on it. Default: None (the batch size)
+        preset (str or PerturbationProtocol, optional): None (the default
+                above), ``"normxlogit"``, ``"ferret"``, or a
+                :class:`~captum_ext.metrics.PerturbationProtocol`. Default: None
+        tokens (TokenOptions, optional): the [MASK], [PAD] and special ids
+                (:class:`~captum_ext.metrics.TokenOptions`). Default: None
+        internal_batch_size (int, optional): most (example, level) rows per
+                forward pass; results do not depend on it. Default: None (the
+                batch size)
         show_progress (bool, optional): a tqdm progress bar. Default: False
 
     Returns:

@@ -14,7 +14,7 @@ import torch
 from captum._utils.typing import TargetType
 from torch import Tensor
 
-from captum_ext._utils.common import _check_same_shape, parse_token_ids
+from captum_ext._utils.common import check_same_shape, parse_token_ids
 
 __all__ = [
     "MetricCall",
@@ -151,7 +151,7 @@ def _special_positions(input_ids: Tensor, tokens: TokenOptions) -> Tensor:
     special = torch.zeros_like(input_ids, dtype=torch.bool)
     if tokens.special_tokens_mask is not None:
         mask = tokens.special_tokens_mask
-        _check_same_shape("special_tokens_mask", mask, input_ids)
+        check_same_shape("special_tokens_mask", mask, input_ids)
         special |= mask.to(input_ids.device).bool()
     if tokens.special_token_ids is not None:
         ids = torch.as_tensor(tokens.special_token_ids, device=input_ids.device)
@@ -195,5 +195,5 @@ def _is_single_tuple(value: Any) -> bool:
 
 def check_evidence(evidence_mask: Any, inputs: TokenInputs) -> Tensor:
     r"""Returns the evidence mask ``[batch, pos]`` as booleans."""
-    _check_same_shape("evidence_mask", evidence_mask, inputs.input_ids)
+    check_same_shape("evidence_mask", evidence_mask, inputs.input_ids)
     return evidence_mask.to(inputs.input_ids.device).bool()
