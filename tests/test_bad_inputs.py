@@ -516,3 +516,29 @@ def test_metric_preset_of_another_kind() -> None:
         aopc(forward, ids, torch.rand(ids.shape), None, mask, preset=KendallProtocol())
     with pytest.raises(ValueError, match="no metric 'aopcc'"):
         get_protocol("aopcc")
+
+
+def _message(call: Callable[[], Any]) -> str:
+    with pytest.raises((ValueError, TypeError)) as caught:
+        call()
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("case", ["empty row", "mask shape", "float ids", "1-d ids"])
+def test_methods_and_metrics_share_one_message_per_error(case: str) -> None:
+    r"""One input core: a method and a metric reject the same input with the
+    same words."""
+    batch = _batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    bad_ids, bad_mask = {
+        "empty row": (ids, mask * torch.tensor([[1], [0], [1]])),
+        "mask shape": (ids, mask[:, :-1]),
+        "float ids": (ids.float(), mask),
+        "1-d ids": (ids[0], mask[0]),
+    }[case]
+    method = METHOD_CONFIGS[0]
+    forward = classifier_forward(_model())
+    scores = torch.rand(ids.shape)
+    from_method = _message(lambda: _attribute(method, _model(), bad_ids, bad_mask))
+    from_metric = _message(lambda: aopc(forward, bad_ids, scores, None, bad_mask))
+    assert from_method == from_metric
