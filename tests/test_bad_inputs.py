@@ -238,10 +238,11 @@ def test_input_longer_than_the_positions(config: MethodConfig) -> None:
 @CONFIGS
 @pytest.mark.parametrize("bad_id", [VOCAB, -1])
 def test_token_id_outside_the_vocabulary(config: MethodConfig, bad_id: int) -> None:
-    ids = _batch()["input_ids"].clone()
+    batch = _batch()
+    ids = batch["input_ids"].clone()
     ids[0, 1] = bad_id
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 99\)"):
-        _attribute(config, _model(), ids)
+        _attribute(config, _model(), ids, batch["attention_mask"])
 
 
 @CONFIGS

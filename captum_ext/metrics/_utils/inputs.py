@@ -47,7 +47,7 @@ class TokenOptions:
             to exclude); joined with ``special_token_ids``.
 
     Without ``special_token_ids`` and ``special_tokens_mask`` no position is
-    special.
+    special. Frozen; compared by identity, as it may hold a tensor.
     """
 
     mask_token_id: Optional[int] = None
