@@ -8,6 +8,7 @@ are passed on to ``forward_func`` unchanged.
 """
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
 import torch
@@ -115,7 +116,7 @@ class TokenInputs:
         r"""Boolean ``[batch, pos]``: real tokens that are not special."""
         return self.valid & ~self.special
 
-    @property
+    @cached_property  # read by every chunk of every level
     def left_padded(self) -> Tensor:
         r"""Boolean ``[batch]``: rows padded on the left. Rows without padding
         follow the batch: left when every padded row is padded on the left."""
