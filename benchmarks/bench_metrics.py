@@ -10,24 +10,30 @@ pass per level plus one for the unperturbed input. Prints the ratios in one run.
 CPU timings are noisy on a shared machine: each ratio is the median over
 ``--repeats`` runs, each against forward passes timed just before and after it.
 
+``--causal`` runs the same on a random-init decoder-only model (Llama layers of
+the default model's width and depth, its tokenizer, texts padded on the left):
+perturbation metrics on decoders must stay within the number of levels too.
+
 Usage::
 
     python -m benchmarks.bench_metrics               # the default model
     python -m benchmarks.bench_metrics --untrained   # its encoder, new head
+    python -m benchmarks.bench_metrics --causal      # a decoder of its size
 """
 
 import argparse
 import statistics
 import time
-from typing import Callable, Dict, Optional, Tuple
+from dataclasses import replace
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 import transformers
 from captum_ext import classifier_forward
-from captum_ext.metrics import aopc, sufficiency
+from captum_ext.metrics import aopc, get_protocol, sufficiency, TokenOptions
 
 EXAMPLES = 128
-LEVELS = [i / 10 for i in range(11)]
+ELEVEN_LEVELS = replace(get_protocol("aopc"), levels=[i / 10 for i in range(11)])
 
 
 def _seconds(run: Callable[[], object]) -> float:
@@ -53,9 +59,35 @@ def _ratio(
     return statistics.median(seconds), statistics.median(ratios)
 
 
-def _model(untrained: bool) -> Tuple[torch.nn.Module, object]:
+def _causal_model(tokenizer: Any) -> torch.nn.Module:
+    r"""A random-init Llama classifier with the default model's sizes."""
+    from captum_ext.default_models import base_model_path
+
+    encoder = transformers.AutoConfig.from_pretrained(
+        base_model_path(), local_files_only=True
+    )
+    config = transformers.LlamaConfig(
+        vocab_size=encoder.vocab_size,
+        hidden_size=encoder.hidden_size,
+        num_hidden_layers=encoder.num_hidden_layers,
+        num_attention_heads=encoder.num_attention_heads,
+        intermediate_size=encoder.intermediate_size,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    config.num_labels = 2
+    torch.manual_seed(0)
+    return transformers.AutoModelForSequenceClassification.from_config(
+        config, attn_implementation="eager"
+    ).eval()
+
+
+def _model(untrained: bool, causal: bool) -> Tuple[torch.nn.Module, Any]:
     from captum_ext.default_models import base_model_path, load_default_model
 
+    if causal:
+        tokenizer = load_default_model("sentiment")[1]
+        tokenizer.padding_side = "left"
+        return _causal_model(tokenizer), tokenizer
     if not untrained:
         return load_default_model("sentiment")
     # The same encoder, tokenizer and cost, with a new (untrained) head; the
@@ -92,17 +124,18 @@ def main() -> None:
         action="store_true",
         help="the default model's encoder with an untrained head (same cost)",
     )
+    parser.add_argument(
+        "--causal",
+        action="store_true",
+        help="a random-init decoder-only model of the same size, left padding",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    model, tokenizer = _model(args.untrained)
+    model, tokenizer = _model(args.untrained, args.causal)
     batch = _inputs(tokenizer)
-    token_ids = dict(
-        mask_token_id=tokenizer.mask_token_id,  # type: ignore[attr-defined]
-        pad_token_id=tokenizer.pad_token_id,  # type: ignore[attr-defined]
-    )
+    tokens = TokenOptions.from_tokenizer(tokenizer, batch["special_tokens_mask"])
     forward = classifier_forward(model)
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    special = batch["special_tokens_mask"]
     scores = torch.randn(ids.shape, generator=torch.Generator().manual_seed(0))
 
     def one_pass() -> None:
@@ -118,9 +151,8 @@ def main() -> None:
             scores,
             None,
             (mask,),
-            special_tokens_mask=special,
-            max_examples_per_batch=chunk,
-            **token_ids,
+            tokens=tokens,
+            internal_batch_size=chunk,
             **kwargs,
         )
 
@@ -131,9 +163,9 @@ def main() -> None:
         f"{_seconds(one_pass) * 1000:.0f} ms"
     )
     cases = {
-        "AOPC default, 11 levels, deletion": metric(aopc, None, levels=LEVELS),
+        "AOPC default, 11 levels, deletion": metric(aopc, None, preset=ELEVEN_LEVELS),
         "AOPC default, 11 levels, deletion, 32 rows/pass": metric(
-            aopc, 32, levels=LEVELS
+            aopc, 32, preset=ELEVEN_LEVELS
         ),
         "AOPC normxlogit, 9 levels, [MASK]": metric(aopc, None, preset="normxlogit"),
         "sufficiency default, 10 levels, deletion": metric(sufficiency, None),

@@ -7,6 +7,8 @@ A model in training mode is asserted for every method and family in
 ``tests/test_matrix.py`` (it warns, computes in eval semantics and restores the
 mode); here for the metrics."""
 
+import warnings
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any, Callable, Dict, Iterator, Optional
 
@@ -18,11 +20,14 @@ from captum_ext.metrics import (
     aopc,
     average_precision,
     dot_product,
+    get_protocol,
     hiding_revealing,
     kendall_tau,
+    KendallProtocol,
     log_odds,
     sufficiency,
     token_overlap,
+    TokenOptions,
 )
 from torch import nn, Tensor
 
@@ -31,6 +36,7 @@ from tests.helpers import (
     ALL_FAMILIES,
     CLS_ID,
     is_causal,
+    PAD_ID,
     SEP_ID,
     tiny_classifier,
     tiny_masked_lm,
@@ -232,10 +238,11 @@ def test_input_longer_than_the_positions(config: MethodConfig) -> None:
 @CONFIGS
 @pytest.mark.parametrize("bad_id", [VOCAB, -1])
 def test_token_id_outside_the_vocabulary(config: MethodConfig, bad_id: int) -> None:
-    ids = _batch()["input_ids"].clone()
+    batch = _batch()
+    ids = batch["input_ids"].clone()
     ids[0, 1] = bad_id
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 99\)"):
-        _attribute(config, _model(), ids)
+        _attribute(config, _model(), ids, batch["attention_mask"])
 
 
 @CONFIGS
@@ -261,6 +268,37 @@ def test_causal_model_without_pad_token() -> None:
             continue
         with pytest.raises(ValueError, match="no padding token is defined"):
             _attribute(config, model, batch["input_ids"], batch["attention_mask"])
+
+
+@CONFIGS
+def test_left_padded_encoder_is_refused(config: MethodConfig) -> None:
+    r"""An encoder reads its prediction from position 0: left padding would
+    explain a [PAD]. A decoder reads its last token and accepts left padding."""
+    left = token_batch((7, 4, 9), pad_side="left")
+    message = r"example\(s\) \[0, 1\] are padded on the left.*padding_side"
+    with pytest.raises(ValueError, match=message):
+        _attribute(config, _model(), left["input_ids"], left["attention_mask"])
+    if "gpt2" in config.families:
+        causal = token_batch((7, 4, 9), pad_side="left", causal=True)
+        ids, mask = causal["input_ids"], causal["attention_mask"]
+        assert _attribute(config, _model("gpt2"), ids, mask).shape == ids.shape
+
+
+def _pad_warnings(call: Callable[[], Any]) -> int:
+    r"""How many padding-without-mask warnings ``call`` raises."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call()
+    return sum("no attention_mask was given" in str(w.message) for w in caught)
+
+
+@CONFIGS
+def test_pad_id_without_attention_mask_warns_once(config: MethodConfig) -> None:
+    ids = _batch()["input_ids"]  # rows 0 and 1 end in [PAD]
+    assert _pad_warnings(lambda: _attribute(config, _model(), ids)) == 1
+    with pytest.warns(UserWarning, match=r"example\(s\) \[0, 1\] hold the padding"):
+        _attribute(config, _model(), ids)
+    assert _pad_warnings(lambda: _attribute(config, _model(), ids[2:])) == 0
 
 
 # ---------------------------------------------------------------- decoder
@@ -328,17 +366,17 @@ def test_metric_without_mask_or_pad_token(name: str) -> None:
     ids, mask = batch["input_ids"], batch["attention_mask"]
     metric, forward = TOKEN_METRICS[name], classifier_forward(_model())
     scores = torch.rand(ids.shape)
-    with pytest.raises(ValueError, match="mode='mask'.*pass mask_token_id"):
-        metric(forward, ids, scores, mask, mode="mask")
-    with pytest.raises(ValueError, match="mode='pad'.*pass pad_token_id"):
-        metric(forward, ids, scores, mask, mode="pad")
+    for mode in ("mask", "pad"):
+        preset = replace(get_protocol(name), mode=mode)
+        with pytest.raises(ValueError, match=f"mode='{mode}'.*{mode}_token_id"):
+            metric(forward, ids, scores, mask, preset=preset)
 
 
 def test_metric_preset_needing_a_mask_token() -> None:
     batch = _batch()
     ids, mask = batch["input_ids"], batch["attention_mask"]
     forward = classifier_forward(_model())
-    with pytest.raises(ValueError, match="pass mask_token_id"):
+    with pytest.raises(ValueError, match="TokenOptions.mask_token_id"):
         aopc(forward, ids, torch.rand(ids.shape), None, (mask,), preset="normxlogit")
 
 
@@ -348,7 +386,7 @@ def test_metric_empty_input(name: str) -> None:
     ids, mask = batch["input_ids"], batch["attention_mask"].clone()
     mask[1] = 0
     metric, forward = TOKEN_METRICS[name], classifier_forward(_model())
-    with pytest.raises(ValueError, match=r"example\(s\) \[1\] have no real token"):
+    with pytest.raises(ValueError, match=r"example\(s\) \[1\] have no attended token"):
         metric(forward, ids, torch.rand(ids.shape), mask)
 
 
@@ -375,3 +413,133 @@ def test_metric_causal_model_without_pad_token() -> None:
     ids, mask = batch["input_ids"], batch["attention_mask"]
     with pytest.raises(ValueError, match="no padding token is defined"):
         aopc(classifier_forward(model), ids, torch.rand(ids.shape), None, (mask,))
+
+
+@pytest.mark.parametrize("name", [*CURVE_METRICS, "token_overlap"])
+def test_metric_pad_id_without_attention_mask_warns_once(name: str) -> None:
+    ids = _batch()["input_ids"]
+    metric, forward = TOKEN_METRICS[name], classifier_forward(_model())
+    tokens = TokenOptions(pad_token_id=PAD_ID)
+    scores = torch.rand(ids.shape)
+    call = metric_call(metric, forward, ids, scores, None, tokens=tokens)
+    assert _pad_warnings(call) == 1
+    with_mask = metric_call(
+        metric, forward, ids, scores, _batch()["attention_mask"], tokens=tokens
+    )
+    assert _pad_warnings(with_mask) == 0
+
+
+def metric_call(
+    metric: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Callable[[], Any]:
+    return lambda: metric(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name", [*CURVE_METRICS, "token_overlap", "kendall_tau"])
+def test_metric_with_a_raw_hugging_face_model(name: str) -> None:
+    r"""The model returns a ``ModelOutput``: the error names the fix."""
+    batch = _batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    scores = torch.rand(ids.shape)
+    metric = kendall_tau if name == "kendall_tau" else TOKEN_METRICS[name]
+    if name == "kendall_tau":
+        scores = torch.rand(3, NUM_LABELS, ids.shape[1])
+        mask = (mask,)  # kendall_tau takes the Captum argument order
+        call = metric_call(kendall_tau, _model(), ids, scores, None, mask)
+    else:
+        call = metric_call(metric, _model(), ids, scores, mask)
+    with pytest.raises(ValueError, match=r"captum_ext.classifier_forward\(model\)"):
+        call()
+
+
+class _InfOnRows(nn.Module):
+    r"""The tiny BERT's logits, inf on the rows ``bad(input_ids, mask) [rows]``."""
+
+    def __init__(self, bad: Callable[[Tensor, Tensor], Tensor]) -> None:
+        super().__init__()
+        self.bad = bad
+        self.eval()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        logits = classifier_forward(_model())(input_ids, attention_mask)
+        bad = self.bad(input_ids, attention_mask)[:, None]
+        return logits.masked_fill(bad, float("inf"))
+
+
+@pytest.mark.parametrize("name", CURVE_METRICS)
+def test_metric_non_finite_logits_name_the_example(name: str) -> None:
+    r"""Non-finite logits on unperturbed inputs, or only on the perturbed rows of
+    one example, name that example (not a row of a chunk)."""
+    batch = _batch()
+    ids, mask = batch["input_ids"].clone(), batch["attention_mask"]
+    metric = TOKEN_METRICS[name]
+    short = _InfOnRows(lambda i, m: m.sum(-1) < 8)  # examples 0 and 1
+    with pytest.raises(FloatingPointError, match=r"logits.*example\(s\) \[0, 1\]"):
+        metric(short, ids, torch.rand(ids.shape), mask)
+    ids[ids >= 97] = 50
+    ids[2, 3], ids[2, 4] = 97, 98  # only in example 2, ranked first and last
+    scores = torch.zeros(ids.shape)
+    scores[2, 3], scores[2, 4] = 1.0, -1.0
+    # Perturbing example 2 separates them (one perturbed, the other not yet).
+    one_of_two = _InfOnRows(lambda i, m: (i == 97).any(-1) ^ (i == 98).any(-1))
+    with pytest.raises(FloatingPointError, match=r"example\(s\) \[2\]"):
+        metric(one_of_two, ids, scores, mask)
+
+
+@pytest.mark.parametrize("name", [*CURVE_METRICS, "token_overlap", "kendall_tau"])
+@pytest.mark.parametrize(
+    "value,error",
+    [(0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError)],
+)
+def test_metric_bad_internal_batch_size(name: str, value: Any, error: type) -> None:
+    batch = _batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    forward = classifier_forward(_model())
+    if name == "kendall_tau":
+        scores = torch.rand(3, NUM_LABELS, ids.shape[1])
+        call = metric_call(
+            kendall_tau, forward, ids, scores, None, (mask,), internal_batch_size=value
+        )
+    else:
+        scores = torch.rand(ids.shape)
+        call = metric_call(
+            TOKEN_METRICS[name], forward, ids, scores, mask, internal_batch_size=value
+        )
+    with pytest.raises(error, match="internal_batch_size"):
+        call()
+
+
+def test_metric_preset_of_another_kind() -> None:
+    batch = _batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    forward = classifier_forward(_model())
+    with pytest.raises(TypeError, match="aopc takes a PerturbationProtocol"):
+        aopc(forward, ids, torch.rand(ids.shape), None, mask, preset=KendallProtocol())
+    with pytest.raises(ValueError, match="no metric 'aopcc'"):
+        get_protocol("aopcc")
+
+
+def _message(call: Callable[[], Any]) -> str:
+    with pytest.raises((ValueError, TypeError)) as caught:
+        call()
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("case", ["empty row", "mask shape", "float ids", "1-d ids"])
+def test_methods_and_metrics_share_one_message_per_error(case: str) -> None:
+    r"""One input core: a method and a metric reject the same input with the
+    same words."""
+    batch = _batch()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    bad_ids, bad_mask = {
+        "empty row": (ids, mask * torch.tensor([[1], [0], [1]])),
+        "mask shape": (ids, mask[:, :-1]),
+        "float ids": (ids.float(), mask),
+        "1-d ids": (ids[0], mask[0]),
+    }[case]
+    method = METHOD_CONFIGS[0]
+    forward = classifier_forward(_model())
+    scores = torch.rand(ids.shape)
+    from_method = _message(lambda: _attribute(method, _model(), bad_ids, bad_mask))
+    from_metric = _message(lambda: aopc(forward, bad_ids, scores, None, bad_mask))
+    assert from_method == from_metric

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-r"""Input parsing, target resolution and the model forward shared by all methods.
+r"""The one token-input core (parsing and checks, one message per error), target
+resolution and the model forward, shared by all methods and metrics.
 
 Call convention (the one every captum_ext method and metric follows)::
 
@@ -8,9 +9,13 @@ Call convention (the one every captum_ext method and metric follows)::
     # or (attention_mask, token_type_ids), or a bare attention_mask, or None
 
 ``input_ids`` is ``[batch, pos]`` of token ids; ``attention_mask`` is 1 on real
-tokens and 0 on padding (left or right).
+tokens and 0 on padding: right or left for a decoder-only model, right for an
+encoder (it reads its prediction from position 0). Metrics take the same two
+through :func:`parse_token_ids` (they have no model adapter); methods through
+:func:`parse_token_batch`, which adds the checks that need the model.
 """
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Tuple
 
@@ -24,8 +29,11 @@ __all__ = [
     "ClassifierLogits",
     "TokenBatch",
     "check_decoder_vocabulary",
+    "check_same_shape",
+    "check_vocabulary_ids",
     "classifier_forward",
     "parse_token_batch",
+    "parse_token_ids",
     "resolve_target",
     "run_model",
 ]
@@ -45,11 +53,43 @@ class TokenBatch:
         return self.attention_mask.bool()
 
 
-def _as_tensor_input(inputs: Any) -> Tensor:
+def parse_token_ids(
+    inputs: Any, additional_forward_args: Any = None, pad_token_id: Optional[int] = None
+) -> Tuple[Tensor, Tensor, Tuple[Any, ...]]:
+    r"""The model-independent half of the input checks, shared by methods and
+    metrics: ``inputs`` as integer ids ``[batch, pos]``, the attention mask (all
+    ones when None) and the items of ``additional_forward_args`` after the mask.
+
+    Raises on a non-integer or non-2D input, an empty batch or sequence, a mask of
+    another shape or with values other than 0 and 1, and an example with no
+    attended token. Warns (once) when ``inputs`` hold ``pad_token_id`` but no mask
+    was given: the padding would be read as text.
+    """
+    input_ids = _as_token_ids(inputs)
+    if input_ids.numel() == 0:
+        raise ValueError(f"empty input: inputs has shape {tuple(input_ids.shape)}")
+    extras = _extra_args(additional_forward_args)
+    attention_mask = extras[0] if extras else None
+    if attention_mask is None:
+        _warn_if_padded(input_ids, pad_token_id)
+        attention_mask = torch.ones_like(input_ids)
+    check_same_shape("attention_mask", attention_mask, input_ids)
+    if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
+        raise ValueError("attention_mask must hold only 0 (padding) and 1 (tokens)")
+    empty = (~attention_mask.bool().any(-1)).nonzero().flatten()
+    if len(empty):
+        raise ValueError(
+            f"empty input: example(s) {empty.tolist()} have no attended token "
+            "(attention_mask is all zero)"
+        )
+    return input_ids, attention_mask, extras[1:]
+
+
+def _as_token_ids(inputs: Any) -> Tensor:
     if isinstance(inputs, tuple):
         if len(inputs) != 1:
             raise ValueError(
-                f"captum_ext methods take one input tensor of token ids, got a tuple "
+                f"captum_ext takes one input tensor of token ids, got a tuple "
                 f"of {len(inputs)}; pass masks through additional_forward_args"
             )
         inputs = inputs[0]
@@ -60,34 +100,49 @@ def _as_tensor_input(inputs: Any) -> Tensor:
             f"inputs must be integer token ids [batch, pos], got dtype {inputs.dtype}"
         )
     if inputs.dim() != 2:
+        hint = "; add a batch dimension with .unsqueeze(0)" if inputs.dim() == 1 else ""
         raise ValueError(
-            f"inputs must be token ids of shape [batch, pos], got {tuple(inputs.shape)}"
-            + (
-                "; add a batch dimension with .unsqueeze(0)"
-                if inputs.dim() == 1
-                else ""
-            )
+            "inputs must be token ids of shape [batch, pos], got "
+            f"{tuple(inputs.shape)}{hint}"
         )
     return inputs
 
 
-def _extra_tensors(additional_forward_args: Any) -> Tuple[Optional[Tensor], ...]:
+def _extra_args(additional_forward_args: Any) -> Tuple[Any, ...]:
     if additional_forward_args is None:
         return ()
     if isinstance(additional_forward_args, Tensor):
         return (additional_forward_args,)
     if isinstance(additional_forward_args, (tuple, list)):
-        if len(additional_forward_args) > 2:
-            raise ValueError(
-                "additional_forward_args is (attention_mask,) or "
-                "(attention_mask, token_type_ids); got "
-                f"{len(additional_forward_args)} items"
-            )
         return tuple(additional_forward_args)
     raise TypeError(
         "additional_forward_args must be None, an attention mask, or a tuple "
-        f"(attention_mask[, token_type_ids]); got {type(additional_forward_args)}"
+        f"(attention_mask, ...); got {type(additional_forward_args)}"
     )
+
+
+def check_same_shape(name: str, tensor: Any, input_ids: Tensor) -> None:
+    r"""Raises unless ``tensor`` is a tensor of the shape of ``input_ids``."""
+    if not isinstance(tensor, Tensor) or tensor.shape != input_ids.shape:
+        got = tuple(tensor.shape) if isinstance(tensor, Tensor) else type(tensor)
+        raise ValueError(
+            f"{name} has shape {got} but inputs has {tuple(input_ids.shape)}; "
+            "it must be a tensor of the shape of inputs"
+        )
+
+
+def _warn_if_padded(input_ids: Tensor, pad_token_id: Optional[int]) -> None:
+    if pad_token_id is None:
+        return
+    rows = (input_ids == pad_token_id).any(-1).nonzero().flatten().tolist()
+    if rows:
+        warnings.warn(
+            f"example(s) {rows} hold the padding id {pad_token_id} but no "
+            "attention_mask was given, so the padding is read as text; pass "
+            "additional_forward_args=(attention_mask,)",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def parse_token_batch(
@@ -95,39 +150,31 @@ def parse_token_batch(
 ) -> TokenBatch:
     r"""Validates ``inputs`` and ``additional_forward_args`` into a :class:`TokenBatch`.
 
-    Raises a specific error for: a non-integer or non-2D input, an empty batch or
-    sequence, a mask of another shape, an example with no attended token, an example
-    made only of special tokens, and an input longer than the model's positions.
+    Adds to :func:`parse_token_ids` the checks that need the model: an example
+    made only of special tokens, a token id outside the vocabulary, an input
+    longer than the model's positions, and left padding on an encoder (which reads
+    its prediction from position 0).
     """
-    input_ids = _as_tensor_input(inputs)
-    batch, pos = input_ids.shape
-    if batch == 0 or pos == 0:
-        raise ValueError(f"empty input: inputs has shape {tuple(input_ids.shape)}")
-    extras = _extra_tensors(additional_forward_args) + (None, None)
-    attention_mask, token_type_ids = extras[0], extras[1]
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    for name, tensor in (
-        ("attention_mask", attention_mask),
-        ("token_type_ids", token_type_ids),
-    ):
-        if tensor is not None and tensor.shape != input_ids.shape:
-            raise ValueError(
-                f"{name} has shape {tuple(tensor.shape)} but inputs has "
-                f"{tuple(input_ids.shape)}"
-            )
-    _check_not_empty(adapter, input_ids, attention_mask.bool())
-    _check_vocabulary_ids(adapter, input_ids)
-    max_positions = adapter.max_positions
-    if max_positions is not None and pos > max_positions:
+    input_ids, attention_mask, rest = parse_token_ids(
+        inputs, additional_forward_args, adapter.pad_token_id
+    )
+    if len(rest) > 1:
         raise ValueError(
-            f"input has {pos} positions but the model has only {max_positions} "
-            "position embeddings; truncate it (tokenizer(..., truncation=True))"
+            "additional_forward_args is (attention_mask,) or "
+            f"(attention_mask, token_type_ids); got {len(rest) + 1} items"
         )
-    return TokenBatch(input_ids, attention_mask, token_type_ids)
+    token_type_ids = rest[0] if rest else None
+    if token_type_ids is not None:
+        check_same_shape("token_type_ids", token_type_ids, input_ids)
+    batch = TokenBatch(input_ids, attention_mask, token_type_ids)
+    _check_not_only_special(adapter, batch)
+    check_vocabulary_ids(adapter, input_ids)
+    _check_positions(adapter, batch)
+    return batch
 
 
-def _check_vocabulary_ids(adapter: ModelAdapter, input_ids: Tensor) -> None:
+def check_vocabulary_ids(adapter: ModelAdapter, input_ids: Tensor) -> None:
+    r"""Raises unless every id of ``input_ids`` indexes the model's vocabulary."""
     vocab_size = adapter.word_embeddings().num_embeddings
     low, high = int(input_ids.min()), int(input_ids.max())
     if low < 0 or high >= vocab_size:
@@ -137,20 +184,32 @@ def _check_vocabulary_ids(adapter: ModelAdapter, input_ids: Tensor) -> None:
         )
 
 
-def _check_not_empty(adapter: ModelAdapter, input_ids: Tensor, valid: Tensor) -> None:
-    empty = (~valid.any(-1)).nonzero().flatten()
-    if len(empty):
-        raise ValueError(
-            f"empty input: example(s) {empty.tolist()} have no attended token "
-            "(attention_mask is all zero)"
-        )
-    special = torch.tensor(adapter.special_token_ids(), device=input_ids.device)
-    content = valid & ~torch.isin(input_ids, special)
-    only_special = (~content.any(-1)).nonzero().flatten()
-    if len(special) and len(only_special):
+def _check_not_only_special(adapter: ModelAdapter, batch: TokenBatch) -> None:
+    special = adapter.special_positions(batch.input_ids, batch.attention_mask)
+    only_special = (~(batch.valid & ~special).any(-1)).nonzero().flatten()
+    if len(only_special):
         raise ValueError(
             f"empty input: example(s) {only_special.tolist()} hold only special "
             "tokens; there is nothing to attribute"
+        )
+
+
+def _check_positions(adapter: ModelAdapter, batch: TokenBatch) -> None:
+    pos = batch.input_ids.shape[1]
+    max_positions = adapter.max_positions
+    if max_positions is not None and pos > max_positions:
+        raise ValueError(
+            f"input has {pos} positions but the model has only {max_positions} "
+            "position embeddings; truncate it (tokenizer(..., truncation=True))"
+        )
+    left_padded = (~batch.valid[:, 0]).nonzero().flatten()
+    # A decoder reads its last token wherever it is; an encoder reads position 0.
+    if not adapter.is_causal and len(left_padded):
+        raise ValueError(
+            f"example(s) {left_padded.tolist()} are padded on the left, but "
+            f"{type(adapter.model).__name__} reads its prediction from position 0, "
+            "which would be padding; pad on the right "
+            '(tokenizer.padding_side = "right")'
         )
 
 

@@ -7,7 +7,9 @@ Faithfulness (perturbation curves): :func:`aopc`, :func:`log_odds`,
 :func:`kendall_tau`, :func:`token_overlap`. Plausibility against known evidence:
 :func:`average_precision`, :func:`dot_product`. Each has one clean default,
 documented in its docstring, and presets reproducing the papers' protocols
-(``preset="attcat"``, ``"normxlogit"``, ``"decoded"``, ``"ferret"``).
+(``preset="attcat"``, ``"normxlogit"``, ``"decoded"``, ``"ferret"``), all in
+one typed table (:func:`get_protocol`). The tokenizer's ids go in one
+:class:`TokenOptions` (``tokens=TokenOptions.from_tokenizer(tokenizer)``).
 """
 
 from captum_ext.metrics._core.aopc import aopc
@@ -18,7 +20,12 @@ from captum_ext.metrics._core.kendall_tau import kendall_tau
 from captum_ext.metrics._core.log_odds import log_odds
 from captum_ext.metrics._core.sufficiency import sufficiency
 from captum_ext.metrics._core.token_overlap import token_overlap
-from captum_ext.metrics._utils.protocols import get_protocol, PerturbationProtocol
+from captum_ext.metrics._utils.inputs import TokenOptions
+from captum_ext.metrics._utils.protocols import (
+    get_protocol,
+    KendallProtocol,
+    PerturbationProtocol,
+)
 from captum_ext.metrics._utils.results import (
     HidingRevealingResult,
     MetricResult,
@@ -27,8 +34,10 @@ from captum_ext.metrics._utils.results import (
 
 __all__ = [
     "HidingRevealingResult",
+    "KendallProtocol",
     "MetricResult",
     "PerturbationProtocol",
+    "TokenOptions",
     "TokenOverlapResult",
     "aopc",
     "average_precision",

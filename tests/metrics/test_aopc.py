@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 import math
+from dataclasses import replace
 from functools import partial
 
 import numpy as np
@@ -16,11 +17,10 @@ from tests.metrics.toys import (
     batch_with_scores,
     case_forward,
     example,
-    MASK_ID,
     predicted_class,
     probabilities,
     run_metric,
-    SPECIALS,
+    TOKENS,
 )
 
 LENGTHS = (12, 4, 10, 9, 15, 11)
@@ -78,9 +78,7 @@ def test_attcat_matches_reference_loop(name, pad_side, chunk):
 def test_normxlogit_matches_reference_loop(name, pad_side, chunk):
     forward = case_forward(name)
     batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=3)
-    result = run_metric(
-        aopc, forward, batch, chunk, preset="normxlogit", mask_token_id=MASK_ID
-    )
+    result = run_metric(aopc, forward, batch, chunk, preset="normxlogit")
     expected = _naive(
         forward,
         batch,
@@ -149,7 +147,7 @@ def test_hand_worked_four_tokens():
     model = _binary_bow({10: 2.0, 11: -1.0, 12: 0.5, 13: 1.0})
     ids = torch.tensor([[CLS_ID, 10, 11, 12, 13, SEP_ID]])
     scores = torch.tensor([[0.0, 2.0, -1.0, 0.5, 1.0, 0.0]])
-    result = aopc(model, ids, scores, target=1, special_token_ids=SPECIALS)
+    result = aopc(model, ids, scores, target=1, tokens=TOKENS)
     # k = round(g * 4) for g = 0.1 .. 1.0 (half to even): 0 1 1 2 2 2 3 3 4 4;
     # the remaining sums are then:
     remaining = [2.5, 0.5, 0.5, -0.5, -0.5, -0.5, -1.0, -1.0, 0.0, 0.0]
@@ -172,7 +170,7 @@ def test_exact_weights_beat_every_other_ranking():
     exact = margin[ids] * torch.where(target == 1, 1.0, -1.0)[:, None]
 
     def score(attr):
-        return aopc(model, ids, attr, target, (mask,), special_token_ids=SPECIALS).score
+        return aopc(model, ids, attr, target, (mask,), tokens=TOKENS).score
 
     best = score(exact)
     generator = torch.Generator().manual_seed(0)
@@ -199,9 +197,7 @@ def test_attcat_absolute_and_last_ranked_token_kept():
     model = _binary_bow({t: 1.0 for t in range(10, 18)})
     ids = torch.tensor([[CLS_ID] + list(range(10, 18)) + [SEP_ID]])
     scores = torch.tensor([[5.0] + [float(8 - i) for i in range(8)] + [6.0]])
-    result = aopc(
-        model, ids, scores, target=1, preset="attcat", special_token_ids=SPECIALS
-    )
+    result = aopc(model, ids, scores, target=1, preset="attcat", tokens=TOKENS)
     # numbers removed: round(j/9 * 10) = 1 2 3 4 6 7 8 9 10, capped at 7.
     left = [7, 6, 5, 4, 2, 1, 1, 1, 1]
 
@@ -225,8 +221,9 @@ def test_errors_are_clear():
     with pytest.raises(ValueError, match="mask_token_id"):
         aopc(model, ids, batch["scores"], None, (mask,), preset="normxlogit")
     with pytest.raises(ValueError, match="pad_token_id"):
-        aopc(model, ids, batch["scores"], None, (mask,), mode="pad")
+        pad = replace(get_protocol("aopc"), mode="pad")
+        aopc(model, ids, batch["scores"], None, (mask,), preset=pad)
     with pytest.raises(ValueError, match="no preset 'decoded'"):
         aopc(model, ids, batch["scores"], None, (mask,), preset="decoded")
     with pytest.raises(ValueError, match="strictly increasing"):
-        aopc(model, ids, batch["scores"], None, (mask,), levels=[0.5, 0.2])
+        replace(get_protocol("aopc"), levels=[0.5, 0.2])

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 import pytest
 import torch
-from captum_ext.metrics import average_precision
+from captum_ext.metrics import average_precision, TokenOptions
 
 from tests.metrics.toys import batch_with_scores
 
@@ -31,7 +31,7 @@ def test_matches_the_reference(pad_side):
         batch["scores"],
         evidence,
         batch["attention_mask"],
-        special_tokens_mask=batch["special"],
+        tokens=TokenOptions(special_tokens_mask=batch["special"]),
     )
     for row in range(4):
         ranked = (
@@ -53,7 +53,9 @@ def test_hand_worked_with_ties_and_no_evidence():
     scores = torch.tensor([[9.0, 4.0, 2.0, 2.0, 1.0, 9.0]]).expand(2, -1)
     # Evidence on a special token is ignored: row 1 has none, hence NaN.
     evidence = torch.tensor([[0, 1, 0, 1, 0, 0], [1, 0, 0, 0, 0, 1]])
-    ap = average_precision(ids, scores, evidence, special_token_ids=[2, 3])
+    ap = average_precision(
+        ids, scores, evidence, tokens=TokenOptions(special_token_ids=[2, 3])
+    )
     assert ap[0].item() == pytest.approx((1 / 1 + 2 / 3) / 2)
     assert torch.isnan(ap[1])
 

@@ -14,12 +14,11 @@ from tests.metrics.toys import (
     batch_with_scores,
     case_forward,
     example,
-    MASK_ID,
     PAD_INVARIANT_CASES,
     predicted_class,
     probabilities,
     run_metric,
-    SPECIALS,
+    TOKENS,
 )
 
 GRID = torch.arange(11, dtype=torch.float64) / 10
@@ -48,7 +47,6 @@ def test_decoded_matches_reference_loop(name, pad_side, chunk):
         chunk,
         labels=labels,
         preset="decoded",
-        mask_token_id=MASK_ID,
     )
     hiding, revealing = _naive(forward, batch, labels)
     assert_scores(result.hiding.curve, hiding)
@@ -79,7 +77,7 @@ def test_hand_worked_auc():
     model = BagOfWords(weights, torch.zeros(2))
     ids = torch.tensor([[CLS_ID] + list(range(10, 15)) + [SEP_ID]])
     scores = torch.tensor([[0.0, 3.0, 2.0, -1.0, -1.5, -2.0, 0.0]])
-    result = hiding_revealing(model, ids, scores, 1, special_token_ids=SPECIALS)
+    result = hiding_revealing(model, ids, scores, 1, tokens=TOKENS)
     # k = round(g * 5): 0 0 1 2 2 2 3 4 4 4 5 (half to even).
     # Hiding the top k leaves sums 0.5 0.5 -2.5 -4.5 ... (correct only at k = 0);
     # revealing the top k gives sums 0 0 3 5 5 5 4 2.5 2.5 2.5 0.5.
@@ -100,9 +98,7 @@ def test_exact_weights_hide_and_reveal_best():
     exact = margin[ids] * torch.where(target == 1, 1.0, -1.0)[:, None]
 
     def aucs(attr):
-        result = hiding_revealing(
-            model, ids, attr, None, mask, special_token_ids=SPECIALS
-        )
+        result = hiding_revealing(model, ids, attr, None, mask, tokens=TOKENS)
         return result.hiding.score.mean(), result.revealing.score.mean()
 
     hide, reveal = aucs(exact)
@@ -119,7 +115,7 @@ def test_decoded_needs_labels():
             batch["scores"],
             additional_forward_args=batch["attention_mask"],
             preset="decoded",
-            mask_token_id=MASK_ID,
+            tokens=TOKENS,
         )
     with pytest.raises(ValueError, match="mask_token_id"):
         hiding_revealing(

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
-from captum_ext.metrics import kendall_tau
+from captum_ext.metrics import kendall_tau, KendallProtocol, TokenOptions
 from captum_ext.metrics._utils.ranking import kendall_tau_b
 
 from tests.metrics.toys import bag_of_words, batch_with_scores, lively_forward
@@ -77,8 +77,8 @@ def test_mean_over_other_classes(compare):
         table,
         None,
         (batch["attention_mask"],),
-        compare=compare,
-        special_tokens_mask=batch["special"],
+        preset=KendallProtocol(compare=compare),
+        tokens=TokenOptions(special_tokens_mask=batch["special"]),
     )
     with torch.no_grad():
         predicted = model(batch["input_ids"], batch["attention_mask"]).argmax(-1)
@@ -116,7 +116,7 @@ def test_reference_other_class(classes, expected):
         attribution_fn,
         targets,
         batch["attention_mask"],
-        other="reference",
+        preset=KendallProtocol(other="reference"),
     )
     assert seen == [targets.tolist(), expected]
 
@@ -159,4 +159,4 @@ def test_wrong_shapes_are_clear():
             batch["attention_mask"],
         )
     with pytest.raises(ValueError, match="other must be one of"):
-        kendall_tau(model, batch["input_ids"], _table(batch, 2), other="some")
+        KendallProtocol(other="some")

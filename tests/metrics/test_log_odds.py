@@ -6,7 +6,7 @@ import pytest
 import torch
 from captum_ext.metrics import log_odds
 
-from tests.helpers import CLS_ID, PAD_ID, SEP_ID
+from tests.helpers import CLS_ID, SEP_ID
 from tests.metrics import reference
 from tests.metrics.toys import (
     assert_scores,
@@ -18,8 +18,9 @@ from tests.metrics.toys import (
     PAD_INVARIANT_CASES,
     predicted_class,
     probabilities,
+    protocol,
     run_metric,
-    SPECIALS,
+    TOKENS,
 )
 
 
@@ -51,7 +52,6 @@ def test_attcat_matches_reference_loop(name, pad_side, chunk):
         chunk,
         target=labels,
         preset="attcat",
-        pad_token_id=PAD_ID,
     )
     curve_fn = partial(reference.attcat_curve, replace=True)
     assert_scores(result.score, _naive(forward, batch, labels, curve_fn))
@@ -69,6 +69,9 @@ def test_default_matches_reference_loop(name, pad_side, chunk):
     assert_scores(result.score, _naive(forward, batch, predicted, curve_fn))
 
 
+_HALF = [0.1, 0.2, 0.3, 0.4, 0.5]
+
+
 def test_sign_on_a_bag_of_words():
     # Removing the evidence for the target lowers its probability: LOdds < 0;
     # removing the evidence against it first raises it: LOdds > 0.
@@ -80,7 +83,7 @@ def test_sign_on_a_bag_of_words():
         [torch.zeros(1, 1), weights[10:20, 1][None], torch.zeros(1, 1)], 1
     )
     # Up to 50 %, the reversed ranking removes only tokens against the target.
-    half = dict(target=1, special_token_ids=SPECIALS, levels=[0.1, 0.2, 0.3, 0.4, 0.5])
+    half = dict(target=1, tokens=TOKENS, preset=protocol("log_odds", levels=_HALF))
     good = log_odds(model, ids, exact, **half)
     bad = log_odds(model, ids, -exact, **half)
     assert good.score.item() < 0 < bad.score.item()

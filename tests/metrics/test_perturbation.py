@@ -10,10 +10,18 @@ from captum_ext.metrics import (
     log_odds,
     PerturbationProtocol,
     sufficiency,
+    TokenOptions,
 )
 
 from tests.helpers import PAD_ID
-from tests.metrics.toys import bag_of_words, batch_with_scores, MASK_ID, SPECIALS
+from tests.metrics.toys import (
+    bag_of_words,
+    batch_with_scores,
+    MASK_ID,
+    protocol,
+    SPECIALS,
+    TOKENS,
+)
 
 METRICS = [aopc, log_odds, sufficiency, hiding_revealing]
 PRESETS = {
@@ -48,9 +56,7 @@ def _run(metric, preset, forward, batch, **kwargs):
         None,
         (batch["attention_mask"],),
         preset=preset,
-        mask_token_id=MASK_ID,
-        pad_token_id=PAD_ID,
-        special_tokens_mask=batch["special"],
+        tokens=TokenOptions(MASK_ID, PAD_ID, special_tokens_mask=batch["special"]),
         **extra,
         **kwargs,
     )
@@ -85,7 +91,7 @@ def test_specials_and_padding_never_perturbed(metric, preset, pad_side):
 def test_cost_is_levels_plus_one_passes(metric, preset, chunk):
     forward = Recorder()
     batch = batch_with_scores((12, 5, 10, 11, 14, 9, 10), seed=2)
-    result = _result(_run(metric, preset, forward, batch, max_examples_per_batch=chunk))
+    result = _result(_run(metric, preset, forward, batch, internal_batch_size=chunk))
     levels = len(result.levels) * (2 if metric is hiding_revealing else 1)
     rows = [len(call[0]) for call in forward.calls]
     assert sum(rows) <= 7 * (levels + 1)
@@ -104,8 +110,8 @@ def test_deletion_repacks_token_types_and_trims():
         batch["scores"],
         None,
         (batch["attention_mask"], types),
-        levels=[0.5],
-        special_token_ids=SPECIALS,
+        preset=protocol("aopc", levels=[0.5]),
+        tokens=TOKENS,
     )
     input_ids, mask, token_types = forward.calls[-1]
     attended = mask.bool()
@@ -118,16 +124,15 @@ def test_deletion_repacks_token_types_and_trims():
 def test_mask_and_pad_replacement():
     forward = Recorder()
     batch = batch_with_scores((8,), seed=5)
-    protocol = PerturbationProtocol(levels=(0.5,), mode="pad", attend_replaced=False)
+    pad = PerturbationProtocol(levels=(0.5,), mode="pad", attend_replaced=False)
     aopc(
         forward,
         batch["input_ids"],
         batch["scores"],
         None,
         batch["attention_mask"],
-        preset=protocol,
-        pad_token_id=7,
-        special_token_ids=SPECIALS,
+        preset=pad,
+        tokens=TokenOptions(pad_token_id=7, special_token_ids=SPECIALS),
     )
     input_ids, mask, _ = forward.calls[-1]
     top = batch["scores"][0, 1:7].argsort(descending=True)[:3] + 1
@@ -151,8 +156,8 @@ def test_special_ids_equal_special_mask():
     batch = batch_with_scores((12, 5, 10), seed=6)
     forward = bag_of_words(2)
     args = (forward, batch["input_ids"], batch["scores"], None, batch["attention_mask"])
-    by_mask = aopc(*args, special_tokens_mask=batch["special"])
-    by_ids = aopc(*args, special_token_ids=SPECIALS)
+    by_mask = aopc(*args, tokens=TokenOptions(special_tokens_mask=batch["special"]))
+    by_ids = aopc(*args, tokens=TOKENS)
     torch.testing.assert_close(by_mask.curve, by_ids.curve)
 
 
@@ -174,18 +179,18 @@ def test_input_errors_are_clear():
     forward = bag_of_words(2)
     with pytest.raises(TypeError, match="integer token ids"):
         aopc(forward, ids.float(), scores, None, mask)
-    with pytest.raises(ValueError, match="attention_mask must be a tensor"):
+    with pytest.raises(ValueError, match="attention_mask has shape"):
         aopc(forward, ids, scores, None, mask[:, :-1])
     with pytest.raises(ValueError, match="only 0"):
         aopc(forward, ids, scores, None, mask * 2)
-    with pytest.raises(ValueError, match="no real token"):
+    with pytest.raises(ValueError, match="no attended token"):
         aopc(forward, ids, scores, None, mask * torch.tensor([[1], [0]]))
     with pytest.raises(ValueError, match="one input tensor"):
         aopc(forward, (ids, ids), scores, None, mask)
     with pytest.raises(ValueError, match="NaN"):
         aopc(forward, ids, scores.masked_fill(mask.bool(), float("nan")), None, mask)
-    with pytest.raises(ValueError, match="max_examples_per_batch"):
-        aopc(forward, ids, scores, None, mask, max_examples_per_batch=0)
+    with pytest.raises(ValueError, match="internal_batch_size"):
+        aopc(forward, ids, scores, None, mask, internal_batch_size=0)
     with pytest.raises(ValueError, match=r"logits \[batch, classes\]"):
         aopc(lambda i, m: forward(i, m)[:, 0], ids, scores, None, mask)
 

@@ -13,12 +13,12 @@ from tests.metrics.toys import (
     case_forward,
     example,
     lively_forward,
-    MASK_ID,
     PAD_INVARIANT_CASES,
     predicted_class,
     probabilities,
+    protocol,
     run_metric,
-    SPECIALS,
+    TOKENS,
 )
 
 LENGTHS = (12, 4, 10, 3, 16, 11)
@@ -42,9 +42,7 @@ def _naive(forward, batch, curve_fn, empty=float("nan")):
 def test_normxlogit_matches_reference_loop(name, pad_side, chunk):
     forward = case_forward(name)
     batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=13)
-    result = run_metric(
-        sufficiency, forward, batch, chunk, preset="normxlogit", mask_token_id=MASK_ID
-    )
+    result = run_metric(sufficiency, forward, batch, chunk, preset="normxlogit")
     expected = _naive(forward, batch, partial(reference.normxlogit_curve, suff=True))
     assert_scores(result.score, expected)
 
@@ -84,9 +82,7 @@ def test_full_input_is_zero(preset):
         sufficiency,
         forward,
         batch,
-        preset=preset,
-        levels=[1.0],
-        mask_token_id=MASK_ID,
+        preset=protocol("sufficiency", preset, levels=[1.0]),
     )
     assert (result.score == 0).all()
 
@@ -100,9 +96,7 @@ def test_exact_weights_are_most_sufficient():
     exact = margin[ids] * torch.where(target == 1, 1.0, -1.0)[:, None]
 
     def score(attr):
-        return sufficiency(
-            model, ids, attr, target, mask, special_token_ids=SPECIALS
-        ).score
+        return sufficiency(model, ids, attr, target, mask, tokens=TOKENS).score
 
     best = score(exact)
     generator = torch.Generator().manual_seed(1)

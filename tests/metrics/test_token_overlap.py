@@ -4,7 +4,7 @@ import torch
 from captum_ext.metrics import token_overlap
 
 from tests.helpers import CLS_ID, PAD_ID, SEP_ID
-from tests.metrics.toys import bag_of_words, SPECIALS
+from tests.metrics.toys import bag_of_words, TOKENS
 
 
 def _batch(rows):
@@ -32,12 +32,12 @@ def test_two_classes_with_and_without_idf():
     model = bag_of_words(2)
     args = (model, ids, scores, [0, 1, 0], mask)
     # Class 0 sums: 10: 3, 11: 2, 12: 1, 13: 2.5; class 1: 10: 5, 13: 4, 14: -1.
-    plain = token_overlap(*args, top_k=2, special_token_ids=SPECIALS)
+    plain = token_overlap(*args, top_k=2, tokens=TOKENS)
     assert plain.top_tokens.tolist() == [[10, 13], [10, 13]]
     assert plain.score.item() == pytest.approx(1.0)
     idf = torch.ones(99)
     idf[10] = 0.1
-    weighted = token_overlap(*args, top_k=2, idf=idf, special_token_ids=SPECIALS)
+    weighted = token_overlap(*args, top_k=2, idf=idf, tokens=TOKENS)
     assert weighted.top_tokens.tolist() == [[13, 11], [13, 10]]
     assert weighted.score.item() == pytest.approx(0.5)
     assert weighted.classes.tolist() == [0, 1]
@@ -54,7 +54,7 @@ def test_three_classes_and_short_classes():
         [0, 1, 2],
         mask,
         top_k=2,
-        special_token_ids=SPECIALS,
+        tokens=TOKENS,
     )
     # Pairs share 1, 0 and 0 tokens: 1 / (3 pairs * 2).
     assert result.score.item() == pytest.approx(1 / 6)
@@ -64,7 +64,7 @@ def test_three_classes_and_short_classes():
 def test_ties_go_to_the_lower_token_id_and_one_class_is_nan():
     ids, scores, mask = _batch([([12, 11, 10], [1.0, 1.0, 1.0])])
     result = token_overlap(
-        bag_of_words(2), ids, scores, 0, mask, top_k=2, special_token_ids=SPECIALS
+        bag_of_words(2), ids, scores, 0, mask, top_k=2, tokens=TOKENS
     )
     assert result.top_tokens.tolist() == [[10, 11]]
     assert torch.isnan(result.score)
@@ -75,5 +75,5 @@ def test_predicted_class_by_default():
     model = bag_of_words(2, seed=3)
     with torch.no_grad():
         predicted = model(ids, mask).argmax(-1)
-    result = token_overlap(model, ids, scores, None, mask, special_token_ids=SPECIALS)
+    result = token_overlap(model, ids, scores, None, mask, tokens=TOKENS)
     assert result.classes.tolist() == sorted(set(predicted.tolist()))

@@ -3,17 +3,21 @@ r"""Models and batches for the metric tests: a bag-of-words classifier whose
 exact token contributions are known, and tiny transformers re-initialised so that
 their outputs vary visibly with the input."""
 
+from dataclasses import replace
 from functools import lru_cache
-from typing import Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 import torch
 from captum_ext import classifier_forward
+from captum_ext.metrics import get_protocol, PerturbationProtocol, TokenOptions
+from captum_ext.metrics._utils.protocols import CurveMetric
 from torch import nn, Tensor
 
 from tests.helpers import CLS_ID, PAD_ID, SEP_ID, tiny_classifier, token_batch, VOCAB
 
 MASK_ID = 4
 SPECIALS = (CLS_ID, SEP_ID)
+TOKENS = TokenOptions(MASK_ID, PAD_ID, SPECIALS)
 # (model, padding side) pairs whose output does not depend on the padding side;
 # the model names are those of ``case_forward``.
 PAD_INVARIANT_CASES = [
@@ -36,10 +40,20 @@ class BagOfWords(nn.Module):
         self.eval()  # like a loaded model; metrics warn about training mode
 
     def forward(
-        self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor = None
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        token_type_ids: Optional[Tensor] = None,
     ) -> Tensor:
         contributions = self.weights[input_ids] * attention_mask[..., None]
         return self.bias + contributions.sum(1)
+
+
+def protocol(
+    metric: CurveMetric, preset: Optional[str] = None, **changes: Any
+) -> PerturbationProtocol:
+    r"""A preset of ``metric`` with ``changes`` (``levels``, ``mode``, ...)."""
+    return replace(get_protocol(metric, preset), **changes)
 
 
 def bag_of_words(num_labels: int = 2, seed: int = 0) -> BagOfWords:
@@ -94,7 +108,9 @@ def example(batch: Dict[str, Tensor], row: int) -> Tuple[List[int], List[float]]
     )
 
 
-def probabilities(forward, ids: List[int], attention: List[int] = None) -> Tensor:
+def probabilities(
+    forward, ids: List[int], attention: Optional[List[int]] = None
+) -> Tensor:
     r"""Softmax output ``[C]`` (float64) on one unpadded sequence."""
     input_ids = torch.tensor([ids])
     mask = torch.tensor([attention if attention is not None else [1] * len(ids)])
@@ -124,14 +140,14 @@ def run_metric(
 ) -> Result:
     r"""``metric`` on a ``batch_with_scores`` batch: its ``scores`` as the
     attributions, its attention mask as the extra forward argument, its
-    ``special`` tokens mask, and ``chunk`` examples per forward batch; ``kwargs``
-    (``target``, ``preset``, ...) are passed on."""
+    ``special`` tokens mask with the [MASK] and [PAD] ids, and ``chunk`` rows per
+    forward pass; ``kwargs`` (``target``, ``preset``, ...) are passed on."""
     return metric(
         forward,
         batch["input_ids"],
         batch["scores"],
         additional_forward_args=(batch["attention_mask"],),
-        special_tokens_mask=batch["special"],
-        max_examples_per_batch=chunk,
+        tokens=TokenOptions(MASK_ID, PAD_ID, special_tokens_mask=batch["special"]),
+        internal_batch_size=chunk,
         **kwargs,
     )

@@ -1,19 +1,18 @@
 #!/usr/bin/env python3
 
-from typing import Callable, Iterable, Optional, Sequence, Union
+from typing import Callable, Optional, Union
 
 from captum._utils.typing import TargetType, TensorOrTupleOfTensorsGeneric
 from captum.log import log_usage
 from torch import Tensor
 
 from captum_ext.metrics._utils.curves import evaluate_curves
-from captum_ext.metrics._utils.docs import with_common_args
+from captum_ext.metrics._utils.inputs import MetricCall, MetricOptions, TokenOptions
 from captum_ext.metrics._utils.protocols import PerturbationProtocol, resolve_protocol
 from captum_ext.metrics._utils.results import MetricResult
 
 
 @log_usage()
-@with_common_args
 def aopc(
     forward_func: Callable[..., Tensor],
     inputs: TensorOrTupleOfTensorsGeneric,
@@ -22,14 +21,8 @@ def aopc(
     additional_forward_args: Optional[object] = None,
     *,
     preset: Union[None, str, PerturbationProtocol] = None,
-    levels: Optional[Sequence[float]] = None,
-    mode: Optional[str] = None,
-    attend_replaced: Optional[bool] = None,
-    mask_token_id: Optional[int] = None,
-    pad_token_id: Optional[int] = None,
-    special_tokens_mask: Optional[Tensor] = None,
-    special_token_ids: Optional[Iterable[int]] = None,
-    max_examples_per_batch: Optional[int] = None,
+    tokens: Optional[TokenOptions] = None,
+    internal_batch_size: Optional[int] = None,
     show_progress: bool = False,
 ) -> MetricResult:
     r"""
@@ -66,7 +59,7 @@ def aopc(
       0.9\}`; :math:`k = \lfloor g \cdot n \rfloor` with :math:`n` counting
       special tokens; every real token but the first ([CLS]) may be perturbed,
       [SEP] included; [MASK] replacement with the attention mask kept
-      (``mask_token_id`` required); signed.
+      (``tokens.mask_token_id`` required); signed.
     - ``"ferret"`` (``aopc_compr`` of ferret 0.5, Attanasio et al., 2023,
       https://github.com/g8a9/ferret): thresholds ``np.arange(0.1, 1.1, 0.1)``;
       :math:`v = \lfloor g \cdot n \rfloor` of the non-special tokens; only the
@@ -79,7 +72,27 @@ def aopc(
 
     Args:
 
-    {common_args}
+        forward_func (Callable): ``forward_func(input_ids, attention_mask, *rest)
+                -> logits [batch, C]``, e.g. :func:`captum_ext.classifier_forward`.
+        inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
+        attributions (Tensor): one score per token ``[batch, pos]``; higher =
+                more important for ``target``.
+        target (int, list or Tensor, optional): the class whose probability drop
+                is measured, one for all or one per example. Default: None (the
+                predicted class)
+        additional_forward_args (Tensor or tuple, optional): ``attention_mask``
+                or ``(attention_mask, *rest)``, passed to ``forward_func`` after
+                the ids; ``[batch, pos]`` tensors follow their tokens when tokens
+                are deleted. Default: None (no padding)
+        preset (str or PerturbationProtocol, optional): None (the default
+                above), ``"attcat"``, ``"normxlogit"``, ``"ferret"``, or a
+                :class:`~captum_ext.metrics.PerturbationProtocol`. Default: None
+        tokens (TokenOptions, optional): the [MASK], [PAD] and special ids
+                (:class:`~captum_ext.metrics.TokenOptions`). Default: None
+        internal_batch_size (int, optional): most (example, level) rows per
+                forward pass; results do not depend on it. Default: None (the
+                batch size)
+        show_progress (bool, optional): a tqdm progress bar. Default: False
 
     Returns:
         MetricResult: ``score`` ``[batch]``, ``curve`` ``[batch, levels]`` (the
@@ -91,26 +104,14 @@ def aopc(
         >>> attr = method.attribute(ids, additional_forward_args=(mask,))
         >>> aopc(forward, ids, attr, additional_forward_args=(mask,)).score
     """
-    protocol = resolve_protocol(
-        "aopc", preset, levels=levels, mode=mode, attend_replaced=attend_replaced
-    )
     curves = evaluate_curves(
-        forward_func,
-        inputs,
-        attributions,
-        target,
-        additional_forward_args,
-        protocol,
+        MetricCall(forward_func, inputs, attributions, target, additional_forward_args),
+        MetricOptions(tokens, internal_batch_size, show_progress),
+        resolve_protocol("aopc", preset, PerturbationProtocol),
         keep_top=(False,),
-        mask_token_id=mask_token_id,
-        pad_token_id=pad_token_id,
-        special_tokens_mask=special_tokens_mask,
-        special_token_ids=special_token_ids,
-        max_examples_per_batch=max_examples_per_batch,
-        show_progress=show_progress,
         desc="AOPC",
     )
     drop = curves.target_base().exp()[:, None] - curves.target_curve().exp()
-    if protocol.absolute:
+    if curves.protocol.absolute:
         drop = drop.abs()
     return curves.result(drop, curves.mean(drop))

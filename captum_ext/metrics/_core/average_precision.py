@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 
-from typing import Iterable, Optional
+from typing import Optional
 
 import torch
 from captum._utils.typing import TensorOrTupleOfTensorsGeneric
@@ -11,6 +11,7 @@ from captum_ext.metrics._utils.inputs import (
     check_attributions,
     check_evidence,
     parse_inputs,
+    TokenOptions,
 )
 from captum_ext.metrics._utils.ranking import descending_order
 
@@ -22,8 +23,7 @@ def average_precision(
     evidence_mask: Tensor,
     additional_forward_args: Optional[object] = None,
     *,
-    special_tokens_mask: Optional[Tensor] = None,
-    special_token_ids: Optional[Iterable[int]] = None,
+    tokens: Optional[TokenOptions] = None,
 ) -> Tensor:
     r"""
     Plausibility as average precision: how early the known evidence tokens
@@ -51,18 +51,14 @@ def average_precision(
         evidence_mask (Tensor): ``[batch, pos]``, 1 on evidence tokens.
         additional_forward_args (Tensor or tuple, optional): ``attention_mask``
                 or ``(attention_mask, ...)``; only the mask is used. Default: None
-        special_tokens_mask (Tensor, optional): ``[batch, pos]``, 1 on positions
-                not ranked (special tokens, or e.g. the masked target word of a
-                cloze task). Default: None
-        special_token_ids (iterable of int, optional): ids not ranked.
-                Default: None
+        tokens (TokenOptions, optional): its special ids and
+                ``special_tokens_mask`` mark the positions not ranked
+                (:class:`~captum_ext.metrics.TokenOptions`). Default: None
 
     Returns:
         Tensor: ``[batch]`` AP; NaN for an example without evidence.
     """
-    parsed = parse_inputs(
-        inputs, additional_forward_args, special_tokens_mask, special_token_ids
-    )
+    parsed = parse_inputs(inputs, additional_forward_args, tokens)
     scores = check_attributions(attributions, parsed)
     ranked = parsed.content
     evidence = check_evidence(evidence_mask, parsed) & ranked
@@ -70,4 +66,4 @@ def average_precision(
     hits = evidence.gather(1, order).double()
     rank = torch.arange(1, order.shape[1] + 1, device=order.device)
     precision = hits.cumsum(1) / rank
-    return ((precision * hits).sum(1) / evidence.sum(1)).to(torch.get_default_dtype())
+    return ((precision * hits).sum(1) / evidence.sum(1)).float()

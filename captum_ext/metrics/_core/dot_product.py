@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 
-from typing import Iterable, Optional
+from typing import Optional
 
 import torch
 from captum._utils.typing import TensorOrTupleOfTensorsGeneric
@@ -11,6 +11,7 @@ from captum_ext.metrics._utils.inputs import (
     check_attributions,
     check_evidence,
     parse_inputs,
+    TokenOptions,
 )
 
 _NORMALIZATIONS = ("softmax", "l1", None)
@@ -24,8 +25,7 @@ def dot_product(
     additional_forward_args: Optional[object] = None,
     *,
     normalize: Optional[str] = "softmax",
-    special_tokens_mask: Optional[Tensor] = None,
-    special_token_ids: Optional[Iterable[int]] = None,
+    tokens: Optional[TokenOptions] = None,
 ) -> Tensor:
     r"""
     Plausibility as the share of attribution mass on the known evidence
@@ -49,10 +49,10 @@ def dot_product(
                 or ``(attention_mask, ...)``; only the mask is used. Default: None
         normalize (str, optional): ``"softmax"``, ``"l1"`` or None.
                 Default: ``"softmax"``
-        special_tokens_mask (Tensor, optional): ``[batch, pos]``, 1 on positions
-                left out of the normalisation and the sum. Default: None
-        special_token_ids (iterable of int, optional): ids left out.
-                Default: None
+        tokens (TokenOptions, optional): its special ids and
+                ``special_tokens_mask`` mark the positions left out of the
+                normalisation and the sum
+                (:class:`~captum_ext.metrics.TokenOptions`). Default: None
 
     Returns:
         Tensor: ``[batch]``.
@@ -61,9 +61,7 @@ def dot_product(
         raise ValueError(
             f"normalize must be one of {_NORMALIZATIONS}, got {normalize!r}"
         )
-    parsed = parse_inputs(
-        inputs, additional_forward_args, special_tokens_mask, special_token_ids
-    )
+    parsed = parse_inputs(inputs, additional_forward_args, tokens)
     scores = check_attributions(attributions, parsed)
     counted = parsed.content
     evidence = check_evidence(evidence_mask, parsed) & counted
@@ -73,4 +71,4 @@ def dot_product(
         magnitude = scores.abs() * counted
         scores = magnitude / magnitude.sum(1, keepdim=True)
     product = torch.where(evidence, scores, 0.0).sum(1)
-    return product.to(torch.get_default_dtype())
+    return product.float()

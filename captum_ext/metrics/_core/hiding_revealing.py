@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 
-from typing import Callable, Iterable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import torch
 from captum._utils.typing import TargetType, TensorOrTupleOfTensorsGeneric
@@ -8,13 +8,12 @@ from captum.log import log_usage
 from torch import Tensor
 
 from captum_ext.metrics._utils.curves import Curves, evaluate_curves
-from captum_ext.metrics._utils.docs import with_common_args
+from captum_ext.metrics._utils.inputs import MetricCall, MetricOptions, TokenOptions
 from captum_ext.metrics._utils.protocols import PerturbationProtocol, resolve_protocol
 from captum_ext.metrics._utils.results import HidingRevealingResult, MetricResult
 
 
 @log_usage()
-@with_common_args
 def hiding_revealing(
     forward_func: Callable[..., Tensor],
     inputs: TensorOrTupleOfTensorsGeneric,
@@ -24,14 +23,8 @@ def hiding_revealing(
     *,
     labels: Optional[Union[Tensor, Sequence[int]]] = None,
     preset: Union[None, str, PerturbationProtocol] = None,
-    levels: Optional[Sequence[float]] = None,
-    mode: Optional[str] = None,
-    attend_replaced: Optional[bool] = None,
-    mask_token_id: Optional[int] = None,
-    pad_token_id: Optional[int] = None,
-    special_tokens_mask: Optional[Tensor] = None,
-    special_token_ids: Optional[Iterable[int]] = None,
-    max_examples_per_batch: Optional[int] = None,
+    tokens: Optional[TokenOptions] = None,
+    internal_batch_size: Optional[int] = None,
     show_progress: bool = False,
 ) -> HidingRevealingResult:
     r"""
@@ -64,14 +57,34 @@ def hiding_revealing(
       :math:`g \in \{0, 0.1, \dots, 1.0\}` of the real length :math:`n`
       (special tokens counted), :math:`k = \mathrm{round}(g \cdot n)` capped at
       the number of non-special tokens; hidden tokens are replaced by [MASK]
-      *and* get attention mask 0 (``mask_token_id`` required); special tokens
+      *and* get attention mask 0 (``tokens.mask_token_id`` required); special tokens
       are never hidden; most important first; accuracy against gold
       ``labels`` (required). The grid, the rounding and the special-token rule
       are the project's reading of the paper.
 
     Args:
 
-    {common_args}
+        forward_func (Callable): ``forward_func(input_ids, attention_mask, *rest)
+                -> logits [batch, C]``, e.g. :func:`captum_ext.classifier_forward`.
+        inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
+        attributions (Tensor): one score per token ``[batch, pos]``; higher =
+                more important for ``target``.
+        target (int, list or Tensor, optional): the class the accuracy is taken
+                against when ``labels`` is None, one for all or one per example.
+                Default: None (the predicted class)
+        additional_forward_args (Tensor or tuple, optional): ``attention_mask``
+                or ``(attention_mask, *rest)``, passed to ``forward_func`` after
+                the ids; ``[batch, pos]`` tensors follow their tokens when tokens
+                are deleted. Default: None (no padding)
+        preset (str or PerturbationProtocol, optional): None (the default
+                above), ``"decoded"``, or a
+                :class:`~captum_ext.metrics.PerturbationProtocol`. Default: None
+        tokens (TokenOptions, optional): the [MASK], [PAD] and special ids
+                (:class:`~captum_ext.metrics.TokenOptions`). Default: None
+        internal_batch_size (int, optional): most rows of both curves per
+                forward pass; results do not depend on it. Default: None (the
+                batch size)
+        show_progress (bool, optional): a tqdm progress bar. Default: False
         labels (Tensor or list of int, optional): gold labels ``[batch]`` the
                 accuracy is taken against. Default: None (``target``)
 
@@ -80,31 +93,15 @@ def hiding_revealing(
         :class:`MetricResult` whose ``score`` is the AUC ``[batch]`` and
         ``curve`` the correctness ``[batch, levels]``.
     """
-    protocol = resolve_protocol(
-        "hiding_revealing",
-        preset,
-        levels=levels,
-        mode=mode,
-        attend_replaced=attend_replaced,
-    )
     if preset == "decoded" and labels is None:
         raise ValueError(
             "preset='decoded' measures accuracy against gold labels: pass labels="
         )
     curves = evaluate_curves(
-        forward_func,
-        inputs,
-        attributions,
-        target,
-        additional_forward_args,
-        protocol,
+        MetricCall(forward_func, inputs, attributions, target, additional_forward_args),
+        MetricOptions(tokens, internal_batch_size, show_progress),
+        resolve_protocol("hiding_revealing", preset, PerturbationProtocol),
         keep_top=(False, True),
-        mask_token_id=mask_token_id,
-        pad_token_id=pad_token_id,
-        special_tokens_mask=special_tokens_mask,
-        special_token_ids=special_token_ids,
-        max_examples_per_batch=max_examples_per_batch,
-        show_progress=show_progress,
         desc="hiding/revealing",
     )
     gold = curves.target if labels is None else _labels(labels, curves.target)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 
-from typing import Callable, Dict, Iterable, List, Optional, Union
+from typing import Callable, List, Optional, Union
 
 import torch
 from captum._utils.progress import NullProgress
@@ -14,15 +14,12 @@ from captum_ext.metrics._utils.inputs import (
     check_attributions,
     parse_inputs,
     TokenInputs,
+    TokenOptions,
 )
+from captum_ext.metrics._utils.protocols import KendallProtocol, resolve_protocol
 from captum_ext.metrics._utils.ranking import descending_order, kendall_tau_b
 
 AttributionFn = Callable[[Tensor], Tensor]
-
-_PRESETS: Dict[Optional[str], Dict[str, object]] = {
-    None: {"other": "all", "compare": "argsort", "specials": False},
-    "attcat": {"other": "reference", "compare": "argsort", "specials": True},
-}
 
 
 @log_usage()
@@ -33,12 +30,9 @@ def kendall_tau(
     target: TargetType = None,
     additional_forward_args: Optional[object] = None,
     *,
-    other: Optional[str] = None,
-    compare: Optional[str] = None,
-    preset: Optional[str] = None,
-    special_tokens_mask: Optional[Tensor] = None,
-    special_token_ids: Optional[Iterable[int]] = None,
-    max_examples_per_batch: Optional[int] = None,
+    preset: Union[None, str, KendallProtocol] = None,
+    tokens: Optional[TokenOptions] = None,
+    internal_batch_size: Optional[int] = None,
     show_progress: bool = False,
 ) -> Tensor:
     r"""
@@ -58,8 +52,8 @@ def kendall_tau(
 
     **Default** (``preset=None``): the mean of :math:`\tau_{c, c'}` over all
     classes :math:`c' \neq c`; :math:`\tau` of the two index permutations (as
-    the reference); over the real tokens, special tokens left out when
-    ``special_tokens_mask`` or ``special_token_ids`` is given.
+    the reference); over the real tokens, the special tokens of ``tokens`` left
+    out.
 
     **Presets**:
 
@@ -85,19 +79,14 @@ def kendall_tau(
         additional_forward_args (Tensor or tuple, optional): ``attention_mask``
                 or ``(attention_mask, token_type_ids, ...)`` for
                 ``forward_func``; the mask marks the real tokens. Default: None
-        other (str, optional): ``"all"`` (mean over every :math:`c' \neq c`)
-                or ``"reference"`` (the reference code's single :math:`c'`).
-                Default: the preset's.
-        compare (str, optional): ``"argsort"``: :math:`\tau` between the index
-                permutations, as the reference; ``"scores"``: :math:`\tau_b`
-                between the two score vectors (a rank correlation of the
-                scores). Default: the preset's.
-        preset (str, optional): None or ``"attcat"``. Default: None
-        special_tokens_mask (Tensor, optional): ``[batch, pos]``, 1 on positions
-                left out (not with ``preset="attcat"``). Default: None
-        special_token_ids (iterable of int, optional): ids left out wherever
-                they occur (not with ``preset="attcat"``). Default: None
-        max_examples_per_batch (int, optional): most examples per forward pass.
+        preset (str or KendallProtocol, optional): None (the default above),
+                ``"attcat"``, or a :class:`~captum_ext.metrics.KendallProtocol`
+                (e.g. ``compare="scores"`` for :math:`\tau_b` between the two
+                score vectors). Default: None
+        tokens (TokenOptions, optional): its special ids and
+                ``special_tokens_mask`` mark positions left out of the ranking
+                (unless the protocol counts specials). Default: None
+        internal_batch_size (int, optional): most examples per forward pass.
                 Default: None (the whole batch)
         show_progress (bool, optional): a progress bar over the classes whose
                 attributions are computed. Default: False
@@ -106,60 +95,32 @@ def kendall_tau(
         Tensor: ``[batch]`` :math:`\tau` per example; NaN where it is undefined
         (fewer than two tokens, or all scores tied with ``"scores"``).
     """
-    settings = _settings(preset, other, compare)
-    parsed = parse_inputs(
-        inputs,
-        additional_forward_args,
-        None if settings["specials"] else special_tokens_mask,
-        None if settings["specials"] else special_token_ids,
-    )
-    runner = Runner(forward_func, parsed, max_examples_per_batch, NullProgress())
+    protocol = resolve_protocol("kendall_tau", preset, KendallProtocol)
+    parsed = parse_inputs(inputs, additional_forward_args, tokens)
+    runner = Runner(forward_func, parsed, internal_batch_size, NullProgress())
     with torch.no_grad():
         base = runner.base()
     num_classes = base.shape[1]
     if num_classes < 2:
         raise ValueError("kendall_tau compares classes: the model has one output")
     classes = resolve_target(target, base)
-    include = parsed.valid if settings["specials"] else parsed.content
-    if settings["other"] == "reference":
+    include = parsed.valid if protocol.count_specials else parsed.content
+    if protocol.other == "reference":
         others = _reference_other(classes, num_classes)
         scores = _class_scores(
             attributions, parsed, [classes, others], num_classes, show_progress
         )
-        tau = _tau(scores[0], scores[1], include, settings["compare"])
-        return tau.to(runner.dtype)
+        return _tau(scores[0], scores[1], include, protocol.compare).float()
     every = [torch.full_like(classes, c) for c in range(num_classes)]
     scores = _class_scores(attributions, parsed, every, num_classes, show_progress)
     own = scores[classes, torch.arange(len(classes), device=classes.device)]
     taus = torch.stack(
-        [
-            _tau(own, scores[c], include, settings["compare"])
-            for c in range(num_classes)
-        ],
+        [_tau(own, scores[c], include, protocol.compare) for c in range(num_classes)],
         dim=1,
     )
     is_other = classes[:, None] != torch.arange(num_classes, device=classes.device)
     mean = torch.where(is_other, taus, 0.0).sum(1) / (num_classes - 1)
-    return mean.to(runner.dtype)
-
-
-def _settings(
-    preset: Optional[str], other: Optional[str], compare: Optional[str]
-) -> Dict[str, object]:
-    if preset not in _PRESETS:
-        raise ValueError(
-            f"kendall_tau has no preset {preset!r}; available: None, 'attcat'"
-        )
-    settings = dict(_PRESETS[preset])
-    for name, value, allowed in (
-        ("other", other, ("all", "reference")),
-        ("compare", compare, ("argsort", "scores")),
-    ):
-        if value is not None:
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
-            settings[name] = value
-    return settings
+    return mean.float()
 
 
 def _reference_other(classes: Tensor, num_classes: int) -> Tensor:
@@ -213,7 +174,7 @@ def _check_table(attributions: Tensor, parsed: TokenInputs, num_classes: int) ->
     )
 
 
-def _tau(first: Tensor, second: Tensor, include: Tensor, compare: object) -> Tensor:
+def _tau(first: Tensor, second: Tensor, include: Tensor, compare: str) -> Tensor:
     if compare == "scores":
         return kendall_tau_b(first, second, include)
     # The reference correlates the two permutations argsort(-S) themselves:

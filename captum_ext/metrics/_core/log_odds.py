@@ -1,19 +1,18 @@
 #!/usr/bin/env python3
 
-from typing import Callable, Iterable, Optional, Sequence, Union
+from typing import Callable, Optional, Union
 
 from captum._utils.typing import TargetType, TensorOrTupleOfTensorsGeneric
 from captum.log import log_usage
 from torch import Tensor
 
 from captum_ext.metrics._utils.curves import evaluate_curves
-from captum_ext.metrics._utils.docs import with_common_args
+from captum_ext.metrics._utils.inputs import MetricCall, MetricOptions, TokenOptions
 from captum_ext.metrics._utils.protocols import PerturbationProtocol, resolve_protocol
 from captum_ext.metrics._utils.results import MetricResult
 
 
 @log_usage()
-@with_common_args
 def log_odds(
     forward_func: Callable[..., Tensor],
     inputs: TensorOrTupleOfTensorsGeneric,
@@ -22,14 +21,8 @@ def log_odds(
     additional_forward_args: Optional[object] = None,
     *,
     preset: Union[None, str, PerturbationProtocol] = None,
-    levels: Optional[Sequence[float]] = None,
-    mode: Optional[str] = None,
-    attend_replaced: Optional[bool] = None,
-    mask_token_id: Optional[int] = None,
-    pad_token_id: Optional[int] = None,
-    special_tokens_mask: Optional[Tensor] = None,
-    special_token_ids: Optional[Iterable[int]] = None,
-    max_examples_per_batch: Optional[int] = None,
+    tokens: Optional[TokenOptions] = None,
+    internal_batch_size: Optional[int] = None,
     show_progress: bool = False,
 ) -> MetricResult:
     r"""
@@ -56,34 +49,42 @@ def log_odds(
       :math:`k = \mathrm{round}(g \cdot n)` with :math:`n` counting special
       tokens, special tokens and the lowest-ranked real token never replaced,
       examples with :math:`n < 10` NaN) with [PAD] replacement and the
-      attention mask left on (``pad_token_id`` required). The reference tracks
+      attention mask left on (``tokens.pad_token_id`` required). The reference tracks
       the gold label: pass ``target=labels``.
 
     Args:
 
-    {common_args}
+        forward_func (Callable): ``forward_func(input_ids, attention_mask, *rest)
+                -> logits [batch, C]``, e.g. :func:`captum_ext.classifier_forward`.
+        inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
+        attributions (Tensor): one score per token ``[batch, pos]``; higher =
+                more important for ``target``.
+        target (int, list or Tensor, optional): the class whose log-probability
+                ratio is taken, one for all or one per example. Default: None
+                (the predicted class)
+        additional_forward_args (Tensor or tuple, optional): ``attention_mask``
+                or ``(attention_mask, *rest)``, passed to ``forward_func`` after
+                the ids; ``[batch, pos]`` tensors follow their tokens when tokens
+                are deleted. Default: None (no padding)
+        preset (str or PerturbationProtocol, optional): None (the default
+                above), ``"attcat"``, or a
+                :class:`~captum_ext.metrics.PerturbationProtocol`. Default: None
+        tokens (TokenOptions, optional): the [MASK], [PAD] and special ids
+                (:class:`~captum_ext.metrics.TokenOptions`). Default: None
+        internal_batch_size (int, optional): most (example, level) rows per
+                forward pass; results do not depend on it. Default: None (the
+                batch size)
+        show_progress (bool, optional): a tqdm progress bar. Default: False
 
     Returns:
         MetricResult: ``score`` ``[batch]``, ``curve`` ``[batch, levels]`` (the
         log-ratios) and ``levels``.
     """
-    protocol = resolve_protocol(
-        "log_odds", preset, levels=levels, mode=mode, attend_replaced=attend_replaced
-    )
     curves = evaluate_curves(
-        forward_func,
-        inputs,
-        attributions,
-        target,
-        additional_forward_args,
-        protocol,
+        MetricCall(forward_func, inputs, attributions, target, additional_forward_args),
+        MetricOptions(tokens, internal_batch_size, show_progress),
+        resolve_protocol("log_odds", preset, PerturbationProtocol),
         keep_top=(False,),
-        mask_token_id=mask_token_id,
-        pad_token_id=pad_token_id,
-        special_tokens_mask=special_tokens_mask,
-        special_token_ids=special_token_ids,
-        max_examples_per_batch=max_examples_per_batch,
-        show_progress=show_progress,
         desc="log-odds",
     )
     ratio = curves.target_curve() - curves.target_base()[:, None]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 
-from typing import Callable, Iterable, Optional
+from typing import Callable, Optional
 
 import torch
 from captum._utils.progress import NullProgress
@@ -10,7 +10,11 @@ from torch import Tensor
 
 from captum_ext._utils.common import resolve_target
 from captum_ext.metrics._utils.batching import Runner
-from captum_ext.metrics._utils.inputs import check_attributions, parse_inputs
+from captum_ext.metrics._utils.inputs import (
+    check_attributions,
+    parse_inputs,
+    TokenOptions,
+)
 from captum_ext.metrics._utils.results import TokenOverlapResult
 
 
@@ -24,9 +28,8 @@ def token_overlap(
     *,
     top_k: int = 10,
     idf: Optional[Tensor] = None,
-    special_tokens_mask: Optional[Tensor] = None,
-    special_token_ids: Optional[Iterable[int]] = None,
-    max_examples_per_batch: Optional[int] = None,
+    tokens: Optional[TokenOptions] = None,
+    internal_batch_size: Optional[int] = None,
 ) -> TokenOverlapResult:
     r"""
     Token overlap between classes: how many of the tokens an explainer finds
@@ -65,11 +68,10 @@ def token_overlap(
         top_k (int, optional): tokens kept per class. Default: 10
         idf (Tensor, optional): IDF weight per token id, ``[vocab]``.
                 Default: None (no weighting)
-        special_tokens_mask (Tensor, optional): ``[batch, pos]``, 1 on positions
-                not counted. Default: None
-        special_token_ids (iterable of int, optional): ids not counted.
-                Default: None
-        max_examples_per_batch (int, optional): most examples per forward pass.
+        tokens (TokenOptions, optional): its special ids and
+                ``special_tokens_mask`` mark the positions not counted
+                (:class:`~captum_ext.metrics.TokenOptions`). Default: None
+        internal_batch_size (int, optional): most examples per forward pass.
                 Default: None (the whole batch)
 
     Returns:
@@ -78,19 +80,17 @@ def token_overlap(
     """
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
-    parsed = parse_inputs(
-        inputs, additional_forward_args, special_tokens_mask, special_token_ids
-    )
+    parsed = parse_inputs(inputs, additional_forward_args, tokens)
     scores = check_attributions(attributions, parsed)
-    runner = Runner(forward_func, parsed, max_examples_per_batch, NullProgress())
+    runner = Runner(forward_func, parsed, internal_batch_size, NullProgress())
     with torch.no_grad():
         classes_per_example = resolve_target(target, runner.base())
     counted = parsed.content
-    tokens = parsed.input_ids[counted]
+    ids = parsed.input_ids[counted]
     token_scores = scores[counted]
     owners = classes_per_example[:, None].expand_as(counted)[counted]
     classes, owner_index = torch.unique(owners, return_inverse=True)
-    vocabulary, token_index = torch.unique(tokens, return_inverse=True)
+    vocabulary, token_index = torch.unique(ids, return_inverse=True)
     table = scores.new_zeros(len(classes), len(vocabulary))
     table.index_put_((owner_index, token_index), token_scores, accumulate=True)
     present = torch.zeros_like(table, dtype=torch.bool)
@@ -130,4 +130,4 @@ def _overlap(top_tokens: Tensor, top_k: int) -> Tensor:
     counts = shared.any(3).sum(2)
     pairs = torch.ones_like(counts, dtype=torch.bool).triu(1)
     total = counts[pairs].sum().double()
-    return total / (num_classes * (num_classes - 1) / 2 * top_k)
+    return (total / (num_classes * (num_classes - 1) / 2 * top_k)).float()

@@ -3,15 +3,20 @@ r"""The driver shared by the perturbation-curve metrics (AOPC, log-odds,
 sufficiency, hiding/revealing): parse, rank, perturb every level, run the model."""
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence, Tuple
+from typing import Sequence, Tuple
 
 import torch
-from captum._utils.typing import TargetType
 from torch import Tensor
 
 from captum_ext._utils.common import resolve_target
 from captum_ext.metrics._utils.batching import progress_bar, Runner
-from captum_ext.metrics._utils.inputs import check_attributions, parse_inputs
+from captum_ext.metrics._utils.inputs import (
+    check_attributions,
+    MetricCall,
+    MetricOptions,
+    parse_inputs,
+    TokenOptions,
+)
 from captum_ext.metrics._utils.perturbation import (
     check_token_ids,
     PerturbationPlan,
@@ -33,7 +38,6 @@ class Curves:
     curves: Tuple[Tensor, ...]
     plans: Tuple[PerturbationPlan, ...]
     protocol: PerturbationProtocol
-    dtype: torch.dtype
 
     def target_base(self) -> Tensor:
         r"""``[batch]``: log-probability of the target on the unperturbed input."""
@@ -47,9 +51,7 @@ class Curves:
 
     def result(self, curve: Tensor, score: Tensor) -> MetricResult:
         levels = torch.tensor(self.protocol.levels, device=curve.device)
-        return MetricResult(
-            score.to(self.dtype), curve.to(self.dtype), levels.to(self.dtype)
-        )
+        return MetricResult(score.float(), curve.float(), levels.float())
 
     def mean(self, curve: Tensor, index: int = 0) -> Tensor:
         r"""Mean of ``curve`` over the active levels of each example; the
@@ -65,41 +67,27 @@ class Curves:
 
 
 def evaluate_curves(
-    forward_func: Callable[..., Tensor],
-    inputs: Any,
-    attributions: Any,
-    target: TargetType,
-    additional_forward_args: Any,
+    call: MetricCall,
+    options: MetricOptions,
     protocol: PerturbationProtocol,
     keep_top: Sequence[bool],
-    *,
-    mask_token_id: Optional[int],
-    pad_token_id: Optional[int],
-    special_tokens_mask: Optional[Tensor],
-    special_token_ids: Optional[Iterable[int]],
-    max_examples_per_batch: Optional[int],
-    show_progress: bool,
     desc: str,
 ) -> Curves:
     r"""Runs the unperturbed inputs and one curve per entry of ``keep_top``
     (False: perturb the top-ranked tokens; True: perturb all but them).
 
     Cost: one forward pass over the batch plus one per level and curve, each
-    chunked into at most ``max_examples_per_batch`` rows.
+    chunked into at most ``internal_batch_size`` rows.
     """
-    check_token_ids(protocol, mask_token_id, pad_token_id)
-    parsed = parse_inputs(
-        inputs, additional_forward_args, special_tokens_mask, special_token_ids
-    )
-    scores = check_attributions(attributions, parsed)
+    tokens = options.tokens or TokenOptions()
+    check_token_ids(protocol, tokens)
+    parsed = parse_inputs(call.inputs, call.additional_forward_args, tokens)
+    scores = check_attributions(call.attributions, parsed)
     plans = tuple(plan_perturbations(protocol, parsed, scores, k) for k in keep_top)
     total = parsed.batch_size * (1 + len(protocol.levels) * len(plans))
-    with torch.no_grad(), progress_bar(show_progress, desc, total) as bar:
-        runner = Runner(forward_func, parsed, max_examples_per_batch, bar)
+    with torch.no_grad(), progress_bar(options.show_progress, desc, total) as bar:
+        runner = Runner(call.forward_func, parsed, options.internal_batch_size, bar)
         base = runner.base()
-        target_index = resolve_target(target, base)
-        curves = tuple(
-            runner.curve(plan, protocol, base, mask_token_id, pad_token_id)
-            for plan in plans
-        )
-    return Curves(target_index, base, curves, plans, protocol, runner.dtype)
+        target_index = resolve_target(call.target, base)
+        curves = tuple(runner.curve(plan, protocol, base, tokens) for plan in plans)
+    return Curves(target_index, base, curves, plans, protocol)

@@ -8,18 +8,88 @@ are passed on to ``forward_func`` unchanged.
 """
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Tuple
+from functools import cached_property
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
 import torch
-from captum._utils.common import (
-    _format_additional_forward_args,
-    _format_tensor_into_tuples,
-)
+from captum._utils.typing import TargetType
 from torch import Tensor
 
-from captum_ext._utils.common import _as_tensor_input
+from captum_ext._utils.common import check_same_shape, parse_token_ids
 
-__all__ = ["TokenInputs", "check_attributions", "check_evidence", "parse_inputs"]
+__all__ = [
+    "MetricCall",
+    "MetricOptions",
+    "TokenInputs",
+    "TokenOptions",
+    "check_attributions",
+    "check_evidence",
+    "parse_inputs",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class TokenOptions:
+    r"""The tokenizer's ids a metric needs, in one record.
+
+    Attributes:
+        mask_token_id (int, optional): the [MASK] id; required by protocols with
+            ``mode="mask"``.
+        pad_token_id (int, optional): the [PAD] id; required by ``mode="pad"``,
+            and fills the slots freed by ``mode="delete"`` (0 when None; give it
+            for causal classifiers, which find their last token by it). Ids equal
+            to it without an attention mask trigger a warning.
+        special_token_ids (sequence of int, optional): ids that are never
+            perturbed, ranked or counted wherever they occur (e.g.
+            ``tokenizer.all_special_ids``).
+        special_tokens_mask (Tensor, optional): ``[batch, pos]``, 1 on positions
+            that are never perturbed, ranked or counted (as returned by
+            ``tokenizer(..., return_special_tokens_mask=True)``, or any position
+            to exclude); joined with ``special_token_ids``.
+
+    Without ``special_token_ids`` and ``special_tokens_mask`` no position is
+    special. Frozen; compared by identity, as it may hold a tensor.
+    """
+
+    mask_token_id: Optional[int] = None
+    pad_token_id: Optional[int] = None
+    special_token_ids: Optional[Sequence[int]] = None
+    special_tokens_mask: Optional[Tensor] = None
+
+    def __post_init__(self) -> None:
+        if self.special_token_ids is not None:
+            ids = tuple(int(i) for i in self.special_token_ids)
+            object.__setattr__(self, "special_token_ids", ids)
+
+    @classmethod
+    def from_tokenizer(
+        cls, tokenizer: Any, special_tokens_mask: Optional[Tensor] = None
+    ) -> "TokenOptions":
+        r"""The [MASK], [PAD] and special ids of a Hugging Face tokenizer."""
+        return cls(
+            mask_token_id=tokenizer.mask_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+            special_token_ids=tuple(tokenizer.all_special_ids),
+            special_tokens_mask=special_tokens_mask,
+        )
+
+
+class MetricCall(NamedTuple):
+    r"""The Captum-style positional arguments of a metric, as given."""
+
+    forward_func: Callable[..., Tensor]
+    inputs: Any
+    attributions: Any
+    target: TargetType
+    additional_forward_args: Any
+
+
+class MetricOptions(NamedTuple):
+    r"""The keyword-only options every model-running metric shares."""
+
+    tokens: Optional["TokenOptions"]
+    internal_batch_size: Optional[int]
+    show_progress: bool
 
 
 @dataclass
@@ -46,7 +116,7 @@ class TokenInputs:
         r"""Boolean ``[batch, pos]``: real tokens that are not special."""
         return self.valid & ~self.special
 
-    @property
+    @cached_property  # read by every chunk of every level
     def left_padded(self) -> Tensor:
         r"""Boolean ``[batch]``: rows padded on the left. Rows without padding
         follow the batch: left when every padded row is padded on the left."""
@@ -62,70 +132,32 @@ class TokenInputs:
 def parse_inputs(
     inputs: Any,
     additional_forward_args: Any = None,
-    special_tokens_mask: Optional[Tensor] = None,
-    special_token_ids: Optional[Iterable[int]] = None,
+    tokens: Optional[TokenOptions] = None,
 ) -> TokenInputs:
-    r"""Validates the arguments shared by all metrics (see the module docstring).
-
-    Special positions are the union of ``special_tokens_mask`` (1 = special, as
-    returned by ``tokenizer(..., return_special_tokens_mask=True)``) and the
-    positions holding one of ``special_token_ids``; without either, no position is
-    special.
+    r"""Checks the ids and mask as the methods do
+    (:func:`captum_ext._utils.common.parse_token_ids`) and marks the special
+    positions of ``tokens`` (a :class:`TokenOptions`; None: no special position).
+    Further items of ``additional_forward_args`` go to ``forward_func`` unchanged.
     """
-    input_ids = _as_tensor_input(_single_input(inputs))
-    args = _format_additional_forward_args(additional_forward_args) or (None,)
-    attention_mask = args[0]
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    _check_same_shape("attention_mask", attention_mask, input_ids)
-    if not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
-        raise ValueError("attention_mask must hold only 0 (padding) and 1 (tokens)")
-    valid = attention_mask.bool()
-    empty = (~valid.any(1)).nonzero().flatten()
-    if len(empty):
-        raise ValueError(
-            f"example(s) {empty.tolist()} have no real token (attention_mask is 0)"
-        )
-    special = _special_positions(input_ids, special_tokens_mask, special_token_ids)
-    return TokenInputs(
-        input_ids, attention_mask, tuple(args[1:]), valid, special & valid
+    tokens = tokens or TokenOptions()
+    input_ids, attention_mask, rest = parse_token_ids(
+        inputs, additional_forward_args, tokens.pad_token_id
     )
+    valid = attention_mask.bool()
+    special = _special_positions(input_ids, tokens) & valid
+    return TokenInputs(input_ids, attention_mask, rest, valid, special)
 
 
-def _single_input(inputs: Any) -> Any:
-    if isinstance(inputs, tuple):
-        formatted = _format_tensor_into_tuples(inputs)
-        if len(formatted) != 1:
-            raise ValueError(
-                "metrics take one input tensor of token ids, got a tuple of "
-                f"{len(formatted)}; pass masks through additional_forward_args"
-            )
-        return formatted[0]
-    return inputs
-
-
-def _special_positions(
-    input_ids: Tensor,
-    special_tokens_mask: Optional[Tensor],
-    special_token_ids: Optional[Iterable[int]],
-) -> Tensor:
+def _special_positions(input_ids: Tensor, tokens: TokenOptions) -> Tensor:
     special = torch.zeros_like(input_ids, dtype=torch.bool)
-    if special_tokens_mask is not None:
-        _check_same_shape("special_tokens_mask", special_tokens_mask, input_ids)
-        special |= special_tokens_mask.to(input_ids.device).bool()
-    if special_token_ids is not None:
-        ids = torch.as_tensor(list(special_token_ids), device=input_ids.device)
+    if tokens.special_tokens_mask is not None:
+        mask = tokens.special_tokens_mask
+        check_same_shape("special_tokens_mask", mask, input_ids)
+        special |= mask.to(input_ids.device).bool()
+    if tokens.special_token_ids is not None:
+        ids = torch.as_tensor(tokens.special_token_ids, device=input_ids.device)
         special |= torch.isin(input_ids, ids.to(input_ids.dtype))
     return special
-
-
-def _check_same_shape(name: str, tensor: Any, input_ids: Tensor) -> None:
-    if not isinstance(tensor, Tensor) or tensor.shape != input_ids.shape:
-        shape = tuple(tensor.shape) if isinstance(tensor, Tensor) else type(tensor)
-        raise ValueError(
-            f"{name} must be a tensor of the shape of inputs "
-            f"{tuple(input_ids.shape)}, got {shape}"
-        )
 
 
 def check_attributions(
@@ -137,7 +169,7 @@ def check_attributions(
     embedding-level attributions over their last dimension first) and on
     non-finite scores at real tokens.
     """
-    scores = _single_input(attributions)
+    scores = attributions[0] if _is_single_tuple(attributions) else attributions
     if not isinstance(scores, Tensor):
         raise TypeError(f"{name} must be a tensor, got {type(scores)}")
     expected = tuple(inputs.input_ids.shape)
@@ -158,7 +190,11 @@ def check_attributions(
     return scores
 
 
+def _is_single_tuple(value: Any) -> bool:
+    return isinstance(value, tuple) and len(value) == 1
+
+
 def check_evidence(evidence_mask: Any, inputs: TokenInputs) -> Tensor:
     r"""Returns the evidence mask ``[batch, pos]`` as booleans."""
-    _check_same_shape("evidence_mask", evidence_mask, inputs.input_ids)
+    check_same_shape("evidence_mask", evidence_mask, inputs.input_ids)
     return evidence_mask.to(inputs.input_ids.device).bool()

@@ -7,12 +7,12 @@ Perturbed rows are built only for the rows of one chunk at a time.
 """
 
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Tuple
 
 import torch
 from torch import Tensor
 
-from captum_ext.metrics._utils.inputs import TokenInputs
+from captum_ext.metrics._utils.inputs import TokenInputs, TokenOptions
 from captum_ext.metrics._utils.protocols import PerturbationProtocol
 from captum_ext.metrics._utils.ranking import descending_order, ranks_within
 
@@ -104,22 +104,18 @@ def _raw_counts(protocol: PerturbationProtocol, inputs: TokenInputs) -> Tensor:
     return rounded.long()
 
 
-def check_token_ids(
-    protocol: PerturbationProtocol,
-    mask_token_id: Optional[int],
-    pad_token_id: Optional[int],
-) -> None:
+def check_token_ids(protocol: PerturbationProtocol, tokens: TokenOptions) -> None:
     r"""Raises when the protocol's replacement token id was not given."""
-    if protocol.mode == "mask" and mask_token_id is None:
-        raise ValueError(
-            "mode='mask' replaces tokens with [MASK]: pass "
-            "mask_token_id=tokenizer.mask_token_id"
-        )
-    if protocol.mode == "pad" and pad_token_id is None:
-        raise ValueError(
-            "mode='pad' replaces tokens with [PAD]: pass "
-            "pad_token_id=tokenizer.pad_token_id"
-        )
+    for mode, name, token in (
+        ("mask", "mask_token_id", tokens.mask_token_id),
+        ("pad", "pad_token_id", tokens.pad_token_id),
+    ):
+        if protocol.mode == mode and token is None:
+            raise ValueError(
+                f"mode={mode!r} replaces tokens with [{mode.upper()}]: pass "
+                f"tokens=TokenOptions({name}=tokenizer.{name}) or "
+                "TokenOptions.from_tokenizer(tokenizer)"
+            )
 
 
 def perturb_rows(
@@ -127,8 +123,7 @@ def perturb_rows(
     inputs: TokenInputs,
     examples: Tensor,
     perturbed: Tensor,
-    mask_token_id: Optional[int],
-    pad_token_id: Optional[int],
+    tokens: TokenOptions,
 ) -> Tuple[Tensor, Tuple[Any, ...]]:
     r"""Token ids and forward arguments of the rows ``examples`` with the
     ``perturbed`` positions deleted or replaced."""
@@ -137,7 +132,7 @@ def perturb_rows(
         take_rows(arg, examples, inputs.batch_size) for arg in inputs.extra_args
     )
     if protocol.mode == "delete":
-        filler = 0 if pad_token_id is None else pad_token_id
+        filler = 0 if tokens.pad_token_id is None else tokens.pad_token_id
         return _repack(
             input_ids,
             inputs.attention_mask.dtype,
@@ -146,7 +141,7 @@ def perturb_rows(
             extra,
             filler,
         )
-    token = mask_token_id if protocol.mode == "mask" else pad_token_id
+    token = tokens.mask_token_id if protocol.mode == "mask" else tokens.pad_token_id
     input_ids = input_ids.masked_fill(perturbed, token)  # type: ignore[arg-type]
     mask = inputs.attention_mask[examples]
     if not protocol.attend_replaced:

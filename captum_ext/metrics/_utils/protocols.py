@@ -7,15 +7,40 @@ default plus presets that reproduce each paper's reference code exactly.
 """
 
 from dataclasses import dataclass, replace
-from typing import Dict, Optional, Tuple, Union
+from typing import (
+    Dict,
+    Literal,
+    Optional,
+    overload,
+    Sequence,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 
 import numpy as np
 
-__all__ = ["PerturbationProtocol", "get_protocol", "resolve_protocol"]
+__all__ = [
+    "CurveMetric",
+    "KendallProtocol",
+    "PerturbationProtocol",
+    "get_protocol",
+    "resolve_protocol",
+]
 
 _MODES = ("delete", "mask", "pad")
 _ROUNDINGS = ("round", "floor")
 _PROTECTS = ("specials", "first")
+_OTHERS = ("all", "reference")
+_COMPARES = ("argsort", "scores")
+
+CurveMetric = Literal["aopc", "log_odds", "sufficiency", "hiding_revealing"]
+
+
+def _check_choice(name: str, value: str, allowed: Tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -28,7 +53,8 @@ class PerturbationProtocol:
     \rfloor`, capped at the number of perturbable tokens.
 
     Attributes:
-        levels (tuple[float, ...]): fractions :math:`g`, increasing, in [0, 1].
+        levels (sequence of float): fractions :math:`g`, increasing, in [0, 1];
+            stored as a tuple.
         mode (str): ``"delete"`` (remove the tokens and re-pack the sequence,
             attention mask updated), ``"mask"`` (replace them with
             ``mask_token_id``) or ``"pad"`` (replace them with ``pad_token_id``).
@@ -54,7 +80,7 @@ class PerturbationProtocol:
             all skipped; None gives NaN.
     """
 
-    levels: Tuple[float, ...]
+    levels: Sequence[float]
     mode: str = "delete"
     attend_replaced: bool = True
     rounding: str = "round"
@@ -74,13 +100,39 @@ class PerturbationProtocol:
             raise ValueError(f"levels must be fractions in [0, 1], got {levels}")
         if any(b <= a for a, b in zip(levels, levels[1:])):
             raise ValueError(f"levels must be strictly increasing, got {levels}")
-        for name, value, allowed in (
-            ("mode", self.mode, _MODES),
-            ("rounding", self.rounding, _ROUNDINGS),
-            ("protect", self.protect, _PROTECTS),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        _check_choice("mode", self.mode, _MODES)
+        _check_choice("rounding", self.rounding, _ROUNDINGS)
+        _check_choice("protect", self.protect, _PROTECTS)
+
+
+@dataclass(frozen=True)
+class KendallProtocol:
+    r"""Which classes and which rankings :func:`~captum_ext.metrics.kendall_tau`
+    compares.
+
+    Attributes:
+        other (str): ``"all"`` (mean of :math:`\tau_{c, c'}` over every class
+            :math:`c' \neq c`) or ``"reference"`` (AttCAT's single :math:`c'`:
+            :math:`1 - c` for two classes, else 1 if :math:`c = 0` else
+            :math:`c - 1`).
+        compare (str): ``"argsort"`` (:math:`\tau` between the index
+            permutations :math:`\mathrm{argsort}(-S)`, as AttCAT's code) or
+            ``"scores"`` (:math:`\tau_b` between the two score vectors).
+        count_specials (bool): rank every real token, special tokens included;
+            otherwise the special tokens of ``tokens`` are left out.
+    """
+
+    other: str = "all"
+    compare: str = "argsort"
+    count_specials: bool = False
+
+    def __post_init__(self) -> None:
+        _check_choice("other", self.other, _OTHERS)
+        _check_choice("compare", self.compare, _COMPARES)
+
+
+Protocol = Union[PerturbationProtocol, KendallProtocol]
+P = TypeVar("P", PerturbationProtocol, KendallProtocol)
 
 
 def _tenths(first: int, last: int) -> Tuple[float, ...]:
@@ -110,7 +162,7 @@ _FERRET = PerturbationProtocol(
     levels=_FERRET_LEVELS, rounding="floor", only_positive=True, skip_repeated=True
 )
 
-_PRESETS: Dict[str, Dict[Optional[str], PerturbationProtocol]] = {
+_PRESETS: Dict[str, Dict[Optional[str], Protocol]] = {
     "aopc": {
         None: _DEFAULT,
         "attcat": replace(_ATTCAT, absolute=True),
@@ -135,11 +187,36 @@ _PRESETS: Dict[str, Dict[Optional[str], PerturbationProtocol]] = {
             count_specials=True,
         ),
     },
+    "kendall_tau": {
+        None: KendallProtocol(),
+        "attcat": KendallProtocol(other="reference", count_specials=True),
+    },
 }
 
 
-def get_protocol(metric: str, preset: Optional[str] = None) -> PerturbationProtocol:
-    r"""The protocol of ``metric`` under ``preset`` (None = the clean default)."""
+@overload
+def get_protocol(
+    metric: Literal["kendall_tau"], preset: Optional[str] = None
+) -> KendallProtocol: ...
+
+
+@overload
+def get_protocol(
+    metric: CurveMetric, preset: Optional[str] = None
+) -> PerturbationProtocol: ...
+
+
+@overload
+def get_protocol(metric: str, preset: Optional[str] = None) -> Protocol: ...
+
+
+def get_protocol(metric: str, preset: Optional[str] = None) -> Protocol:
+    r"""The protocol of ``metric`` under ``preset`` (None = the clean default):
+    a :class:`PerturbationProtocol` for the perturbation-curve metrics, a
+    :class:`KendallProtocol` for ``"kendall_tau"``. Custom protocols start from
+    one: ``dataclasses.replace(get_protocol("aopc"), levels=(0.1, 0.2))``."""
+    if metric not in _PRESETS:
+        raise ValueError(f"no metric {metric!r}; available: {sorted(_PRESETS)}")
     presets = _PRESETS[metric]
     if preset not in presets:
         names = sorted(name for name in presets if name is not None)
@@ -151,17 +228,18 @@ def get_protocol(metric: str, preset: Optional[str] = None) -> PerturbationProto
 
 
 def resolve_protocol(
-    metric: str,
-    preset: Union[None, str, PerturbationProtocol],
-    **overrides: object,
-) -> PerturbationProtocol:
-    r"""``preset`` (a name or a protocol) with the non-None ``overrides`` applied."""
+    metric: str, preset: Union[None, str, Protocol], kind: Type[P]
+) -> P:
+    r"""``preset`` as a protocol of type ``kind``: a preset name of ``metric``
+    (None = the default) or a protocol given as it is."""
     protocol = (
         preset
-        if isinstance(preset, PerturbationProtocol)
+        if isinstance(preset, (PerturbationProtocol, KendallProtocol))
         else get_protocol(metric, preset)
     )
-    changes = {name: value for name, value in overrides.items() if value is not None}
-    if "levels" in changes:
-        changes["levels"] = tuple(changes["levels"])  # type: ignore[arg-type]
-    return replace(protocol, **changes) if changes else protocol
+    if not isinstance(protocol, kind):
+        raise TypeError(
+            f"{metric} takes a {kind.__name__} as preset, got "
+            f"{type(protocol).__name__}"
+        )
+    return protocol

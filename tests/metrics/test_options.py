@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+r"""What every model-running metric shares: ``TokenOptions``, the typed preset
+table, ``internal_batch_size`` and the float32 precision policy."""
+
+import inspect
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+from captum_ext.metrics import (
+    aopc,
+    average_precision,
+    dot_product,
+    get_protocol,
+    hiding_revealing,
+    kendall_tau,
+    KendallProtocol,
+    log_odds,
+    PerturbationProtocol,
+    sufficiency,
+    token_overlap,
+    TokenOptions,
+)
+
+from tests.helpers import PAD_ID
+from tests.metrics.toys import batch_with_scores, lively_forward, MASK_ID, TOKENS
+
+CURVE_METRICS = {
+    aopc: ["attcat", "normxlogit", "ferret"],
+    log_odds: ["attcat"],
+    sufficiency: ["normxlogit", "ferret"],
+    hiding_revealing: ["decoded"],
+}
+ALL_METRICS = [
+    *CURVE_METRICS,
+    kendall_tau,
+    token_overlap,
+    average_precision,
+    dot_product,
+]
+
+
+def _curve_call(metric, forward, batch, **kwargs):
+    labels = [0, 1, 2, 1, 0][: len(batch["input_ids"])]
+    extra = {"labels": labels} if metric is hiding_revealing else {}
+    return metric(
+        forward,
+        batch["input_ids"],
+        batch["scores"],
+        None,
+        batch["attention_mask"],
+        tokens=TokenOptions(MASK_ID, PAD_ID, special_tokens_mask=batch["special"]),
+        **extra,
+        **kwargs,
+    )
+
+
+def _flat(result):
+    r"""Every tensor of a metric's result, concatenated."""
+    if isinstance(result, torch.Tensor):
+        return result.flatten()
+    return torch.cat([_flat(part) for part in result])
+
+
+@pytest.mark.parametrize(
+    "metric,preset",
+    [(m, p) for m, presets in CURVE_METRICS.items() for p in [None, *presets]],
+)
+@pytest.mark.parametrize("chunk", [1, 2, 3])
+def test_internal_batch_size_equals_unchunked(metric, preset, chunk):
+    forward = lively_forward("bert")
+    batch = batch_with_scores((12, 4, 10, 16, 11), seed=41)
+    whole = _curve_call(metric, forward, batch, preset=preset)
+    chunked = _curve_call(
+        metric, forward, batch, preset=preset, internal_batch_size=chunk
+    )
+    torch.testing.assert_close(_flat(chunked), _flat(whole), equal_nan=True)
+
+
+@pytest.mark.parametrize("chunk", [1, 2])
+def test_internal_batch_size_kendall_tau_and_token_overlap(chunk):
+    forward = lively_forward("bert")
+    batch = batch_with_scores((12, 4, 10, 16, 11), seed=43)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    table = torch.randn(5, 3, ids.shape[1], generator=torch.Generator().manual_seed(0))
+    for metric, scores in ((kendall_tau, table), (token_overlap, batch["scores"])):
+        whole = metric(forward, ids, scores, None, mask, tokens=TOKENS)
+        chunked = metric(
+            forward, ids, scores, None, mask, tokens=TOKENS, internal_batch_size=chunk
+        )
+        torch.testing.assert_close(_flat(chunked), _flat(whole), equal_nan=True)
+
+
+@pytest.mark.parametrize("metric", list(CURVE_METRICS) + [kendall_tau, token_overlap])
+def test_bfloat16_model_gives_float32_results_from_its_logits(metric):
+    r"""Probabilities come from the model's logits upcast to float32: a bfloat16
+    model's results equal those of the same logits handed over in float32."""
+    forward = lively_forward("bert")
+    model = forward.model
+    batch = batch_with_scores((12, 4, 10), seed=47)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    scores = batch["scores"]
+    if metric is kendall_tau:
+        scores = torch.randn(3, 3, ids.shape[1])
+    bf16 = type(forward)(_bfloat16_copy(model))
+
+    def upcast(input_ids, attention_mask):
+        return bf16(input_ids, attention_mask).float()
+
+    kwargs = {"labels": [0, 1, 2]} if metric is hiding_revealing else {}
+    low = metric(bf16, ids, scores, None, mask, tokens=TOKENS, **kwargs)
+    high = metric(upcast, ids, scores, None, mask, tokens=TOKENS, **kwargs)
+    for part in [low] if isinstance(low, torch.Tensor) else low:
+        for tensor in [part] if isinstance(part, torch.Tensor) else part:
+            assert tensor.dtype in (torch.float32, torch.long)
+    torch.testing.assert_close(_flat(low), _flat(high), equal_nan=True)
+
+
+def _bfloat16_copy(model):
+    copy = type(model)(model.config)
+    copy.load_state_dict(model.state_dict())
+    return copy.to(torch.bfloat16).eval()
+
+
+def test_token_options_from_tokenizer():
+    tokenizer = SimpleNamespace(
+        mask_token_id=MASK_ID, pad_token_id=PAD_ID, all_special_ids=[2, 3, 0, 4]
+    )
+    tokens = TokenOptions.from_tokenizer(tokenizer)
+    assert (tokens.mask_token_id, tokens.pad_token_id) == (MASK_ID, PAD_ID)
+    assert tokens.special_token_ids == (2, 3, 0, 4)
+    with pytest.raises(AttributeError):
+        tokens.pad_token_id = 1  # frozen
+
+
+def test_presets_are_one_typed_table():
+    for metric in ("aopc", "log_odds", "sufficiency", "hiding_revealing"):
+        assert isinstance(get_protocol(metric), PerturbationProtocol)
+    assert get_protocol("kendall_tau") == KendallProtocol()
+    assert get_protocol("kendall_tau", "attcat") == KendallProtocol(
+        other="reference", compare="argsort", count_specials=True
+    )
+    with pytest.raises(ValueError, match="compare must be one of"):
+        KendallProtocol(compare="pearson")
+
+
+@pytest.mark.parametrize("metric", ALL_METRICS, ids=lambda m: m.__name__)
+def test_docstring_documents_every_argument(metric):
+    r"""Args text is real text (no ``{common_args}`` placeholder) naming every
+    parameter, for Sphinx and IDEs."""
+    doc = inspect.getdoc(metric) or ""
+    assert "{" not in doc.split("Args:")[1].split("Returns:")[0]
+    for name in inspect.signature(metric).parameters:
+        assert re.search(rf"^\s+{name} \(", doc, re.MULTILINE), name
+
+
+@pytest.mark.parametrize("metric", ALL_METRICS, ids=lambda m: m.__name__)
+def test_keyword_only_after_the_captum_arguments(metric):
+    r"""As ``captum.metrics.infidelity``: the arguments Captum's metrics share
+    are positional, every option is keyword-only (CONTRIBUTING)."""
+    kinds = {name: p.kind for name, p in inspect.signature(metric).parameters.items()}
+    positional = [
+        n for n, k in kinds.items() if k is inspect.Parameter.POSITIONAL_OR_KEYWORD
+    ]
+    assert positional[-1] == "additional_forward_args"
+    assert set(kinds) - set(positional) >= {"tokens"}
