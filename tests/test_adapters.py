@@ -286,12 +286,6 @@ def test_only_framing_tokens_are_all_special(family):
     assert adapter.special_positions(ids, torch.ones_like(ids)).all()
 
 
-# main's _check_not_empty reads special_token_ids(); core's reads
-# special_positions() (lead: drop this mark once core's common.py is merged).
-_NEEDS_CORE = pytest.mark.xfail(raises=AssertionError, strict=True)
-
-
-@_NEEDS_CORE
 @pytest.mark.parametrize("family", _FRAMED)
 def test_attcat_refuses_only_framing_tokens(family):
     method = AttCAT(_as_released(family))

@@ -10,7 +10,7 @@ mode); here for the metrics."""
 import warnings
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any, Callable, Dict, Iterator, Optional
+from typing import Any, Callable, Dict, Optional
 
 import pytest
 import torch
@@ -62,15 +62,6 @@ SDPA = [
 ]
 NUM_LAYERS = 2
 NUM_LABELS = 3
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread() -> Iterator[None]:
-    r"""Tiny models run fastest on one thread (see ``tests/test_matrix.py``)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @lru_cache(maxsize=None)

@@ -17,13 +17,13 @@ through :func:`parse_token_ids` (they have no model adapter); methods through
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
-from captum_ext.adapters import ModelAdapter, UnsupportedModelError
+from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
 
 __all__ = [
     "ClassifierLogits",
@@ -306,11 +306,20 @@ class ClassifierLogits(nn.Module):
     ``[batch, pos, d]`` when ``inputs_embeds=True`` (for methods that interpolate
     or add noise in input space). Being an ``nn.Module`` it also serves methods
     that need one (Captum's DeepLift family).
+
+    For a supported family it runs the Hugging Face model inside any wrapper
+    (``torch.compile``, ``peft``, ``DataParallel``) with the adapter's keyword
+    arguments, so its logits are the ones captum_ext's methods explain (e.g.
+    ``position_ids`` from the mask, which make GPT-2 left = right padding).
     """
 
     def __init__(self, model: nn.Module, inputs_embeds: bool = False) -> None:
         super().__init__()
-        self.model = model
+        try:
+            self._adapter: Optional[ModelAdapter] = get_adapter(model)
+        except UnsupportedModelError:
+            self._adapter = None
+        self.model = model if self._adapter is None else self._adapter.model
         self.inputs_embeds = inputs_embeds
 
     def forward(
@@ -319,8 +328,10 @@ class ClassifierLogits(nn.Module):
         attention_mask: Optional[Tensor] = None,
         token_type_ids: Optional[Tensor] = None,
     ) -> Tensor:
-        kwargs = {"attention_mask": attention_mask}
-        if token_type_ids is not None:
+        kwargs: Dict[str, Optional[Tensor]] = {"attention_mask": attention_mask}
+        if self._adapter is not None:
+            kwargs.update(self._adapter.forward_kwargs(attention_mask, token_type_ids))
+        elif token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
         name = "inputs_embeds" if self.inputs_embeds else "input_ids"
         kwargs[name] = input_ids
