@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
+import torch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
@@ -89,6 +90,7 @@ CURVE_AXES = {
     "Hide": ("accuracy", "fraction of tokens hidden"),
     "Reveal": ("accuracy", "fraction of tokens revealed"),
 }
+AREAS = ("Hide", "Reveal")  # summarised by the area under the curve
 _MARKERS = ("o", "s", "^", "D", "v", "P", "*")  # 7 is coprime with 10 colours
 _LINESTYLES = {"captum_ext": "-", "captum": "--", "baseline": "-."}
 
@@ -111,10 +113,12 @@ def _write_text(path: Path, text: str) -> None:
 
 
 class Cell(NamedTuple):
-    r"""A table cell; ``note`` explains a flagged value (empty if none)."""
+    r"""A table cell; ``note`` (a tooltip) explains a cell of ``kind``
+    ``"flag"`` (suspect value) or ``"na"`` (metric not applicable)."""
 
     text: str
     note: str = ""
+    kind: str = ""
 
 
 def _class_agnostic(row: MethodResult) -> bool:
@@ -162,14 +166,14 @@ def _best(rows: Sequence[MethodResult], metric: str, higher: bool) -> float:
 
 def _metric_cell(row: MethodResult, metric: str, best: float) -> Cell:
     if not _applies(row, metric):
-        return Cell(NOT_APPLICABLE, "the scores do not depend on the class")
+        return Cell(NOT_APPLICABLE, "the scores do not depend on the class", "na")
     value = row.metrics[metric]
     return Cell(f"{value:.3f}{'*' if value == best else ''}")
 
 
 def _time_cell(row: MethodResult) -> Cell:
     if timing_flagged(row):
-        return Cell(f"{TIMING_FLAG} {row.time_ratio:.1f}", TIME_DEFINITION)
+        return Cell(f"{TIMING_FLAG} {row.time_ratio:.1f}", TIME_DEFINITION, "flag")
     return Cell(f"{row.time_ratio:.1f}")
 
 
@@ -316,6 +320,14 @@ def to_json(result: BenchmarkResult) -> Dict[str, Any]:
     }
 
 
+def _example_for(
+    result: BenchmarkResult, task: str, tokens: Sequence[str]
+) -> Optional[Explanation]:
+    r"""The kept example a layer map was computed on (same tokens)."""
+    matches = [ex for ex in result.examples.get(task, []) if ex.tokens == list(tokens)]
+    return matches[0] if matches else None
+
+
 # ----------------------------------------------------------------------- plots
 def _styles(rows: Sequence[MethodResult]) -> List[Dict[str, Any]]:
     r"""One (colour, marker, line style) per row, all pairs distinct: strong
@@ -369,15 +381,22 @@ def _tick(token: str) -> str:
     return display_token(token).replace("$", r"\$")
 
 
-def _layer_plot(tokens: List[str], scores: Any, title: str, path: Path) -> None:
+def _layer_plot(
+    tokens: List[str], scores: Any, specials: List[bool], title: str, path: Path
+) -> None:
     r"""Heatmap of ``scores`` ``[layers, tokens]``, each layer scaled by its own
-    largest magnitude so every layer's pattern is visible."""
+    largest magnitude over the real tokens (as the highlights are), so every
+    layer's pattern is visible; special tokens' columns are grey. Green
+    supports the class, pink speaks against it, as in the highlights."""
     matrix = scores.detach().float().cpu()
-    peak = matrix.abs().amax(-1, keepdim=True).clamp_min(1e-12)
-    matrix = (matrix / peak).numpy()
+    special = torch.tensor(specials, dtype=torch.bool)
+    real = matrix[:, ~special] if bool((~special).any()) else matrix
+    peak = real.abs().amax(-1, keepdim=True).clamp_min(1e-12)
+    matrix = (matrix / peak).masked_fill(special, math.nan).numpy()
     fig = Figure(figsize=(max(5.0, 0.35 * len(tokens) + 1.5), 3.8))
     ax = fig.add_subplot()
-    image = ax.imshow(matrix, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
+    colours = colormaps["PiYG"].with_extremes(bad="#dddddd")
+    image = ax.imshow(matrix, cmap=colours, vmin=-1, vmax=1, aspect="auto")
     ax.set_xticks(
         range(len(tokens)), [_tick(t) for t in tokens], rotation=70, fontsize=7
     )
@@ -411,17 +430,17 @@ def plot_all(result: BenchmarkResult, out_dir: Path) -> List[Path]:
             if _curve_plot(result, task, metric, path):
                 paths.append(path)
         for name, (tokens, scores) in result.layer_maps.get(task, {}).items():
+            example = _example_for(result, task, tokens)
+            specials = example.specials() if example else [False] * len(tokens)
             path = _layer_path(out_dir, task, name)
-            _layer_plot(tokens, scores, f"{name} per layer, {task}", path)
+            _layer_plot(tokens, scores, specials, f"{name} per layer, {task}", path)
             paths.append(path)
     return paths
 
 
 # ------------------------------------------------------------------------ html
 def _html_cell(cell: Cell, numeric: bool, tag: str = "td") -> str:
-    classes = " ".join(
-        name for name, on in (("num", numeric), ("flag", bool(cell.note))) if on
-    )
+    classes = " ".join(name for name in ("num" if numeric else "", cell.kind) if name)
     attributes = f' class="{classes}"' if classes else ""
     if cell.note:
         attributes += f' title="{html.escape(cell.note)}"'
@@ -480,14 +499,6 @@ def _definitions_html(result: BenchmarkResult) -> str:
     )
 
 
-def _example_for(
-    result: BenchmarkResult, task: str, tokens: Sequence[str]
-) -> Optional[Explanation]:
-    r"""The kept example a layer map was computed on (same tokens)."""
-    matches = [ex for ex in result.examples.get(task, []) if ex.tokens == list(tokens)]
-    return matches[0] if matches else None
-
-
 def _example_text(example: Explanation) -> str:
     if example.text is not None:
         return example.text
@@ -501,7 +512,8 @@ def _layer_caption(result: BenchmarkResult, task: str, name: str) -> str:
     example = _example_for(result, task, tokens)
     what = (
         f"{html.escape(name)} per layer (rows: hidden_states index, 0 = "
-        "embeddings; each row scaled by its own peak |score|)"
+        "embeddings; each row scaled by its own peak |score| over the real "
+        "tokens; special tokens grey)"
     )
     if example is None:
         return what + "."
@@ -513,9 +525,10 @@ def _layer_caption(result: BenchmarkResult, task: str, name: str) -> str:
 
 def _curve_caption(metric: str) -> str:
     y_label, x_label = CURVE_AXES.get(metric, (metric, "fraction of tokens"))
+    summary = "area under this curve" if metric in AREAS else "mean over the levels"
     return html.escape(
-        f"{metric} before averaging: {y_label} (y) against the {x_label} (x), "
-        "mean over the examples; the table's value is the mean over the levels."
+        f"{metric} per level: {y_label} (y) against the {x_label} (x), mean "
+        f"over the examples; the table's value is the {summary}."
     )
 
 

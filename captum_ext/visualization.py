@@ -303,6 +303,7 @@ table { border-collapse: collapse; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.flag { background: #fff3cd; }
+td.na { color: #888; font-style: italic; }
 span.word { white-space: nowrap; }
 mark.tok { padding: 0.15em 0.02em; line-height: 2; color: black; }
 mark.special { background: none; color: #999; font-size: 0.85em; }
