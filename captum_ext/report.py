@@ -127,7 +127,7 @@ def _class_agnostic(row: MethodResult) -> bool:
     return bool(getattr(row, "class_agnostic", False))
 
 
-def timing_flagged(row: MethodResult) -> bool:
+def _timing_flagged(row: MethodResult) -> bool:
     r"""A ratio below :data:`MIN_PLAUSIBLE_RATIO` (or not finite) for a method
     that runs a forward pass."""
     ratio = row.time_ratio
@@ -172,7 +172,7 @@ def _metric_cell(row: MethodResult, metric: str, best: float) -> Cell:
 
 
 def _time_cell(row: MethodResult) -> Cell:
-    if timing_flagged(row):
+    if _timing_flagged(row):
         return Cell(f"{TIMING_FLAG} {row.time_ratio:.1f}", TIME_DEFINITION, "flag")
     return Cell(f"{row.time_ratio:.1f}")
 
@@ -204,13 +204,9 @@ def markdown_table(result: BenchmarkResult) -> str:
     for task in _tasks(result):
         n = _rows(result, task)[0].n
         table = _cells(result, task)
-        lines = [f"### {_md(task)} (n={n})", ""]
-        lines += [
-            "| " + " | ".join(_md(c.text) for c in cells) + " |" for cells in table
-        ]
-        lines.insert(
-            3, "|" + "|".join(["---"] * 2 + ["---:"] * (len(table[0]) - 2)) + "|"
-        )
+        rows = ["| " + " | ".join(_md(c.text) for c in cells) + " |" for cells in table]
+        rule = "|" + "|".join(["---"] * 2 + ["---:"] * (len(table[0]) - 2)) + "|"
+        lines = [f"### {_md(task)} (n={n})", "", rows[0], rule] + rows[1:]
         parts.append("\n".join(lines))
     note = (
         "\n\n`*` best per column (Random excluded); arrows give the better "
@@ -253,7 +249,7 @@ def write_csv(result: BenchmarkResult, path: Path) -> None:
         writer.writerow(
             [row.task, row.method, row.family, row.n]
             + [repr(row.metrics[m]) for m in metrics]
-            + [_class_agnostic(row), repr(row.time_ratio), timing_flagged(row)]
+            + [_class_agnostic(row), repr(row.time_ratio), _timing_flagged(row)]
             + [repr(row.seconds), repr(row.forward_seconds)]
         )
     _write_text(path, handle.getvalue())
@@ -273,7 +269,7 @@ def _row_json(row: MethodResult) -> Dict[str, Any]:
         "class_agnostic": _class_agnostic(row),
         "metrics": {k: _finite(v) for k, v in row.metrics.items()},
         "time_ratio": _finite(row.time_ratio),
-        "time_ratio_flagged": timing_flagged(row),
+        "time_ratio_flagged": _timing_flagged(row),
         "seconds": row.seconds,
         "forward_seconds": row.forward_seconds,
         "curves": {

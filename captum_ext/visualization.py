@@ -36,6 +36,8 @@ from torch import Tensor
 __all__ = [
     "Explanation",
     "ansi_tokens",
+    "display_token",
+    "explanation_caption",
     "explanation_html",
     "explanation_text",
     "html_page",

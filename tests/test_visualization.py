@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 import io
 import math
+import re
 
 import pytest
 import torch
@@ -297,3 +298,25 @@ def test_supports_color_only_on_a_tty_without_no_color(monkeypatch):
 def test_ansi_tokens_cannot_emit_terminal_escapes_from_tokens():
     out = ansi_tokens(["\x1b[2Jx"], torch.tensor([1.0]), False)
     assert "\x1b" not in out
+
+
+@pytest.mark.integration
+def test_default_model_attcat_row_is_visible_and_words_are_joined():
+    from captum_ext.attr import AttCAT
+    from captum_ext.default_models import load_default_model
+
+    model, tokenizer = load_default_model("sentiment")
+    batch = tokenizer(["A hopelessly monotonous gimmick."], return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    scores = AttCAT(model).attribute(ids, additional_forward_args=(mask,))
+    tokens = tokenizer.convert_ids_to_tokens(ids[0])
+    specials = special_token_mask(tokenizer, ids[0].tolist())
+    words = word_groups(tokens, specials)
+    joined = [
+        "".join(t.replace("##", "") for t in (tokens[i] for i in g)) for g in words
+    ]
+    assert joined == ["[CLS]", "a", "hopelessly", "monotonous", "gimmick", ".", "[SEP]"]
+    out = html_tokens(tokens, scores[0], specials)
+    assert out.count('class="tok special"') == 2
+    alphas = [float(a) for a in re.findall(r"rgba\([\d, ]+, ([\d.]+)\)", out)]
+    assert len(alphas) == len(tokens) - 2 and max(alphas) == 1.0
