@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
 from captum_ext.visualization import (
-    display_token,
+    display_texts,
     Explanation,
     explanation_caption,
     explanation_html,
@@ -372,9 +372,9 @@ def _curve_plot(result: BenchmarkResult, task: str, metric: str, path: Path) -> 
     return True
 
 
-def _tick(token: str) -> str:
+def _ticks(tokens: List[str], specials: List[bool]) -> List[str]:
     # "$" would start matplotlib mathtext.
-    return display_token(token).replace("$", r"\$")
+    return [text.replace("$", r"\$") for text in display_texts(tokens, specials)]
 
 
 def _layer_plot(
@@ -393,9 +393,7 @@ def _layer_plot(
     ax = fig.add_subplot()
     colours = colormaps["PiYG"].with_extremes(bad="#dddddd")
     image = ax.imshow(matrix, cmap=colours, vmin=-1, vmax=1, aspect="auto")
-    ax.set_xticks(
-        range(len(tokens)), [_tick(t) for t in tokens], rotation=70, fontsize=7
-    )
+    ax.set_xticks(range(len(tokens)), _ticks(tokens, specials), rotation=70, fontsize=7)
     ax.set_yticks(range(matrix.shape[0]))
     ax.set_ylabel("hidden_states index\n(0 = embeddings)")
     ax.set_title(title, fontsize=9)
@@ -498,9 +496,10 @@ def _definitions_html(result: BenchmarkResult) -> str:
 def _example_text(example: Explanation) -> str:
     if example.text is not None:
         return example.text
-    groups = word_groups(example.tokens, example.specials())
-    real = [g for g in groups if not example.specials()[g[0]]]
-    return " ".join("".join(display_token(example.tokens[i]) for i in g) for g in real)
+    specials = example.specials()
+    texts = display_texts(example.tokens, specials)
+    real = [g for g in word_groups(example.tokens, specials) if not specials[g[0]]]
+    return " ".join("".join(texts[i] for i in group) for group in real)
 
 
 def _layer_caption(result: BenchmarkResult, task: str, name: str) -> str:

@@ -36,7 +36,7 @@ from torch import Tensor
 __all__ = [
     "Explanation",
     "ansi_tokens",
-    "display_token",
+    "display_texts",
     "explanation_caption",
     "explanation_html",
     "explanation_text",
@@ -136,6 +136,14 @@ def normalize(scores: Tensor, special_mask: Optional[Sequence[bool]] = None) -> 
     return scores / peak if peak > 0 else torch.zeros_like(scores)
 
 
+def _word_start_marker(tokens: Sequence[str], specials: List[bool]) -> Optional[str]:
+    r"""The row's tokenizer convention: a start marker in use on any real token
+    means SentencePiece (``▁``) or byte-level BPE (``Ġ``), otherwise WordPiece
+    (``None``)."""
+    real = [t for t, s in zip(tokens, specials) if not s]
+    return next((m for m in _START_MARKERS if any(t.startswith(m) for t in real)), None)
+
+
 def _starts_word(token: str, marker: Optional[str]) -> bool:
     if marker is None:
         return not (
@@ -151,12 +159,7 @@ def word_groups(
     r"""Token indices grouped into words (see the module docstring for the
     markers); a special token is always a word of its own."""
     specials = _mask_or_none(special_mask, len(tokens))
-    real = [t for t, s in zip(tokens, specials) if not s]
-    # The convention is the tokenizer's: a start marker in use anywhere means
-    # SentencePiece/BPE, otherwise WordPiece.
-    marker = next(
-        (m for m in _START_MARKERS if any(t.startswith(m) for t in real)), None
-    )
+    marker = _word_start_marker(tokens, specials)
     groups: List[List[int]] = []
     previous_special = True
     for index, (token, special) in enumerate(zip(tokens, specials)):
@@ -168,12 +171,46 @@ def word_groups(
     return groups
 
 
-def display_token(token: str) -> str:
-    r"""WordPiece/BPE/SentencePiece markers stripped for display."""
-    for marker in (_CONTINUATION_MARKER,) + _START_MARKERS:
-        if token.startswith(marker) and len(token) > len(marker):
-            return token[len(marker) :]
-    return token
+def _byte_level_alphabet() -> Dict[str, int]:
+    r"""GPT-2's byte-level BPE spells each byte as one printable character
+    (bytes that are not printable Latin-1 are shifted to U+0100 and up, space
+    becoming ``Ġ``); this maps the characters back to the bytes."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    shifted = [b for b in range(256) if b not in printable]
+    alphabet = {chr(b): b for b in printable}
+    alphabet.update({chr(256 + i): b for i, b in enumerate(shifted)})
+    return alphabet
+
+
+_BYTES = _byte_level_alphabet()
+
+
+def _byte_level_text(token: str) -> str:
+    if not all(c in _BYTES for c in token):
+        return token
+    text = bytes(_BYTES[c] for c in token).decode("utf-8", errors="replace")
+    return text.lstrip(" ").replace("\n", "⏎") or "␣"
+
+
+def display_texts(
+    tokens: Sequence[str], special_mask: Optional[Sequence[bool]] = None
+) -> List[str]:
+    r"""Each token as it reads in its word: WordPiece ``##`` and SentencePiece
+    ``▁`` stripped; byte-level BPE pieces decoded from their byte alphabet
+    (``Ġ`` is a space, "âĢĻ" is "’"); special tokens unchanged."""
+    specials = _mask_or_none(special_mask, len(tokens))
+    marker = _word_start_marker(tokens, specials)
+    texts = []
+    for token, special in zip(tokens, specials):
+        if special:
+            texts.append(token)
+        elif marker == "Ġ":
+            texts.append(_byte_level_text(token))
+        else:
+            prefix = marker or _CONTINUATION_MARKER
+            strip = token.startswith(prefix) and len(token) > len(prefix)
+            texts.append(token[len(prefix) :] if strip else token)
+    return texts
 
 
 def terminal_safe(text: str) -> str:
@@ -194,8 +231,8 @@ def _level(value: float) -> int:
     return min(len(_POSITIVE_BG) - 1, int(abs(value) * len(_POSITIVE_BG)))
 
 
-def _ansi_piece(token: str, value: float, special: bool, color: bool) -> str:
-    text = terminal_safe(display_token(token))
+def _ansi_piece(text: str, value: float, special: bool, color: bool) -> str:
+    text = terminal_safe(text)
     if special:
         return f"{_DIM}{text}{_RESET}" if color else text
     if not color:
@@ -218,8 +255,9 @@ def ansi_tokens(
     tokens are dim (plain without colour) and carry no score."""
     specials = _mask_or_none(special_mask, len(tokens))
     values = normalize(scores, specials).tolist()
+    texts = display_texts(tokens, specials)
     words = [
-        "".join(_ansi_piece(tokens[i], values[i], specials[i], color) for i in group)
+        "".join(_ansi_piece(texts[i], values[i], specials[i], color) for i in group)
         for group in word_groups(tokens, specials)
     ]
     return " ".join(words)
@@ -230,7 +268,8 @@ def _top_tokens(
 ) -> str:
     values = normalize(scores, specials)
     real = [i for i in values.argsort(descending=True).tolist() if not specials[i]]
-    shown = [(terminal_safe(display_token(tokens[i])), i) for i in real[:k]]
+    texts = display_texts(tokens, specials)
+    shown = [(terminal_safe(texts[i]), i) for i in real[:k]]
     return ", ".join(f"{text} ({values[i]:+.2f})" for text, i in shown)
 
 
@@ -270,8 +309,8 @@ def _background(value: float) -> str:
     return f"rgba({hue}, {alpha:.2f})"
 
 
-def _html_piece(token: str, value: float, special: bool) -> str:
-    text = html.escape(display_token(token))
+def _html_piece(text: str, value: float, special: bool) -> str:
+    text = html.escape(text)
     if special:
         title = f"special token, {value:+.3f} on this row's scale (not coloured)"
         return f'<mark class="tok special" title="{title}">{text}</mark>'
@@ -290,9 +329,10 @@ def html_tokens(
     every token HTML-escaped; the score (on the row's scale) in each tooltip."""
     specials = _mask_or_none(special_mask, len(tokens))
     values = normalize(scores, specials).tolist()
+    texts = display_texts(tokens, specials)
     words = [
         '<span class="word">'
-        + "".join(_html_piece(tokens[i], values[i], specials[i]) for i in group)
+        + "".join(_html_piece(texts[i], values[i], specials[i]) for i in group)
         + "</span>"
         for group in word_groups(tokens, specials)
     ]
@@ -393,10 +433,8 @@ def visualization_records(
     """
     specials = explanation.specials()
     groups = word_groups(explanation.tokens, specials)
-    words = [
-        html.escape("".join(display_token(explanation.tokens[i]) for i in group))
-        for group in groups
-    ]
+    texts = display_texts(explanation.tokens, specials)
+    words = [html.escape("".join(texts[i] for i in group)) for group in groups]
     label = explanation.label
     return [
         captum_viz.VisualizationDataRecord(

@@ -8,6 +8,7 @@ import torch
 from captum.attr import visualization as captum_viz
 from captum_ext.visualization import (
     ansi_tokens,
+    display_texts,
     Explanation,
     explanation_html,
     explanation_text,
@@ -96,6 +97,29 @@ def test_special_mask_length_is_checked():
 def test_word_groups_follow_each_tokenizer_convention(tokens, words):
     specials = [t in ("[CLS]", "[SEP]", "<s>", "</s>") for t in tokens]
     assert word_groups(tokens, specials) == words
+
+
+@pytest.mark.parametrize(
+    "tokens, texts",
+    [
+        (
+            ["[CLS]", "hope", "##less", "##ly", "łódź", "[SEP]"],
+            ["[CLS]", "hope", "less", "ly", "łódź", "[SEP]"],
+        ),
+        (
+            ["<s>", "▁It", "’", "s", "▁żółw", "</s>"],
+            ["<s>", "It", "’", "s", "żółw", "</s>"],
+        ),
+        # Byte-level BPE: "’" is three bytes, "Ċ" a newline, "Ġ" a space.
+        (
+            ["<s>", "It", "âĢĻ", "s", "Ġgre", "at", "Ċ", "</s>"],
+            ["<s>", "It", "’", "s", "gre", "at", "⏎", "</s>"],
+        ),
+    ],
+)
+def test_display_texts_read_as_the_words_they_spell(tokens, texts):
+    specials = [t in ("[CLS]", "[SEP]", "<s>", "</s>") for t in tokens]
+    assert display_texts(tokens, specials) == texts
 
 
 def test_special_tokens_are_words_of_their_own():
