@@ -15,8 +15,9 @@ Three rules hold for every output here (terminal, HTML, Captum records):
   ("hopelessly", not "hopeless ly"), each piece keeping its own colour. Word
   boundaries follow the tokenizer's markers: WordPiece marks continuations with
   ``##``; SentencePiece (``▁``) and GPT-2 byte-level BPE (``Ġ``) mark word
-  starts, so a piece without the marker continues the previous word. A special
-  token is always a word of its own.
+  starts, so a piece without the marker continues the previous word; byte-level
+  BPE pieces are decoded from their byte alphabet (:func:`display_texts`). A
+  special token is always a word of its own.
 - **Escaped and sanitised.** Every string that ends up in HTML is escaped:
   Captum's own ``format_word_importances`` inserts tokens verbatim (captum issue
   #1226), so :func:`visualization_records` hands Captum already-escaped words and
