@@ -1,27 +1,44 @@
 #!/usr/bin/env python3
 r"""Benchmark reports: a Markdown table for the terminal, CSV and JSON files, PNG
-plots and one self-contained HTML page (inline CSS, images embedded as base64)."""
+plots and one self-contained HTML page (inline CSS, images embedded as base64).
+
+The page explains itself: each metric's definition and better direction, what
+the time ratio measures, why class-agnostic methods show no Kendall-τ, and
+captions on every figure. Plots are drawn on a :class:`matplotlib.figure.Figure`
+(no pyplot, no backend switch), so importing this module changes no global
+state and the report works headless.
+"""
 
 import base64
 import csv
 import html
+import io
 import json
 import math
+import os
 import re
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-import matplotlib
+import torch
+from matplotlib import colormaps
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")  # files only: never needs a display
-
-import matplotlib.pyplot as plt  # noqa: E402
-
-from captum_ext.evaluation.results import BenchmarkResult, MethodResult  # noqa: E402
-from captum_ext.visualization import explanation_html, html_page  # noqa: E402
+from captum_ext.evaluation.results import BenchmarkResult, MethodResult
+from captum_ext.visualization import (
+    display_texts,
+    Explanation,
+    explanation_caption,
+    explanation_html,
+    html_page,
+    terminal_safe,
+    word_groups,
+)
 
 __all__ = [
     "markdown_table",
+    "metric_definitions",
     "plot_all",
     "to_json",
     "write_csv",
@@ -30,6 +47,95 @@ __all__ = [
 ]
 
 TIME_COLUMN = "time (x forward)"
+KENDALL = "Kendall-tau"
+NOT_APPLICABLE = "n/a (class-agnostic)"
+# Every method but the random control runs at least one forward pass, so a
+# ratio below this means the timing was disturbed (flagged, never plain).
+MIN_PLAUSIBLE_RATIO = 0.9
+TIMING_FLAG = "⚠"
+
+# What each metric column measures; the better direction comes from the
+# benchmark's metric registry (``BenchmarkResult.metrics``).
+DEFINITIONS = {
+    "AOPC": "area over the perturbation curve (comprehensiveness): the drop in "
+    "the explained class's probability when the top-ranked tokens are deleted, "
+    "averaged over deleting 10 %, 20 %, ..., 100 % of the real tokens.",
+    "LOdds": "log-odds: log p(class | top-ranked tokens deleted) / p(class | "
+    "input), averaged over the same levels; more negative means the deleted "
+    "tokens mattered more.",
+    KENDALL: "Kendall's τ between the token ranking for the explained class and "
+    "for each other class (mean over the other classes): a class-specific "
+    f"explanation ranks tokens differently per class. {NOT_APPLICABLE} for "
+    "methods whose scores do not depend on the class: their τ is 1 by "
+    "construction, not a measurement.",
+    "Hide": "area under the accuracy curve (against the model's prediction) as "
+    "the top-ranked 0 %, 10 %, ..., 100 % of the real tokens are hidden.",
+    "Reveal": "area under the accuracy curve as only the top-ranked 0 %, "
+    "10 %, ..., 100 % of the real tokens are revealed, the rest hidden.",
+    "Sufficiency": "the drop in the explained class's probability when only "
+    "the top-ranked tokens are kept, averaged over keeping 10 %, ..., 100 % "
+    "of the real tokens.",
+}
+TIME_DEFINITION = (
+    "attribution time divided by one inference forward pass timed right before "
+    "it on the same batch (median over batches). Every method but the random "
+    f"control runs a forward pass, so a ratio below {MIN_PLAUSIBLE_RATIO} is "
+    f"impossible: it is flagged {TIMING_FLAG} (disturbed timing; rerun)."
+)
+# The y axis of each metric's per-level curve, and its x axis.
+CURVE_AXES = {
+    "AOPC": ("drop in p(class) at this level", "fraction of tokens deleted"),
+    "LOdds": ("log p(class | deleted) / p(class)", "fraction of tokens deleted"),
+    "Sufficiency": ("drop in p(class) at this level", "fraction of tokens kept"),
+    "Hide": ("accuracy", "fraction of tokens hidden"),
+    "Reveal": ("accuracy", "fraction of tokens revealed"),
+}
+AREAS = ("Hide", "Reveal")  # summarised by the area under the curve
+_MARKERS = ("o", "s", "^", "D", "v", "P", "*")  # 7 is coprime with 10 colours
+_LINESTYLES = {"captum_ext": "-", "captum": "--", "baseline": "-."}
+
+
+@contextmanager
+def _atomic(path: Path) -> Iterator[Path]:
+    r"""A temporary path renamed to ``path`` on success, so a killed run never
+    leaves a half-written file under the final name."""
+    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _write_text(path: Path, text: str) -> None:
+    with _atomic(path) as temporary:
+        temporary.write_text(text, encoding="utf-8")
+
+
+class Cell(NamedTuple):
+    r"""A table cell; ``note`` (a tooltip) explains a cell of ``kind``
+    ``"flag"`` (suspect value) or ``"na"`` (metric not applicable)."""
+
+    text: str
+    note: str = ""
+    kind: str = ""
+
+
+def _class_agnostic(row: MethodResult) -> bool:
+    r"""Whether the method's scores ignore the target class; the engine's
+    method registry sets it (``MethodResult.class_agnostic``, default False)."""
+    return bool(getattr(row, "class_agnostic", False))
+
+
+def _timing_flagged(row: MethodResult) -> bool:
+    r"""A ratio below :data:`MIN_PLAUSIBLE_RATIO` (or not finite) for a method
+    that runs a forward pass."""
+    ratio = row.time_ratio
+    return row.family != "control" and not ratio >= MIN_PLAUSIBLE_RATIO
+
+
+def _applies(row: MethodResult, metric: str) -> bool:
+    return not (metric == KENDALL and _class_agnostic(row))
 
 
 def _header(name: str, higher_is_better: bool) -> str:
@@ -49,29 +155,47 @@ def _best(rows: Sequence[MethodResult], metric: str, higher: bool) -> float:
     values = [
         row.metrics[metric]
         for row in rows
-        if row.family != "control" and math.isfinite(row.metrics[metric])
+        if row.family != "control"
+        and _applies(row, metric)
+        and math.isfinite(row.metrics[metric])
     ]
     if not values:
         return math.nan
     return max(values) if higher else min(values)
 
 
-def _cells(result: BenchmarkResult, task: str) -> List[List[str]]:
+def _metric_cell(row: MethodResult, metric: str, best: float) -> Cell:
+    if not _applies(row, metric):
+        return Cell(NOT_APPLICABLE, "the scores do not depend on the class", "na")
+    value = row.metrics[metric]
+    return Cell(f"{value:.3f}{'*' if value == best else ''}")
+
+
+def _time_cell(row: MethodResult) -> Cell:
+    if _timing_flagged(row):
+        return Cell(f"{TIMING_FLAG} {row.time_ratio:.1f}", TIME_DEFINITION, "flag")
+    return Cell(f"{row.time_ratio:.1f}")
+
+
+def _cells(result: BenchmarkResult, task: str) -> List[List[Cell]]:
     r"""Header row then one row per method; the best value per metric among the
     non-control methods is marked with ``*`` (direction from the metric's
     registry entry)."""
     rows = _rows(result, task)
     best = {m: _best(rows, m, up) for m, up in result.metrics.items()}
     header = ["method", "family"] + [_header(m, up) for m, up in result.metrics.items()]
-    table = [header + [TIME_COLUMN]]
+    table = [[Cell(text) for text in header + [TIME_COLUMN]]]
     for row in rows:
-        cells = [row.method, row.family]
-        for metric in result.metrics:
-            value = row.metrics[metric]
-            mark = "*" if value == best[metric] else ""
-            cells.append(f"{value:.3f}{mark}")
-        table.append(cells + [f"{row.time_ratio:.1f}"])
+        cells = [Cell(row.method), Cell(row.family)]
+        cells += [_metric_cell(row, m, best[m]) for m in result.metrics]
+        table.append(cells + [_time_cell(row)])
     return table
+
+
+def _md(text: str) -> str:
+    r"""Markdown-safe and terminal-safe: HTML escaped (results.md is rendered),
+    table pipes escaped, control characters replaced."""
+    return terminal_safe(html.escape(text)).replace("|", "\\|")
 
 
 def markdown_table(result: BenchmarkResult) -> str:
@@ -80,41 +204,93 @@ def markdown_table(result: BenchmarkResult) -> str:
     for task in _tasks(result):
         n = _rows(result, task)[0].n
         table = _cells(result, task)
-        lines = [f"### {task} (n={n})", ""]
-        lines.append("| " + " | ".join(table[0]) + " |")
-        lines.append("|" + "|".join(["---"] * 2 + ["---:"] * (len(table[0]) - 2)) + "|")
-        lines += ["| " + " | ".join(cells) + " |" for cells in table[1:]]
+        rows = ["| " + " | ".join(_md(c.text) for c in cells) + " |" for cells in table]
+        rule = "|" + "|".join(["---"] * 2 + ["---:"] * (len(table[0]) - 2)) + "|"
+        lines = [f"### {_md(task)} (n={n})", "", rows[0], rule] + rows[1:]
         parts.append("\n".join(lines))
     note = (
         "\n\n`*` best per column (Random excluded); arrows give the better "
-        "direction; time is "
-        "attribution time divided by one inference forward pass over the same "
-        "examples, measured in the same run."
+        f"direction; time: {TIME_DEFINITION}"
     )
     return "\n\n".join(parts) + note
 
 
+def metric_definitions(result: BenchmarkResult) -> List[Tuple[str, str]]:
+    r"""(column, "definition + direction") for every metric column of the run,
+    then the time column."""
+    entries = []
+    for metric, up in result.metrics.items():
+        direction = "Higher is better." if up else "Lower is better."
+        entries.append((metric, f"{DEFINITIONS.get(metric, '')} {direction}".strip()))
+    return entries + [(TIME_COLUMN, TIME_DEFINITION)]
+
+
+def _markdown_definitions(result: BenchmarkResult) -> str:
+    lines = ["### What the columns mean", ""]
+    lines += [
+        f"- **{_md(name)}**: {_md(text)}" for name, text in metric_definitions(result)
+    ]
+    return "\n".join(lines)
+
+
 def write_csv(result: BenchmarkResult, path: Path) -> None:
-    r"""One row per (task, method): metric means, time ratio and seconds."""
+    r"""One row per (task, method): raw metric means (``class_agnostic`` says
+    where Kendall-τ does not apply), time ratio with its flag, seconds."""
     metrics = list(result.metrics)
-    with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
+    handle = io.StringIO(newline="")
+    writer = csv.writer(handle)
+    writer.writerow(
+        ["task", "method", "family", "n"]
+        + metrics
+        + ["class_agnostic", "time_ratio", "time_ratio_flagged"]
+        + ["seconds", "forward_seconds"]
+    )
+    for row in result.rows:
         writer.writerow(
-            ["task", "method", "family", "n"]
-            + metrics
-            + ["time_ratio", "seconds", "forward_seconds"]
+            [row.task, row.method, row.family, row.n]
+            + [repr(row.metrics[m]) for m in metrics]
+            + [_class_agnostic(row), repr(row.time_ratio), _timing_flagged(row)]
+            + [repr(row.seconds), repr(row.forward_seconds)]
         )
-        for row in result.rows:
-            writer.writerow(
-                [row.task, row.method, row.family, row.n]
-                + [repr(row.metrics[m]) for m in metrics]
-                + [repr(row.time_ratio), repr(row.seconds), repr(row.forward_seconds)]
-            )
+    _write_text(path, handle.getvalue())
 
 
 def _finite(value: float) -> Any:
     r"""JSON has no NaN/Infinity; they become null."""
     return value if math.isfinite(value) else None
+
+
+def _row_json(row: MethodResult) -> Dict[str, Any]:
+    return {
+        "task": row.task,
+        "method": row.method,
+        "family": row.family,
+        "n": row.n,
+        "class_agnostic": _class_agnostic(row),
+        "metrics": {k: _finite(v) for k, v in row.metrics.items()},
+        "time_ratio": _finite(row.time_ratio),
+        "time_ratio_flagged": _timing_flagged(row),
+        "seconds": row.seconds,
+        "forward_seconds": row.forward_seconds,
+        "curves": {
+            name: {"grid": grid, "mean": [_finite(v) for v in values]}
+            for name, (grid, values) in row.curves.items()
+        },
+    }
+
+
+def _example_json(example: Explanation) -> Dict[str, Any]:
+    return {
+        "text": example.text,
+        "tokens": example.tokens,
+        "special_mask": example.specials(),
+        "label_names": example.label_names,
+        "pred_class": example.pred_class,
+        "pred_prob": example.pred_prob,
+        "target": example.target,
+        "true_class": example.true_class,
+        "scores": {k: v.tolist() for k, v in example.scores.items()},
+    }
 
 
 def to_json(result: BenchmarkResult) -> Dict[str, Any]:
@@ -125,23 +301,7 @@ def to_json(result: BenchmarkResult) -> Dict[str, Any]:
         "metrics": {
             name: {"higher_is_better": up} for name, up in result.metrics.items()
         },
-        "rows": [
-            {
-                "task": row.task,
-                "method": row.method,
-                "family": row.family,
-                "n": row.n,
-                "metrics": {k: _finite(v) for k, v in row.metrics.items()},
-                "time_ratio": _finite(row.time_ratio),
-                "seconds": row.seconds,
-                "forward_seconds": row.forward_seconds,
-                "curves": {
-                    name: {"grid": grid, "mean": [_finite(v) for v in values]}
-                    for name, (grid, values) in row.curves.items()
-                },
-            }
-            for row in result.rows
-        ],
+        "rows": [_row_json(row) for row in result.rows],
         "layer_maps": {
             task: {
                 name: {"tokens": tokens, "scores": scores.tolist()}
@@ -150,62 +310,96 @@ def to_json(result: BenchmarkResult) -> Dict[str, Any]:
             for task, maps in result.layer_maps.items()
         },
         "examples": {
-            task: [
-                {
-                    "tokens": ex.tokens,
-                    "label_names": ex.label_names,
-                    "pred_class": ex.pred_class,
-                    "pred_prob": ex.pred_prob,
-                    "true_class": ex.true_class,
-                    "scores": {k: v.tolist() for k, v in ex.scores.items()},
-                }
-                for ex in examples
-            ]
+            task: [_example_json(ex) for ex in examples]
             for task, examples in result.examples.items()
         },
     }
 
 
+def _example_for(
+    result: BenchmarkResult, task: str, tokens: Sequence[str]
+) -> Optional[Explanation]:
+    r"""The kept example a layer map was computed on (same tokens)."""
+    matches = [ex for ex in result.examples.get(task, []) if ex.tokens == list(tokens)]
+    return matches[0] if matches else None
+
+
 # ----------------------------------------------------------------------- plots
+def _styles(rows: Sequence[MethodResult]) -> List[Dict[str, Any]]:
+    r"""One (colour, marker, line style) per row, all pairs distinct: strong
+    tab10 colours with 7 markers (70 combinations); the control is black and
+    dotted so it never looks like a method."""
+    colours = colormaps["tab10"]
+    styles: List[Dict[str, Any]] = []
+    index = 0
+    for row in rows:
+        if row.family == "control":
+            styles.append({"color": "black", "marker": "x", "linestyle": ":"})
+            continue
+        styles.append(
+            {
+                "color": colours(index % colours.N),
+                "marker": _MARKERS[index % len(_MARKERS)],
+                "linestyle": _LINESTYLES.get(row.family, "-"),
+            }
+        )
+        index += 1
+    return styles
+
+
+def _save(fig: Figure, path: Path) -> None:
+    fig.tight_layout()
+    with _atomic(path) as temporary:
+        fig.savefig(temporary, dpi=110, format="png")
+
+
 def _curve_plot(result: BenchmarkResult, task: str, metric: str, path: Path) -> bool:
     rows = [row for row in _rows(result, task) if metric in row.curves]
     if not rows:
         return False
-    fig, ax = plt.subplots(figsize=(8, 4))
-    # 20 distinct colours: the default cycle repeats after 10 methods.
-    colours = plt.get_cmap("tab20").colors
-    for index, row in enumerate(rows):
+    fig = Figure(figsize=(8, 4.2))
+    ax = fig.add_subplot()
+    for row, style in zip(rows, _styles(rows)):
         grid, values = row.curves[metric]
-        style = "--" if row.family != "captum_ext" else "-"
-        colour = colours[index % len(colours)]
-        ax.plot(grid, values, style, color=colour, marker=".", label=row.method)
-    ax.set_xlabel("fraction of tokens")
-    ax.set_ylabel(metric)
-    ax.set_title(f"{metric} curve, {task} (n={rows[0].n})")
+        ax.plot(grid, values, label=row.method, markersize=5, **style)
+    y_label, x_label = CURVE_AXES.get(metric, (metric, "fraction of tokens"))
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.set_title(f"{metric}: per-level values, {task} (n={rows[0].n})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
     return True
 
 
-def _layer_plot(tokens: List[str], scores: Any, title: str, path: Path) -> None:
+def _ticks(tokens: List[str], specials: List[bool]) -> List[str]:
+    # "$" would start matplotlib mathtext.
+    return [text.replace("$", r"\$") for text in display_texts(tokens, specials)]
+
+
+def _layer_plot(
+    tokens: List[str], scores: Any, specials: List[bool], title: str, path: Path
+) -> None:
     r"""Heatmap of ``scores`` ``[layers, tokens]``, each layer scaled by its own
-    largest magnitude so every layer's pattern is visible."""
+    largest magnitude over the real tokens (as the highlights are), so every
+    layer's pattern is visible; special tokens' columns are grey. Green
+    supports the class, pink speaks against it, as in the highlights."""
     matrix = scores.detach().float().cpu()
-    peak = matrix.abs().amax(-1, keepdim=True).clamp_min(1e-12)
-    matrix = (matrix / peak).numpy()
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.35 * len(tokens) + 1.5), 3.5))
-    image = ax.imshow(matrix, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto")
-    ax.set_xticks(range(len(tokens)), tokens, rotation=70, fontsize=7)
+    special = torch.tensor(specials, dtype=torch.bool)
+    real = matrix[:, ~special] if bool((~special).any()) else matrix
+    peak = real.abs().amax(-1, keepdim=True).clamp_min(1e-12)
+    matrix = (matrix / peak).masked_fill(special, math.nan).numpy()
+    fig = Figure(figsize=(max(5.0, 0.35 * len(tokens) + 1.5), 3.8))
+    ax = fig.add_subplot()
+    colours = colormaps["PiYG"].with_extremes(bad="#dddddd")
+    image = ax.imshow(matrix, cmap=colours, vmin=-1, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(tokens)), _ticks(tokens, specials), rotation=70, fontsize=7)
     ax.set_yticks(range(matrix.shape[0]))
-    ax.set_ylabel("hidden_states index")
+    ax.set_ylabel("hidden_states index\n(0 = embeddings)")
     ax.set_title(title, fontsize=9)
-    fig.colorbar(image, ax=ax, fraction=0.03)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    colorbar = fig.colorbar(image, ax=ax, fraction=0.03)
+    colorbar.set_label("score / layer's peak |score|", fontsize=7)
+    _save(fig, path)
 
 
 def _slug(name: str) -> str:
@@ -213,56 +407,147 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9.-]+", "-", name).strip("-")
 
 
+def _curve_path(out_dir: Path, task: str, metric: str) -> Path:
+    return out_dir / f"{_slug(task)}_{_slug(metric)}_curve.png"
+
+
+def _layer_path(out_dir: Path, task: str, name: str) -> Path:
+    return out_dir / f"{_slug(task)}_{_slug(name)}_layers.png"
+
+
 def plot_all(result: BenchmarkResult, out_dir: Path) -> List[Path]:
     r"""One PNG per (task, metric with a curve) and per layer map."""
     paths = []
     for task in _tasks(result):
         for metric in result.metrics:
-            path = out_dir / f"{_slug(task)}_{_slug(metric)}_curve.png"
+            path = _curve_path(out_dir, task, metric)
             if _curve_plot(result, task, metric, path):
                 paths.append(path)
         for name, (tokens, scores) in result.layer_maps.get(task, {}).items():
-            path = out_dir / f"{_slug(task)}_{_slug(name)}_layers.png"
-            _layer_plot(tokens, scores, f"{name} per layer, {task}", path)
+            example = _example_for(result, task, tokens)
+            specials = example.specials() if example else [False] * len(tokens)
+            path = _layer_path(out_dir, task, name)
+            _layer_plot(tokens, scores, specials, f"{name} per layer, {task}", path)
             paths.append(path)
     return paths
 
 
 # ------------------------------------------------------------------------ html
-def _html_table(table: List[List[str]]) -> str:
-    head = "".join(f"<th>{html.escape(cell)}</th>" for cell in table[0])
-    body = []
-    for cells in table[1:]:
-        tds = [f"<td>{html.escape(c)}</td>" for c in cells[:2]]
-        tds += [f'<td class="num">{html.escape(c)}</td>' for c in cells[2:]]
-        body.append("<tr>" + "".join(tds) + "</tr>")
+def _html_cell(cell: Cell, numeric: bool, tag: str = "td") -> str:
+    classes = " ".join(name for name in ("num" if numeric else "", cell.kind) if name)
+    attributes = f' class="{classes}"' if classes else ""
+    if cell.note:
+        attributes += f' title="{html.escape(cell.note)}"'
+    return f"<{tag}{attributes}>{html.escape(cell.text)}</{tag}>"
+
+
+def _html_table(table: List[List[Cell]]) -> str:
+    head = "".join(_html_cell(cell, False, "th") for cell in table[0])
+    body = [
+        "<tr>"
+        + "".join(_html_cell(cell, index >= 2) for index, cell in enumerate(cells))
+        + "</tr>"
+        for cells in table[1:]
+    ]
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def _embedded(path: Path) -> str:
+def _figure(path: Path, caption: str) -> str:
+    r"""The PNG embedded (base64) with an HTML ``caption``."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     alt = html.escape(path.stem)
-    return f'<p><img alt="{alt}" src="data:image/png;base64,{data}"></p>'
+    return (
+        f'<figure><img alt="{alt}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{caption}</figcaption></figure>"
+    )
 
 
-def write_html(result: BenchmarkResult, path: Path, images: Sequence[Path]) -> None:
-    r"""The self-contained report page."""
-    config = html.escape(json.dumps(result.config, sort_keys=True))
-    body = [
-        f'<p class="note">wall time {result.wall_seconds:.0f} s; config: '
-        f"{config}</p>",
-        '<p class="note">* best per column (Random excluded); arrows give the '
-        "better direction; time = attribution time / one inference forward pass, "
-        "same run.</p>",
-    ]
+def _config_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_config_value(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_config_value(v) for v in value)
+    return str(value)
+
+
+def _config_html(result: BenchmarkResult) -> str:
+    r"""The run's configuration as a two-column list, one setting a line."""
+    items = dict(result.config, **{"wall time": f"{result.wall_seconds:.0f} s"})
+    rows = "".join(
+        f"<dt>{html.escape(str(key))}</dt><dd>{html.escape(_config_value(value))}</dd>"
+        for key, value in items.items()
+    )
+    return f'<h2>configuration</h2><dl class="config">{rows}</dl>'
+
+
+def _definitions_html(result: BenchmarkResult) -> str:
+    items = "".join(
+        f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>"
+        for name, text in metric_definitions(result)
+    )
+    return (
+        '<h2>how to read this page</h2><dl class="config">'
+        f'{items}</dl><p class="note">* best per column (Random excluded); '
+        "↑/↓ give the better direction. Scores explain the model's predicted "
+        "class.</p>"
+    )
+
+
+def _example_text(example: Explanation) -> str:
+    if example.text is not None:
+        return example.text
+    specials = example.specials()
+    texts = display_texts(example.tokens, specials)
+    real = [g for g in word_groups(example.tokens, specials) if not specials[g[0]]]
+    return " ".join("".join(texts[i] for i in group) for group in real)
+
+
+def _layer_caption(result: BenchmarkResult, task: str, name: str) -> str:
+    tokens, _ = result.layer_maps[task][name]
+    example = _example_for(result, task, tokens)
+    what = (
+        f"{html.escape(name)} per layer (rows: hidden_states index, 0 = "
+        "embeddings; each row scaled by its own peak |score| over the real "
+        "tokens; special tokens grey)"
+    )
+    if example is None:
+        return what + "."
+    return (
+        f"{what} on “{html.escape(_example_text(example))}”: "
+        f"{explanation_caption(example)}."
+    )
+
+
+def _curve_caption(metric: str) -> str:
+    y_label, x_label = CURVE_AXES.get(metric, (metric, "fraction of tokens"))
+    summary = "area under this curve" if metric in AREAS else "mean over the levels"
+    return html.escape(
+        f"{metric} per level: {y_label} (y) against the {x_label} (x), mean "
+        f"over the examples; the table's value is the {summary}."
+    )
+
+
+def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
+    body = [f"<h2>{html.escape(task)}</h2>", _html_table(_cells(result, task))]
+    for metric in result.metrics:
+        path = _curve_path(out_dir, task, metric)
+        if path.exists():
+            body.append(_figure(path, _curve_caption(metric)))
+    for name in result.layer_maps.get(task, {}):
+        path = _layer_path(out_dir, task, name)
+        body.append(_figure(path, _layer_caption(result, task, name)))
+    body.append("<h3>examples</h3>")
+    body += [explanation_html(ex) for ex in result.examples.get(task, [])]
+    return body
+
+
+def write_html(result: BenchmarkResult, path: Path) -> None:
+    r"""The self-contained report page; the PNGs of :func:`plot_all` must already
+    be in ``path``'s directory."""
+    body = [_definitions_html(result), _config_html(result)]
     for task in _tasks(result):
-        body.append(f"<h2>{html.escape(task)}</h2>")
-        body.append(_html_table(_cells(result, task)))
-        prefix = f"{_slug(task)}_"
-        body += [_embedded(image) for image in images if image.name.startswith(prefix)]
-        body.append("<h3>examples</h3>")
-        body += [explanation_html(ex) for ex in result.examples.get(task, [])]
-    path.write_text(html_page("captum_ext benchmark", "\n".join(body)))
+        body += _task_html(result, task, path.parent)
+    _write_text(path, html_page("captum_ext benchmark", "\n".join(body)))
 
 
 def write_report(result: BenchmarkResult, out_dir: Path) -> Dict[str, Path]:
@@ -276,8 +561,9 @@ def write_report(result: BenchmarkResult, out_dir: Path) -> Dict[str, Path]:
         "html": out_dir / "report.html",
     }
     write_csv(result, paths["csv"])
-    paths["json"].write_text(json.dumps(to_json(result), indent=1))
-    paths["markdown"].write_text(markdown_table(result) + "\n")
-    images = plot_all(result, out_dir)
-    write_html(result, paths["html"], images)
+    _write_text(paths["json"], json.dumps(to_json(result), indent=1))
+    markdown = markdown_table(result) + "\n\n" + _markdown_definitions(result)
+    _write_text(paths["markdown"], markdown + "\n")
+    plot_all(result, out_dir)
+    write_html(result, paths["html"])
     return paths

@@ -1,17 +1,34 @@
 #!/usr/bin/env python3
 r"""Token highlighting for terminals and HTML, and Captum visualisation records.
 
-Every string that ends up in HTML is escaped here: Captum's own
-``format_word_importances`` inserts tokens verbatim (captum issue #1226), so a
-token such as ``<script>`` would become markup. :func:`visualization_records`
-therefore hands Captum already-escaped tokens and class names, and
-``captum.attr.visualization.visualize_text`` renders them unchanged and safely.
+Three rules hold for every output here (terminal, HTML, Captum records):
+
+- **Scale over real tokens.** Each method's row is scaled by its largest
+  magnitude over the *non-special* tokens. Special tokens ([CLS], [SEP], <s>)
+  often carry scores many times larger than any word (AttCAT, attention
+  rollout); scaling by them would leave every word blank. Specials are shown
+  greyed, outside the colour scale, with their value (on the row's scale) in the
+  tooltip. Which tokens are special comes from the tokenizer
+  (:func:`special_token_mask`), never from guessing at token strings; without a
+  mask no token is treated as special.
+- **Words, not pieces.** Word pieces are joined into the words they spell
+  ("hopelessly", not "hopeless ly"), each piece keeping its own colour. Word
+  boundaries follow the tokenizer's markers: WordPiece marks continuations with
+  ``##``; SentencePiece (``▁``) and GPT-2 byte-level BPE (``Ġ``) mark word
+  starts, so a piece without the marker continues the previous word; byte-level
+  BPE pieces are decoded from their byte alphabet (:func:`display_texts`). A
+  special token is always a word of its own.
+- **Escaped and sanitised.** Every string that ends up in HTML is escaped:
+  Captum's own ``format_word_importances`` inserts tokens verbatim (captum issue
+  #1226), so :func:`visualization_records` hands Captum already-escaped words and
+  class names. Strings printed to a terminal have control characters replaced,
+  so a token or a class name cannot emit escape sequences.
 """
 
 import html
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, TextIO
+from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 import torch
 from captum.attr import visualization as captum_viz
@@ -20,19 +37,40 @@ from torch import Tensor
 __all__ = [
     "Explanation",
     "ansi_tokens",
+    "display_texts",
+    "explanation_caption",
     "explanation_html",
     "explanation_text",
     "html_page",
     "html_tokens",
     "normalize",
+    "special_token_mask",
     "supports_color",
+    "terminal_safe",
+    "to_records",
     "visualization_records",
+    "word_groups",
 ]
 
 # 256-colour backgrounds from faint to strong; black text stays readable on all.
 _POSITIVE_BG = (194, 157, 120, 84, 46)
 _NEGATIVE_BG = (224, 217, 210, 203, 196)
+_DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
+# Word-start markers of SentencePiece and GPT-2 byte-level BPE.
+_START_MARKERS = ("▁", "Ġ")
+_CONTINUATION_MARKER = "##"  # WordPiece
+
+
+def _mask_or_none(special_mask: Optional[Sequence[bool]], n: int) -> List[bool]:
+    if special_mask is None:
+        return [False] * n
+    if len(special_mask) != n:
+        raise ValueError(
+            f"special_mask has {len(special_mask)} entries for {n} tokens; "
+            "give one flag per token"
+        )
+    return [bool(flag) for flag in special_mask]
 
 
 @dataclass
@@ -47,6 +85,10 @@ class Explanation:
         pred_prob (float): its softmax probability.
         target (int): the class the scores explain.
         true_class (int, optional): gold class index, if known.
+        special_mask (list[bool], optional): ``True`` at the tokenizer's special
+            tokens (see :func:`special_token_mask`); they are greyed and kept out
+            of the colour scale. Default: no token is special.
+        text (str, optional): the input text, shown as a caption.
     """
 
     tokens: List[str]
@@ -56,38 +98,126 @@ class Explanation:
     pred_prob: float
     target: int
     true_class: Optional[int] = None
+    special_mask: Optional[List[bool]] = None
+    text: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        _mask_or_none(self.special_mask, len(self.tokens))
 
     def label(self, index: Optional[int]) -> str:
-        if index is None:
+        r"""The class name; ``"?"`` for an unknown class (``None`` or negative)."""
+        if index is None or index < 0:
             return "?"
-        if 0 <= index < len(self.label_names):
+        if index < len(self.label_names):
             return self.label_names[index]
         return str(index)
 
+    def specials(self) -> List[bool]:
+        r"""One flag per token, ``True`` for special tokens."""
+        return _mask_or_none(self.special_mask, len(self.tokens))
 
-def normalize(scores: Tensor) -> Tensor:
-    r"""Scales ``scores`` into ``[-1, 1]`` by their largest magnitude (signs kept);
-    all-zero or non-finite scores map to zeros."""
+
+def special_token_mask(tokenizer: Any, input_ids: Sequence[int]) -> List[bool]:
+    r"""``True`` where ``input_ids`` holds one of the tokenizer's special tokens
+    (``tokenizer.all_special_ids``), except the unknown token: ``[UNK]`` stands
+    for a real word of the input, so it is scored and coloured like one."""
+    special = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}
+    return [int(token) in special for token in input_ids]
+
+
+def normalize(scores: Tensor, special_mask: Optional[Sequence[bool]] = None) -> Tensor:
+    r"""Scales ``scores`` by their largest magnitude over the non-special tokens
+    (signs kept), so real tokens lie in ``[-1, 1]`` and special tokens may lie
+    outside it. All-zero or non-finite scores map to zeros; when every token is
+    special, the peak is taken over all of them."""
     scores = torch.nan_to_num(scores.detach().float().cpu(), 0.0, 0.0, 0.0)
-    peak = scores.abs().max() if scores.numel() else torch.tensor(0.0)
+    real = ~torch.tensor(_mask_or_none(special_mask, len(scores)), dtype=torch.bool)
+    pool = scores[real] if bool(real.any()) else scores
+    peak = pool.abs().max() if pool.numel() else torch.tensor(0.0)
     return scores / peak if peak > 0 else torch.zeros_like(scores)
 
 
-def display_token(token: str) -> str:
-    r"""WordPiece/BPE/SentencePiece markers stripped for display."""
-    for marker in ("##", "Ġ", "▁"):
-        if token.startswith(marker) and len(token) > len(marker):
-            return token[len(marker) :]
-    return token
+def _word_start_marker(tokens: Sequence[str], specials: List[bool]) -> Optional[str]:
+    r"""The row's tokenizer convention: a start marker in use on any real token
+    means SentencePiece (``▁``) or byte-level BPE (``Ġ``), otherwise WordPiece
+    (``None``)."""
+    real = [t for t, s in zip(tokens, specials) if not s]
+    return next((m for m in _START_MARKERS if any(t.startswith(m) for t in real)), None)
 
 
-def _terminal_safe(text: str) -> str:
-    r"""Control characters replaced, so a token cannot emit terminal escapes."""
+def _starts_word(token: str, marker: Optional[str]) -> bool:
+    if marker is None:
+        return not (
+            token.startswith(_CONTINUATION_MARKER)
+            and len(token) > len(_CONTINUATION_MARKER)
+        )
+    return token.startswith(marker)
+
+
+def word_groups(
+    tokens: Sequence[str], special_mask: Optional[Sequence[bool]] = None
+) -> List[List[int]]:
+    r"""Token indices grouped into words (see the module docstring for the
+    markers); a special token is always a word of its own."""
+    specials = _mask_or_none(special_mask, len(tokens))
+    marker = _word_start_marker(tokens, specials)
+    groups: List[List[int]] = []
+    previous_special = True
+    for index, (token, special) in enumerate(zip(tokens, specials)):
+        if special or previous_special or _starts_word(token, marker):
+            groups.append([index])
+        else:
+            groups[-1].append(index)
+        previous_special = special
+    return groups
+
+
+def _byte_level_alphabet() -> Dict[str, int]:
+    r"""GPT-2's byte-level BPE spells each byte as one printable character
+    (bytes that are not printable Latin-1 are shifted to U+0100 and up, space
+    becoming ``Ġ``); this maps the characters back to the bytes."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    shifted = [b for b in range(256) if b not in printable]
+    alphabet = {chr(b): b for b in printable}
+    alphabet.update({chr(256 + i): b for i, b in enumerate(shifted)})
+    return alphabet
+
+
+_BYTES = _byte_level_alphabet()
+
+
+def _byte_level_text(token: str) -> str:
+    if not all(c in _BYTES for c in token):
+        return token
+    text = bytes(_BYTES[c] for c in token).decode("utf-8", errors="replace")
+    return text.lstrip(" ").replace("\n", "⏎") or "␣"
+
+
+def display_texts(
+    tokens: Sequence[str], special_mask: Optional[Sequence[bool]] = None
+) -> List[str]:
+    r"""Each token as it reads in its word: WordPiece ``##`` and SentencePiece
+    ``▁`` stripped; byte-level BPE pieces decoded from their byte alphabet
+    (``Ġ`` is a space, "âĢĻ" is "’"); special tokens unchanged."""
+    specials = _mask_or_none(special_mask, len(tokens))
+    marker = _word_start_marker(tokens, specials)
+    texts = []
+    for token, special in zip(tokens, specials):
+        if special:
+            texts.append(token)
+        elif marker == "Ġ":
+            texts.append(_byte_level_text(token))
+        else:
+            prefix = marker or _CONTINUATION_MARKER
+            strip = token.startswith(prefix) and len(token) > len(prefix)
+            texts.append(token[len(prefix) :] if strip else token)
+    return texts
+
+
+def terminal_safe(text: str) -> str:
+    r"""Control characters replaced by U+FFFD, so a token or a class name cannot
+    emit terminal escape sequences."""
     return "".join(c if c.isprintable() else "\ufffd" for c in text)
-
-
-def _continues_word(token: str) -> bool:
-    return token.startswith("##") and len(token) > 2
 
 
 def supports_color(stream: TextIO) -> bool:
@@ -102,81 +232,129 @@ def _level(value: float) -> int:
     return min(len(_POSITIVE_BG) - 1, int(abs(value) * len(_POSITIVE_BG)))
 
 
-def ansi_tokens(tokens: Sequence[str], scores: Tensor, color: bool) -> str:
-    r"""One line of tokens: coloured backgrounds (green = supports the target
-    class, red = against) when ``color``, else each token followed by its score
-    in ``[-1, 1]`` so the line stays readable in logs and pipes."""
-    values = normalize(scores).tolist()
-    parts = []
-    for index, (token, value) in enumerate(zip(tokens, values)):
-        text = _terminal_safe(display_token(token))
-        if color and abs(value) >= 0.05:
-            palette = _POSITIVE_BG if value > 0 else _NEGATIVE_BG
-            text = f"\x1b[30;48;5;{palette[_level(value)]}m{text}{_RESET}"
-        elif not color:
-            text = f"{text}[{value:+.2f}]"
-        glue = index > 0 and _continues_word(token)
-        parts.append(text if glue or index == 0 else " " + text)
-    return "".join(parts)
+def _ansi_piece(text: str, value: float, special: bool, color: bool) -> str:
+    text = terminal_safe(text)
+    if special:
+        return f"{_DIM}{text}{_RESET}" if color else text
+    if not color:
+        return f"{text}[{value:+.2f}]"
+    if abs(value) < 0.05:
+        return text
+    palette = _POSITIVE_BG if value > 0 else _NEGATIVE_BG
+    return f"\x1b[30;48;5;{palette[_level(value)]}m{text}{_RESET}"
 
 
-def _top_tokens(tokens: Sequence[str], scores: Tensor, k: int = 3) -> str:
-    values = normalize(scores)
-    order = values.argsort(descending=True)[:k].tolist()
-    shown = [_terminal_safe(display_token(tokens[i])) for i in order]
-    return ", ".join(f"{text} ({values[i]:+.2f})" for text, i in zip(shown, order))
+def ansi_tokens(
+    tokens: Sequence[str],
+    scores: Tensor,
+    color: bool,
+    special_mask: Optional[Sequence[bool]] = None,
+) -> str:
+    r"""One line of words: coloured backgrounds per piece (green = supports the
+    target class, red = against) when ``color``, else each piece followed by its
+    score in ``[-1, 1]`` so the line stays readable in logs and pipes. Special
+    tokens are dim (plain without colour) and carry no score."""
+    specials = _mask_or_none(special_mask, len(tokens))
+    values = normalize(scores, specials).tolist()
+    texts = display_texts(tokens, specials)
+    words = [
+        "".join(_ansi_piece(texts[i], values[i], specials[i], color) for i in group)
+        for group in word_groups(tokens, specials)
+    ]
+    return " ".join(words)
+
+
+def _top_tokens(
+    tokens: Sequence[str], scores: Tensor, specials: List[bool], k: int = 3
+) -> str:
+    values = normalize(scores, specials)
+    real = [i for i in values.argsort(descending=True).tolist() if not specials[i]]
+    texts = display_texts(tokens, specials)
+    shown = [(terminal_safe(texts[i]), i) for i in real[:k]]
+    return ", ".join(f"{text} ({values[i]:+.2f})" for text, i in shown)
 
 
 def explanation_text(explanation: Explanation, color: bool) -> str:
     r"""The terminal report of ``explain``: prediction, then one highlighted line
-    and the top tokens per method."""
+    and the top tokens per method. Class and method names are sanitised."""
+    label = explanation.label
     width = max([len(name) for name in explanation.scores] + [6])
     lines = [
-        f"prediction: {explanation.label(explanation.pred_class)} "
+        f"prediction: {terminal_safe(label(explanation.pred_class))} "
         f"(p={explanation.pred_prob:.3f}); scores explain class "
-        f"{explanation.label(explanation.target)!r}",
+        f"{terminal_safe(repr(label(explanation.target)))}",
     ]
     if explanation.true_class is not None:
-        lines.append(f"true class: {explanation.label(explanation.true_class)}")
+        lines.append(f"true class: {terminal_safe(label(explanation.true_class))}")
     lines.append(
-        "legend: green/+ supports the class, red/- speaks against it; "
-        "scores scaled by each method's largest magnitude"
+        "legend: green/+ supports the class, red/- speaks against it; each row "
+        "scaled by its largest magnitude over real tokens (special tokens are "
+        "dim and unscored)"
     )
+    specials = explanation.specials()
     for name, scores in explanation.scores.items():
-        line = ansi_tokens(explanation.tokens, scores, color)
-        lines.append(f"{name:<{width}}  {line}")
-        lines.append(f"{'':<{width}}  top: {_top_tokens(explanation.tokens, scores)}")
+        shown = f"{terminal_safe(name):<{width}}"
+        lines.append(
+            f"{shown}  {ansi_tokens(explanation.tokens, scores, color, specials)}"
+        )
+        top = _top_tokens(explanation.tokens, scores, specials)
+        lines.append(f"{'':<{width}}  top: {top}")
     return "\n".join(lines)
 
 
 def _background(value: float) -> str:
-    r"""Captum's colour scale (green positive, red negative) as an HSL string."""
-    value = max(-1.0, min(1.0, value))
-    if value > 0:
-        return f"hsl(120, 75%, {100 - int(50 * value)}%)"
-    return f"hsl(0, 75%, {100 - int(-40 * value)}%)"
+    r"""Captum's hues (green positive, red negative) with opacity ``|value|``,
+    so a zero score is white and the row's peak is fully coloured."""
+    alpha = min(1.0, abs(value))
+    hue = "0, 170, 0" if value > 0 else "220, 30, 30"
+    return f"rgba({hue}, {alpha:.2f})"
 
 
-def html_tokens(tokens: Sequence[str], scores: Tensor) -> str:
-    r"""``<mark>`` spans, one per token, every token HTML-escaped."""
-    values = normalize(scores).tolist()
-    spans = []
-    for token, value in zip(tokens, values):
-        spans.append(
-            f'<mark class="tok" style="background-color: {_background(value)}" '
-            f'title="{value:+.3f}">{html.escape(display_token(token))}</mark>'
-        )
-    return " ".join(spans)
+def _html_piece(text: str, value: float, special: bool) -> str:
+    text = html.escape(text)
+    if special:
+        title = f"special token, {value:+.3f} on this row's scale (not coloured)"
+        return f'<mark class="tok special" title="{title}">{text}</mark>'
+    return (
+        f'<mark class="tok" style="background-color: {_background(value)}" '
+        f'title="{value:+.3f}">{text}</mark>'
+    )
+
+
+def html_tokens(
+    tokens: Sequence[str],
+    scores: Tensor,
+    special_mask: Optional[Sequence[bool]] = None,
+) -> str:
+    r"""One ``<span class="word">`` per word holding one ``<mark>`` per piece;
+    every token HTML-escaped; the score (on the row's scale) in each tooltip."""
+    specials = _mask_or_none(special_mask, len(tokens))
+    values = normalize(scores, specials).tolist()
+    texts = display_texts(tokens, specials)
+    words = [
+        '<span class="word">'
+        + "".join(_html_piece(texts[i], values[i], specials[i]) for i in group)
+        + "</span>"
+        for group in word_groups(tokens, specials)
+    ]
+    return " ".join(words)
 
 
 _CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; max-width: 90em; }
 table { border-collapse: collapse; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 0.3em 0.6em; text-align: left; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-mark.tok { padding: 0.1em 0.2em; line-height: 1.9; color: black; }
+td.flag { background: #fff3cd; }
+td.na { color: #888; font-style: italic; }
+span.word { white-space: nowrap; }
+mark.tok { padding: 0.15em 0.02em; line-height: 2; color: black; }
+mark.special { background: none; color: #999; font-size: 0.85em; }
 img { max-width: 100%; }
-.note { color: #555; font-size: 0.9em; }
+figure { margin: 1em 0; }
+figcaption, .note { color: #555; font-size: 0.9em; }
+dl.config { display: grid; grid-template-columns: max-content auto; gap: 0.1em 1em; }
+dl.config dt { font-weight: 600; } dl.config dd { margin: 0; }
 """
 
 
@@ -189,14 +367,9 @@ def html_page(title: str, body: str) -> str:
     )
 
 
-def explanation_html(explanation: Explanation, text: Optional[str] = None) -> str:
-    r"""A table body (no page around it) with one highlighted row per method."""
-    rows = [
-        f"<tr><td>{html.escape(name)}</td><td>"
-        f"{html_tokens(explanation.tokens, scores)}</td></tr>"
-        for name, scores in explanation.scores.items()
-    ]
-    intro = f"<p>{html.escape(text)}</p>" if text is not None else ""
+def explanation_caption(explanation: Explanation) -> str:
+    r"""HTML: gold class (if known), prediction with its probability and the
+    explained class."""
 
     def bold(index: Optional[int]) -> str:
         return f"<b>{html.escape(explanation.label(index))}</b>"
@@ -204,15 +377,45 @@ def explanation_html(explanation: Explanation, text: Optional[str] = None) -> st
     truth = ""
     if explanation.true_class is not None:
         truth = f"true class {bold(explanation.true_class)}; "
-    prediction = (
-        f"<p>{truth}prediction: {bold(explanation.pred_class)} "
+    return (
+        f"{truth}prediction: {bold(explanation.pred_class)} "
         f"(p={explanation.pred_prob:.3f}); scores explain class "
-        f"{bold(explanation.target)}. "
+        f"{bold(explanation.target)}"
+    )
+
+
+def explanation_html(explanation: Explanation, text: Optional[str] = None) -> str:
+    r"""A table body (no page around it) with one highlighted row per method;
+    ``text`` (default: ``explanation.text``) is shown above it."""
+    specials = explanation.specials()
+    rows = [
+        f"<tr><td>{html.escape(name)}</td><td>"
+        f"{html_tokens(explanation.tokens, scores, specials)}</td></tr>"
+        for name, scores in explanation.scores.items()
+    ]
+    text = explanation.text if text is None else text
+    intro = f"<p>{html.escape(text)}</p>" if text is not None else ""
+    prediction = (
+        f"<p>{explanation_caption(explanation)}. "
         '<span class="note">Green supports the class, red speaks against it; '
-        "each row is scaled by its largest magnitude.</span></p>"
+        "each row is scaled by its largest magnitude over the real tokens; "
+        "greyed special tokens are outside the scale (value in the tooltip)."
+        "</span></p>"
     )
     table = "<table><tr><th>method</th><th>tokens</th></tr>" + "".join(rows)
     return intro + prediction + table + "</table>"
+
+
+def _word_scores(
+    groups: List[List[int]], scores: Tensor, specials: List[bool]
+) -> Tensor:
+    r"""Each word's score: the sum of its pieces' scores (attributions add up),
+    scaled over the real words; special words get 0 (Captum has no grey)."""
+    raw = torch.nan_to_num(scores.detach().float().cpu(), 0.0, 0.0, 0.0)
+    summed = torch.stack([raw[group].sum() for group in groups])
+    word_special = [specials[group[0]] for group in groups]
+    scaled = normalize(summed, word_special)
+    return scaled.masked_fill(torch.tensor(word_special, dtype=torch.bool), 0.0)
 
 
 def visualization_records(
@@ -221,27 +424,98 @@ def visualization_records(
     r"""One Captum ``VisualizationDataRecord`` per method, for
     ``captum.attr.visualization.visualize_text``.
 
-    Tokens and class names are HTML-escaped, because ``visualize_text`` inserts
-    them into its markup as they are (captum issue #1226). ``word_attributions``
-    are the method's scores scaled into ``[-1, 1]`` (Captum's colour range);
-    ``attr_score`` is the sum of the unscaled scores, ``attr_class`` names the
-    method and the explained class, ``convergence_score`` is ``nan`` (only
-    Integrated Gradients has one).
+    ``raw_input_ids`` are whole words (pieces joined), HTML-escaped, because
+    ``visualize_text`` inserts them into its markup as they are (captum issue
+    #1226). ``word_attributions`` are each word's summed piece scores scaled
+    into ``[-1, 1]`` over the real words (Captum's colour range); special
+    tokens get ``0`` (uncoloured). ``attr_score`` is the sum of the unscaled
+    scores, ``attr_class`` names the method and the explained class,
+    ``convergence_score`` is ``nan`` (only Integrated Gradients has one).
     """
-    tokens = [html.escape(token) for token in explanation.tokens]
+    specials = explanation.specials()
+    groups = word_groups(explanation.tokens, specials)
+    texts = display_texts(explanation.tokens, specials)
+    words = [html.escape("".join(texts[i] for i in group)) for group in groups]
     label = explanation.label
-    records = []
-    for name, scores in explanation.scores.items():
-        records.append(
-            captum_viz.VisualizationDataRecord(
-                word_attributions=normalize(scores),
-                pred_prob=float(explanation.pred_prob),
-                pred_class=html.escape(label(explanation.pred_class)),
-                true_class=html.escape(label(explanation.true_class)),
-                attr_class=html.escape(f"{name}: {label(explanation.target)}"),
-                attr_score=float(scores.sum()),
-                raw_input_ids=tokens,
-                convergence_score=float("nan"),
-            )
+    return [
+        captum_viz.VisualizationDataRecord(
+            word_attributions=_word_scores(groups, scores, specials),
+            pred_prob=float(explanation.pred_prob),
+            pred_class=html.escape(label(explanation.pred_class)),
+            true_class=html.escape(label(explanation.true_class)),
+            attr_class=html.escape(f"{name}: {label(explanation.target)}"),
+            attr_score=float(scores.sum()),
+            raw_input_ids=words,
+            convergence_score=float("nan"),
         )
+        for name, scores in explanation.scores.items()
+    ]
+
+
+def to_records(
+    tokenizer: Any,
+    input_ids: Tensor,
+    attributions: Tensor,
+    *,
+    attention_mask: Optional[Tensor] = None,
+    logits: Optional[Tensor] = None,
+    target: Optional[Tensor] = None,
+    true_class: Optional[Sequence[int]] = None,
+    label_names: Optional[Sequence[str]] = None,
+    method: str = "attribution",
+) -> List[captum_viz.VisualizationDataRecord]:
+    r"""Captum records for your own tensors, one per example::
+
+        scores = AttCAT(model).attribute(input_ids, additional_forward_args=(mask,))
+        records = to_records(tokenizer, input_ids, scores, attention_mask=mask)
+        captum.attr.visualization.visualize_text(records)  # pip install ".[viz]"
+
+    Pads (``attention_mask == 0``) are dropped, the tokenizer's special tokens
+    greyed out of the scale and word pieces joined (see
+    :func:`visualization_records`).
+
+    Args:
+        tokenizer: the tokenizer that made ``input_ids`` (a Hugging Face
+            tokenizer: ``convert_ids_to_tokens``, ``all_special_ids``).
+        input_ids (Tensor): ``[batch, seq]`` token ids.
+        attributions (Tensor): ``[batch, seq]`` scores, e.g. any captum_ext
+            method's output.
+        attention_mask (Tensor, optional): ``[batch, seq]``; default all ones.
+        logits (Tensor, optional): ``[batch, classes]`` model outputs, for the
+            predicted class and its probability. Default: unknown (``nan``).
+        target (Tensor, optional): ``[batch]`` explained classes. Default: the
+            predicted class when ``logits`` are given.
+        true_class (Sequence[int], optional): gold classes, if known.
+        label_names (Sequence[str], optional): class names (e.g. from
+            ``model.config.id2label``). Default: class indices.
+        method (str, optional): the name shown in the records. Default:
+            ``"attribution"``.
+
+    Returns:
+        list[VisualizationDataRecord]: one record per example.
+    """
+    if input_ids.shape != attributions.shape:
+        raise ValueError(
+            f"input_ids {tuple(input_ids.shape)} and attributions "
+            f"{tuple(attributions.shape)} must have the same [batch, seq] shape"
+        )
+    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+    probs = None if logits is None else logits.detach().float().softmax(-1).cpu()
+    records = []
+    for row in range(input_ids.shape[0]):
+        valid = mask[row].bool()
+        ids = input_ids[row, valid].tolist()
+        predicted = -1 if probs is None else int(probs[row].argmax())
+        explained = predicted if target is None else int(target[row])
+        explanation = Explanation(
+            tokens=tokenizer.convert_ids_to_tokens(ids),
+            scores={method: attributions[row, valid]},
+            label_names=list(label_names or []),
+            pred_class=predicted,
+            pred_prob=float("nan") if probs is None else float(probs[row, predicted]),
+            target=explained,
+            true_class=None if true_class is None else int(true_class[row]),
+            special_mask=special_token_mask(tokenizer, ids),
+        )
+        records += visualization_records(explanation)
     return records

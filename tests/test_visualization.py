@@ -1,23 +1,32 @@
 #!/usr/bin/env python3
 import io
 import math
+import re
 
 import pytest
 import torch
 from captum.attr import visualization as captum_viz
 from captum_ext.visualization import (
     ansi_tokens,
+    display_texts,
     Explanation,
     explanation_html,
     explanation_text,
     html_page,
     html_tokens,
     normalize,
+    special_token_mask,
     supports_color,
+    to_records,
     visualization_records,
+    word_groups,
 )
+from transformers import BertTokenizer
 
 HOSTILE = ["[CLS]", "<script>", "alert(1)", "</script>", "&", "##amp", "[SEP]"]
+HOSTILE_SPECIAL = [True, False, False, False, False, False, True]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "it", "is", "hope"]
+VOCAB += ["##less", "##ly", "bad", "."]
 
 
 def _explanation() -> Explanation:
@@ -32,7 +41,13 @@ def _explanation() -> Explanation:
         pred_prob=0.875,
         target=1,
         true_class=0,
+        special_mask=list(HOSTILE_SPECIAL),
     )
+
+
+@pytest.fixture
+def tokenizer():
+    return BertTokenizer(vocab={token: i for i, token in enumerate(VOCAB)})
 
 
 def test_normalize_scales_by_peak_magnitude_and_keeps_signs():
@@ -44,6 +59,90 @@ def test_normalize_maps_zero_and_non_finite_scores_to_zero():
     assert normalize(torch.zeros(3)).tolist() == [0.0, 0.0, 0.0]
     out = normalize(torch.tensor([float("nan"), float("inf"), 1.0]))
     assert out.tolist() == [0.0, 0.0, 1.0]
+
+
+def test_normalize_scales_over_real_tokens_only():
+    # AttCAT-like: [CLS] 20x any word; words must still reach +-1.
+    scores = torch.tensor([20.0, 0.5, -1.0, 0.25, 3.0])
+    out = normalize(scores, [True, False, False, False, True])
+    assert out.tolist() == [20.0, 0.5, -1.0, 0.25, 3.0]
+    # Only specials: scaled among themselves rather than dividing by zero.
+    assert normalize(torch.tensor([2.0, -4.0]), [True, True]).tolist() == [0.5, -1.0]
+
+
+def test_special_mask_length_is_checked():
+    with pytest.raises(ValueError, match="one flag per token"):
+        normalize(torch.ones(3), [True])
+    with pytest.raises(ValueError, match="one flag per token"):
+        Explanation(["a"], {}, [], 0, 1.0, 0, special_mask=[True, False])
+
+
+@pytest.mark.parametrize(
+    "tokens, words",
+    [
+        # WordPiece marks continuations.
+        (
+            ["[CLS]", "hope", "##less", "##ly", "bad", ".", "[SEP]"],
+            [[0], [1, 2, 3], [4], [5], [6]],
+        ),
+        # SentencePiece marks word starts; "." glues to the word before it.
+        (
+            ["<s>", "▁hope", "less", "ly", "▁bad", ".", "</s>"],
+            [[0], [1, 2, 3], [4, 5], [6]],
+        ),
+        # GPT-2 byte-level BPE: the first word has no marker.
+        (["<s>", "hope", "less", "ly", "Ġbad", "</s>"], [[0], [1, 2, 3], [4], [5]]),
+    ],
+)
+def test_word_groups_follow_each_tokenizer_convention(tokens, words):
+    specials = [t in ("[CLS]", "[SEP]", "<s>", "</s>") for t in tokens]
+    assert word_groups(tokens, specials) == words
+
+
+@pytest.mark.parametrize(
+    "tokens, texts",
+    [
+        (
+            ["[CLS]", "hope", "##less", "##ly", "łódź", "[SEP]"],
+            ["[CLS]", "hope", "less", "ly", "łódź", "[SEP]"],
+        ),
+        (
+            ["<s>", "▁It", "’", "s", "▁żółw", "</s>"],
+            ["<s>", "It", "’", "s", "żółw", "</s>"],
+        ),
+        # Byte-level BPE: "’" is three bytes, "Ċ" a newline, "Ġ" a space.
+        (
+            ["<s>", "It", "âĢĻ", "s", "Ġgre", "at", "Ċ", "</s>"],
+            ["<s>", "It", "’", "s", "gre", "at", "⏎", "</s>"],
+        ),
+    ],
+)
+def test_display_texts_read_as_the_words_they_spell(tokens, texts):
+    specials = [t in ("[CLS]", "[SEP]", "<s>", "</s>") for t in tokens]
+    assert display_texts(tokens, specials) == texts
+
+
+def test_special_tokens_are_words_of_their_own():
+    assert word_groups(["[CLS]", "##x", "##y"], [True, False, False]) == [[0], [1, 2]]
+
+
+def test_html_tokens_joins_pieces_and_keeps_each_piece_coloured():
+    tokens = ["[CLS]", "hope", "##less", "##ly", "bad", "[SEP]"]
+    scores = torch.tensor([30.0, 1.0, 0.5, -0.25, -1.0, 5.0])
+    out = html_tokens(tokens, scores, [True, False, False, False, False, True])
+    assert (
+        '<span class="word"><mark class="tok" style="background-color: '
+        'rgba(0, 170, 0, 1.00)" title="+1.000">hope</mark><mark class="tok" '
+        'style="background-color: rgba(0, 170, 0, 0.50)" title="+0.500">less</mark>'
+        '<mark class="tok" style="background-color: rgba(220, 30, 30, 0.25)" '
+        'title="-0.250">ly</mark></span>'
+    ) in out
+    assert 'rgba(220, 30, 30, 1.00)" title="-1.000">bad<' in out
+    # Specials: greyed, no background, their value (30x the peak) in the tooltip.
+    assert (
+        '<mark class="tok special" title="special token, +30.000 on this row\'s '
+        'scale (not coloured)">[CLS]</mark>'
+    ) in out
 
 
 def test_html_tokens_escapes_every_token():
@@ -61,6 +160,12 @@ def test_explanation_html_escapes_tokens_method_names_labels_and_text():
     assert "true class <b>neg</b>; prediction: <b>&lt;pos&gt;&amp;</b>" in out
 
 
+def test_explanation_html_shows_the_explanations_own_text():
+    explanation = _explanation()
+    explanation.text = "a <caption>"
+    assert explanation_html(explanation).startswith("<p>a &lt;caption&gt;</p>")
+
+
 def test_html_page_is_self_contained_and_escapes_title():
     page = html_page("<script>x</script>", "<p>body</p>")
     assert page.startswith("<!DOCTYPE html>")
@@ -68,16 +173,24 @@ def test_html_page_is_self_contained_and_escapes_title():
     assert "<style>" in page and "http" not in page.lower()
 
 
-def test_visualization_records_fields():
+def test_visualization_records_are_whole_words_scaled_over_real_words():
     explanation = _explanation()
     records = visualization_records(explanation)
     assert len(records) == 2
     first = records[0]
     assert isinstance(first, captum_viz.VisualizationDataRecord)
-    assert first.raw_input_ids[1] == "&lt;script&gt;"
-    assert first.raw_input_ids[4] == "&amp;"
-    assert len(first.raw_input_ids) == len(first.word_attributions) == len(HOSTILE)
-    assert float(first.word_attributions.abs().max()) == 1.0
+    # "&" + "##amp" is one word, escaped once.
+    assert first.raw_input_ids == [
+        "[CLS]",
+        "&lt;script&gt;",
+        "alert(1)",
+        "&lt;/script&gt;",
+        "&amp;amp",
+        "[SEP]",
+    ]
+    # Word scores: piece sums (0.5 + 0.2) scaled by the real peak 2.0; specials 0.
+    expected = torch.tensor([0.0, 1.0, -0.5, 0.0, 0.35, 0.0])
+    assert torch.allclose(first.word_attributions, expected)
     assert first.attr_score == pytest.approx(1.8)
     assert first.pred_prob == 0.875
     assert first.pred_class == "&lt;pos&gt;&amp;"
@@ -93,12 +206,70 @@ def test_captum_visualize_text_renders_records_without_injected_markup():
     assert "&lt;script&gt;" in html
 
 
+def test_special_token_mask_uses_the_tokenizers_ids_but_scores_unk(tokenizer):
+    ids = tokenizer("it is hopeless zzz")["input_ids"]
+    assert tokenizer.convert_ids_to_tokens(ids)[-2] == "[UNK]"
+    assert special_token_mask(tokenizer, ids) == [True] + [False] * 5 + [True]
+
+
+def test_to_records_builds_one_record_per_example_from_plain_tensors(tokenizer):
+    batch = tokenizer(["it is hopeless", "bad"], padding=True, return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    scores = torch.tensor(
+        [[9.0, 1.0, 1.0, 2.0, 2.0, 9.0], [9.0, -4.0, 9.0, 7.0, 7.0, 7.0]]
+    )
+    logits = torch.tensor([[0.0, 2.0], [1.0, 0.0]])
+    records = to_records(
+        tokenizer,
+        ids,
+        scores,
+        attention_mask=mask,
+        logits=logits,
+        label_names=["neg", "pos"],
+        method="AttCAT",
+    )
+    assert len(records) == 2
+    first, second = records
+    assert first.raw_input_ids == ["[CLS]", "it", "is", "hopeless", "[SEP]"]
+    assert first.word_attributions.tolist() == [0.0, 0.25, 0.25, 1.0, 0.0]
+    assert first.pred_class == "pos" and first.attr_class == "AttCAT: pos"
+    assert first.pred_prob == pytest.approx(float(logits[0].softmax(-1)[1]))
+    assert first.true_class == "?"
+    # The pads of the second row are dropped.
+    assert second.raw_input_ids == ["[CLS]", "bad", "[SEP]"]
+    assert second.word_attributions.tolist() == [0.0, -1.0, 0.0]
+    assert second.pred_class == "neg"
+
+
+def test_to_records_without_logits_leaves_the_prediction_unknown(tokenizer):
+    ids = tokenizer(["bad"], return_tensors="pt")["input_ids"]
+    (record,) = to_records(tokenizer, ids, torch.ones(ids.shape))
+    assert record.pred_class == "?" and math.isnan(record.pred_prob)
+    html = captum_viz.visualize_text([record]).data
+    assert "bad" in html
+
+
+def test_to_records_checks_shapes(tokenizer):
+    with pytest.raises(ValueError, match="same \\[batch, seq\\] shape"):
+        to_records(tokenizer, torch.ones(1, 3, dtype=torch.long), torch.ones(1, 4))
+
+
 def test_ansi_tokens_without_color_shows_scores_and_no_escape_codes():
     out = ansi_tokens(
         ["[CLS]", "great", "##ly", "bad"], torch.tensor([0, 2, 1, -2]), False
     )
     assert "\x1b[" not in out
     assert out == "[CLS][+0.00] great[+1.00]ly[+0.50] bad[-1.00]"
+
+
+def test_ansi_tokens_scale_over_real_tokens_and_leave_specials_unscored():
+    tokens = ["[CLS]", "great", "##ly", "bad", "[SEP]"]
+    scores = torch.tensor([40.0, 2.0, 1.0, -2.0, 9.0])
+    specials = [True, False, False, False, True]
+    out = ansi_tokens(tokens, scores, False, specials)
+    assert out == "[CLS] great[+1.00]ly[+0.50] bad[-1.00] [SEP]"
+    coloured = ansi_tokens(tokens, scores, True, specials)
+    assert coloured.startswith("\x1b[2m[CLS]\x1b[0m \x1b[30;48;5;46mgreat\x1b[0m")
 
 
 def test_ansi_tokens_with_color_uses_green_for_positive_red_for_negative():
@@ -115,6 +286,16 @@ def test_explanation_text_lists_every_method_and_the_prediction():
     for name in _explanation().scores:
         assert name in out
     assert "top: <script> (+1.00)" in out
+    assert "[CLS] (" not in out  # specials never in the top list
+
+
+def test_explanation_text_sanitises_class_and_method_names():
+    explanation = _explanation()
+    explanation.label_names = ["\x1b[31mneg", "\x1b]0;title\x07pos"]
+    explanation.scores = {"\x1b[2JM": torch.ones(len(HOSTILE))}
+    out = explanation_text(explanation, color=False)
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\ufffd[31mneg" in out
 
 
 class _Stream(io.StringIO):
@@ -141,3 +322,25 @@ def test_supports_color_only_on_a_tty_without_no_color(monkeypatch):
 def test_ansi_tokens_cannot_emit_terminal_escapes_from_tokens():
     out = ansi_tokens(["\x1b[2Jx"], torch.tensor([1.0]), False)
     assert "\x1b" not in out
+
+
+@pytest.mark.integration
+def test_default_model_attcat_row_is_visible_and_words_are_joined():
+    from captum_ext.attr import AttCAT
+    from captum_ext.default_models import load_default_model
+
+    model, tokenizer = load_default_model("sentiment")
+    batch = tokenizer(["A hopelessly monotonous gimmick."], return_tensors="pt")
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    scores = AttCAT(model).attribute(ids, additional_forward_args=(mask,))
+    tokens = tokenizer.convert_ids_to_tokens(ids[0])
+    specials = special_token_mask(tokenizer, ids[0].tolist())
+    words = word_groups(tokens, specials)
+    joined = [
+        "".join(t.replace("##", "") for t in (tokens[i] for i in g)) for g in words
+    ]
+    assert joined == ["[CLS]", "a", "hopelessly", "monotonous", "gimmick", ".", "[SEP]"]
+    out = html_tokens(tokens, scores[0], specials)
+    assert out.count('class="tok special"') == 2
+    alphas = [float(a) for a in re.findall(r"rgba\([\d, ]+, ([\d.]+)\)", out)]
+    assert len(alphas) == len(tokens) - 2 and max(alphas) == 1.0
