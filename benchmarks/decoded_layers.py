@@ -33,7 +33,7 @@ import torch
 from benchmarks.common import embedding_grad_x_activation, encode
 from captum_ext import classifier_forward, get_adapter
 from captum_ext.attr import DecodedLayerGradCam, EmbeddingDecoder, load_fitted_decoders
-from captum_ext.metrics import hiding_revealing
+from captum_ext.metrics import hiding_revealing, TokenOptions
 from torch import nn, Tensor
 
 Batch = Tuple[Tensor, Tensor, Tensor]  # input_ids, attention_mask, labels
@@ -89,8 +89,7 @@ def game(
         additional_forward_args=(mask,),
         labels=gold,
         preset="decoded",
-        mask_token_id=tokenizer.mask_token_id,  # type: ignore[attr-defined]
-        special_token_ids=tokenizer.all_special_ids,  # type: ignore[attr-defined]
+        tokens=TokenOptions.from_tokenizer(tokenizer),
     )
     return result.hiding.score.sum().item(), result.revealing.score.sum().item()
 
