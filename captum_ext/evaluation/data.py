@@ -35,6 +35,8 @@ _BUILDERS: Dict[str, tuple] = {
     ".parquet": ("parquet", {}),
 }
 _SHOWN_ROWS = 10
+# What datasets says when a file parses to a header and no rows.
+_NO_DATA = "corresponds to no data"
 
 
 class DataError(ValueError):
@@ -139,7 +141,7 @@ def load_data(
     table = _read(path, split)
     _require_columns(path, table, [text_column, text_pair_column, label_column])
     if len(table) == 0:
-        raise DataError(f"{path}: no rows; point --data at a file with examples")
+        raise DataError(_no_rows(path))
     order = list(range(len(table)))
     if seed is not None:
         random.Random(seed).shuffle(order)
@@ -186,6 +188,8 @@ def _read(path: Path, split: Optional[str]) -> datasets.Dataset:
             f"{path}: a single file has no splits; drop --split (it selects a "
             "split of a save_to_disk DatasetDict)"
         )
+    if path.stat().st_size == 0:
+        raise DataError(_no_rows(path))
     name, options = builder
     with _quiet_private_cache() as cache:
         try:
@@ -198,6 +202,8 @@ def _read(path: Path, split: Optional[str]) -> datasets.Dataset:
                 **options,
             )
         except Exception as error:  # any parser failure is the file's fault
+            if _NO_DATA in str(error):
+                raise DataError(_no_rows(path)) from error
             raise DataError(
                 f"{path}: cannot be read as {name.upper()} "
                 f"({type(error).__name__}: {error}); check the file's format"
@@ -237,6 +243,10 @@ def _require_columns(
             f"{', '.join(map(repr, table.column_names))} (choose with "
             "--text-column / --text-pair-column / --label-column)"
         )
+
+
+def _no_rows(path: Path) -> str:
+    return f"{path}: no rows; point --data at a file with examples"
 
 
 def _shown(rows: List[int]) -> str:
