@@ -12,7 +12,6 @@ import datasets
 import pandas as pd
 import pytest
 import torch
-from captum_ext.benchmark import METHODS, MethodSpec, MetricContext, METRICS
 from captum_ext.evaluation import attribute as attribute_module
 from captum_ext.evaluation.attribute import (
     attribute_dataset,
@@ -27,6 +26,9 @@ from tests.test_benchmark import TEXTS, tiny_model, tiny_tokenizer
 MORE = ["bad bad bad", "the film", "it was not fun and not good and very boring"]
 DATA = TextData("tiny.csv", TEXTS + MORE, labels=[i % 3 for i in range(9)])
 METHOD_NAMES = ["NormXLogit", "AttCAT", "Saliency"]
+# The registry wherever attribute_dataset takes it from.
+METHODS, METRICS, MetricContext = attribute_module._registry()
+MethodSpec = type(METHODS["NormXLogit"])
 
 
 def tokenizer():
