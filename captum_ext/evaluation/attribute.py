@@ -160,9 +160,10 @@ def attribute_dataset(
         with _progress(total, progress and context.is_main) as advance:
             for shard in mine:
                 positions = _shard_positions(shard, shard_size, len(data))
-                table = job.shard_table(data.select(positions), batch_size, context)
+                table = job.shard_table(
+                    data.select(positions), batch_size, context.device, advance
+                )
                 _write_atomically(table, out / _shard_name(shard), context.rank)
-                advance(len(positions))
         context.barrier()
     return out
 
@@ -383,9 +384,14 @@ class _Job:
         self.target = target
 
     def shard_table(
-        self, data: TextData, batch_size: int, context: DistributedContext
+        self,
+        data: TextData,
+        batch_size: int,
+        device: torch.device,
+        advance: Callable[[int], None],
     ) -> pa.Table:
-        r"""One shard's rows, in the order of ``data``."""
+        r"""One shard's rows, in the order of ``data``; ``advance(n)`` after
+        each batch of ``n`` examples."""
         columns: Dict[str, List[Any]] = {}
         order: List[int] = []
         gold = data.labels if self.target == "label" else None
@@ -397,9 +403,10 @@ class _Job:
             max_length=self.max_length,
         ):
             classes = None if gold is None else [gold[i] for i in batch.rows]
-            for name, values in self.batch_columns(batch.to(context.device), classes):
+            for name, values in self.batch_columns(batch.to(device), classes):
                 columns.setdefault(name, []).extend(values)
             order.extend(batch.rows)
+            advance(len(batch.rows))
         back = sorted(range(len(order)), key=order.__getitem__)
         columns = {name: [values[i] for i in back] for name, values in columns.items()}
         schema = _schema(data, self.names, columns)

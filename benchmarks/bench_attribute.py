@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+r"""Throughput of ``attribute_dataset`` against the model's own cost, and its
+speed-up under ``torchrun``.
+
+On the default sentiment model and the first ``--n`` (2,000) held-out movie
+snippets, measured in one run:
+
+- examples/s of ``attribute_dataset(methods=["NormXLogit"])`` over examples/s of
+  a plain batched ``no_grad`` forward loop (target >= 80 %);
+- examples/s with ``["AttCAT"]`` over a forward+backward loop (gradient of each
+  predicted logit w.r.t. the word embeddings; target >= 80 %).
+
+The loops run on the same length-bucketed batches (same batch size and
+``max_length``), tokenised before the clock starts, so the ratios charge
+tokenisation, bucketing, Parquet writing and the job's bookkeeping to
+``attribute_dataset``. Loop and job alternate ``--rounds`` times; the median
+ratio is reported (CPU timings on a shared machine are noisy).
+
+With ``--torchrun`` the NormXLogit job also runs under ``torchrun
+--nproc-per-node 1`` and ``2`` (gloo on CPU, one thread per process when two
+share the cores; NCCL with ``--device cuda``) and prints the speed-up.
+
+Usage::
+
+    python -m benchmarks.bench_attribute
+    python -m benchmarks.bench_attribute --torchrun
+    python -m benchmarks.bench_attribute --device cuda --n 2000
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, List
+
+import pandas as pd
+import torch
+from captum_ext import classifier_forward, get_adapter
+from captum_ext.datasets import load_split
+from captum_ext.default_models import load_default_model, MAX_LENGTH
+from captum_ext.evaluation.attribute import attribute_dataset
+from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
+from captum_ext.evaluation.data import load_data, TextData
+
+BATCH_SIZE = 32
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def snippets(n: int) -> TextData:
+    split = load_split("sentiment", "test")
+    if len(split.texts) < n:
+        raise SystemExit(f"the held-out split has {len(split.texts)} snippets")
+    return TextData("sentiment test", list(split.texts[:n]), labels=split.labels[:n])
+
+
+def forward_loop(model, batches: List[EncodedBatch]) -> None:
+    forward = classifier_forward(model)
+    with torch.no_grad():
+        for batch in batches:
+            forward(batch.input_ids, *batch.forward_args())
+
+
+def forward_backward_loop(model, batches: List[EncodedBatch]) -> None:
+    forward = classifier_forward(model, inputs_embeds=True)
+    embed = get_adapter(model).word_embeddings()
+    for batch in batches:
+        embeddings = embed(batch.input_ids).detach().requires_grad_()
+        logits = forward(embeddings, *batch.forward_args())  # [batch, classes]
+        predicted = logits.gather(1, logits.argmax(-1, keepdim=True)).sum()
+        torch.autograd.grad(predicted, embeddings)
+
+
+def seconds(work: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def job_seconds(
+    model, tokenizer, data: TextData, method: str, device: str, out: str
+) -> float:
+    return seconds(
+        lambda: attribute_dataset(
+            model,
+            tokenizer,
+            data,
+            [method],
+            out,
+            batch_size=BATCH_SIZE,
+            max_length=MAX_LENGTH,
+            device=device,
+            progress=False,
+        )
+    )
+
+
+def ratios(args: argparse.Namespace) -> None:
+    model, tokenizer = load_default_model("sentiment")
+    model.to(args.device)
+    data = snippets(args.n)
+    batches = [
+        batch.to(args.device)
+        for batch in bucketed_batches(
+            tokenizer, data.texts, batch_size=BATCH_SIZE, max_length=MAX_LENGTH
+        )
+    ]
+    forward_loop(model, batches[:2])  # warm-up
+    pairs = [("NormXLogit", forward_loop), ("AttCAT", forward_backward_loop)]
+    for method, loop in pairs:
+        measured = []
+        for _ in range(args.rounds):
+            plain = seconds(lambda: loop(model, batches))
+            with tempfile.TemporaryDirectory() as out:
+                job = job_seconds(model, tokenizer, data, method, args.device, out)
+            measured.append(plain / job)
+            print(
+                f"  {method}: loop {args.n / plain:.1f} ex/s, "
+                f"attribute {args.n / job:.1f} ex/s",
+                flush=True,
+            )
+        print(
+            f"{method}: attribute_dataset at {100 * statistics.median(measured):.0f} % "
+            f"of the {loop.__name__} (target >= 80 %)",
+            flush=True,
+        )
+
+
+def torchrun_speedup(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        data = snippets(args.n)
+        data_file = Path(scratch) / "snippets.csv"
+        pd.DataFrame({"text": data.texts}).to_csv(data_file, index=False)
+        timings = {}
+        for processes in (1, 2):
+            threads = max(1, (os.cpu_count() or 1) // processes)
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc-per-node",
+                str(processes),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(29_500 + processes),
+                str(Path(__file__).resolve()),
+                "--worker",
+                str(data_file),
+                str(Path(scratch) / f"out{processes}"),
+                "--device",
+                args.device,
+            ]
+            environment = dict(
+                os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=str(ROOT)
+            )
+            done = subprocess.run(
+                command, env=environment, capture_output=True, text=True, check=False
+            )
+            if done.returncode != 0:
+                raise SystemExit(done.stderr[-3000:])
+            timings[processes] = float(done.stdout.strip().splitlines()[-1])
+            print(
+                f"  torchrun --nproc-per-node {processes}: "
+                f"{args.n / timings[processes]:.1f} ex/s",
+                flush=True,
+            )
+        print(
+            f"torchrun --nproc-per-node 2 speed-up over 1: "
+            f"{timings[1] / timings[2]:.2f}x ({os.cpu_count()} CPU cores, "
+            f"device {args.device})"
+        )
+
+
+def worker(data_file: str, out: str, device: str) -> None:
+    r"""One rank under torchrun: load, attribute, print the job's seconds
+    (rank 0, after every rank finished)."""
+    model, tokenizer = load_default_model("sentiment")
+    data = load_data(data_file)
+    spent = job_seconds(model, tokenizer, data, "NormXLogit", device, out)
+    if os.environ.get("RANK", "0") == "0":
+        print(spent)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--torchrun", action="store_true")
+    parser.add_argument("--worker", nargs=2, metavar=("DATA", "OUT"))
+    args = parser.parse_args()
+    if args.worker:
+        worker(*args.worker, args.device)
+        return
+    ratios(args)
+    if args.torchrun:
+        torchrun_speedup(args)
+
+
+if __name__ == "__main__":
+    main()
