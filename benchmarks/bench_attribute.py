@@ -24,6 +24,7 @@ Usage::
 
     python -m benchmarks.bench_attribute
     python -m benchmarks.bench_attribute --torchrun
+    python -m benchmarks.bench_attribute --methods AttCAT --n 640 --rounds 1
     python -m benchmarks.bench_attribute --device cuda --n 2000
 """
 
@@ -74,6 +75,10 @@ def forward_backward_loop(model, batches: List[EncodedBatch]) -> None:
         torch.autograd.grad(predicted, embeddings)
 
 
+# method -> the loop over the model's own work it is compared with
+LOOPS = {"NormXLogit": forward_loop, "AttCAT": forward_backward_loop}
+
+
 def seconds(work: Callable[[], object]) -> float:
     start = time.perf_counter()
     work()
@@ -109,8 +114,8 @@ def ratios(args: argparse.Namespace) -> None:
         )
     ]
     forward_loop(model, batches[:2])  # warm-up
-    pairs = [("NormXLogit", forward_loop), ("AttCAT", forward_backward_loop)]
-    for method, loop in pairs:
+    for method in args.methods:
+        loop = LOOPS[method]
         measured = []
         for _ in range(args.rounds):
             plain = seconds(lambda: loop(model, batches))
@@ -190,13 +195,15 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--methods", nargs="*", default=list(LOOPS), choices=LOOPS)
     parser.add_argument("--torchrun", action="store_true")
     parser.add_argument("--worker", nargs=2, metavar=("DATA", "OUT"))
     args = parser.parse_args()
     if args.worker:
         worker(*args.worker, args.device)
         return
-    ratios(args)
+    if args.methods:
+        ratios(args)
     if args.torchrun:
         torchrun_speedup(args)
 
