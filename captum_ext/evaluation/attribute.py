@@ -226,19 +226,22 @@ def _agreed_missing_shards(
 ) -> List[int]:
     r"""Rank 0 checks (or writes) the manifest and lists the shards still to do;
     every rank gets the same list, or the same error."""
-    verdict: Tuple[Optional[str], List[int]] = (None, [])
+    failure: Optional[Exception] = None
+    verdict: Tuple[str, List[int]] = ("", [])
     if context.is_main:
         try:
             manifest = _manifest(arguments, model, tokenizer, data)
-            verdict = (None, _prepare(out, manifest))
+            verdict = ("", _prepare(out, manifest))
         except (OSError, ManifestMismatchError) as error:
+            failure = error
             verdict = (f"{type(error).__name__}: {error}", [])
     problem, missing = context.broadcast(verdict)
-    if problem is not None:
-        kind, _, message = problem.partition(": ")
-        if kind == ManifestMismatchError.__name__:
-            raise ManifestMismatchError(message)
-        raise OSError(message)
+    if failure is not None:
+        raise failure
+    if problem.startswith(ManifestMismatchError.__name__):
+        raise ManifestMismatchError(f"rank 0 found: {problem}")
+    if problem:
+        raise OSError(f"rank 0 found: {problem}")
     return missing
 
 
@@ -266,7 +269,7 @@ def _prepare(out: Path, manifest: Dict[str, Any]) -> List[int]:
     out.mkdir(parents=True, exist_ok=True)
     path = out / MANIFEST
     if path.exists():
-        _check_same_run(path, json.loads(path.read_text()), manifest)
+        _check_same_run(path, _read_manifest(path), manifest)
     elif any(out.glob("part-*.parquet")):
         raise ManifestMismatchError(
             f"{out} holds shards but no {MANIFEST}; choose an empty --out directory"
@@ -279,6 +282,16 @@ def _prepare(out: Path, manifest: Dict[str, Any]) -> List[int]:
         stale.unlink()
     shards = range(manifest["shards"])
     return [k for k in shards if not (out / _shard_name(k)).exists()]
+
+
+def _read_manifest(path: Path) -> Dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except ValueError as error:
+        raise ManifestMismatchError(
+            f"{path} is not a readable manifest ({error}); use another --out "
+            "directory"
+        ) from error
 
 
 def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> None:
@@ -294,10 +307,11 @@ def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> Non
             + "; ".join(differs)
             + "); use another --out directory, or the same arguments to resume"
         )
+    before = old.get("versions", {})
     versions = [
-        f"{name} {old['versions'].get(name)} -> {new['versions'][name]}"
-        for name in new["versions"]
-        if old.get("versions", {}).get(name) != new["versions"][name]
+        f"{name} {before.get(name)} -> {now}"
+        for name, now in new["versions"].items()
+        if before.get(name) != now
     ]
     if versions:
         warnings.warn(

@@ -4,6 +4,7 @@ on that example alone, shards resume after an interruption, a different run
 refuses to write into the same directory, and the output reads back in one
 call."""
 
+import json
 import os
 from pathlib import Path
 from typing import List
@@ -193,6 +194,20 @@ def test_refuses_shards_without_manifest(tmp_path: Path) -> None:
     out = run(tmp_path / "out", data=DATA.head(2), methods=["NormXLogit"])
     (out / MANIFEST).unlink()
     with pytest.raises(ManifestMismatchError, match="holds shards but no"):
+        run(out, data=DATA.head(2), methods=["NormXLogit"])
+
+
+def test_unreadable_manifest_and_other_versions(tmp_path: Path) -> None:
+    out = run(tmp_path / "out", data=DATA.head(2), methods=["NormXLogit"])
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["versions"]["torch"] = "0.1"
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    (out / "part-00000.parquet").unlink()
+    with pytest.warns(UserWarning, match=r"other package versions \(torch 0.1 ->"):
+        run(out, data=DATA.head(2), methods=["NormXLogit"])
+    assert (out / "part-00000.parquet").exists()
+    (out / MANIFEST).write_text("{half a manifest")
+    with pytest.raises(ManifestMismatchError, match="not a readable manifest"):
         run(out, data=DATA.head(2), methods=["NormXLogit"])
 
 
