@@ -25,6 +25,19 @@ shuffle)::
     table = pd.read_parquet(out_dir)  # or
     # datasets.load_dataset("parquet", data_files=f"{out_dir}/*.parquet")
 
+Across GPUs and machines every process runs the same call under ``torchrun``
+(NCCL on GPUs, gloo on CPUs); ``out_dir`` must be on a file system all machines
+share. On each of ``M`` machines, with ``NODE_RANK`` 0..M-1 and ``HOST0`` the
+first machine::
+
+    torchrun --nnodes M --node-rank NODE_RANK --nproc-per-node 8 \
+        --master-addr HOST0 --master-port 29500 \
+        --no-python captum-ext attribute --model DIR --data FILE \
+        --methods NormXLogit AttCAT --out /shared/out --device cuda
+
+(one machine: ``torchrun --nproc-per-node N --no-python captum-ext attribute
+...``; a script calling :func:`attribute_dataset` runs the same way).
+
 Columns: ``id`` (the example's row in the source), ``text`` (``text_pair``),
 ``label`` (with gold labels), ``tokens``, ``input_ids`` (``token_type_ids`` for
 pairs), ``truncated``, ``predicted``, ``probabilities``, ``target`` (the class
