@@ -8,7 +8,9 @@ snippets, measured in one run:
 - examples/s of ``attribute_dataset(methods=["NormXLogit"])`` over examples/s of
   a plain batched ``no_grad`` forward loop (target >= 80 %);
 - examples/s with ``["AttCAT"]`` over a forward+backward loop (gradient of each
-  predicted logit w.r.t. the word embeddings; target >= 80 %).
+  predicted logit w.r.t. the word embeddings; target >= 80 %);
+- and, to separate the job's own cost from the method's, each over the method
+  called alone on the same batches.
 
 The loops run on the same length-bucketed batches (same batch size and
 ``max_length``), tokenised before the clock starts, so the ratios charge
@@ -43,7 +45,7 @@ import torch
 from captum_ext import classifier_forward, get_adapter
 from captum_ext.datasets import load_split
 from captum_ext.default_models import load_default_model, MAX_LENGTH
-from captum_ext.evaluation.attribute import attribute_dataset
+from captum_ext.evaluation.attribute import _registry, attribute_dataset
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.data import load_data, TextData
 
@@ -115,27 +117,44 @@ def ratios(args: argparse.Namespace) -> None:
         )
     ]
     forward_loop(model, batches[:2])  # warm-up
+    methods, _, _ = _registry()
     for method in args.methods:
-        loop = LOOPS[method]
-        wall, cpu = [], []
-        for _ in range(args.rounds):
-            plain = seconds(lambda: loop(model, batches))
-            with tempfile.TemporaryDirectory() as out:
-                job = job_seconds(model, tokenizer, data, method, args.device, out)
-            wall.append(plain[0] / job[0])
-            cpu.append(plain[1] / job[1])
+        explain = methods[method].factory(model, tokenizer)
+        rounds = [
+            _round(args, model, tokenizer, data, batches, method, explain)
+            for _ in range(args.rounds)
+        ]
+        baselines = {
+            f"the {LOOPS[method].__name__}": 0,
+            f"{method} alone over the same batches": 1,
+        }
+        for against, column in baselines.items():
+            wall = statistics.median(r[column][0] / r[2][0] for r in rounds)
+            cpu = statistics.median(r[column][1] / r[2][1] for r in rounds)
             print(
-                f"  {method}: loop {args.n / plain[0]:.1f} ex/s, attribute "
-                f"{args.n / job[0]:.1f} ex/s; CPU s loop {plain[1]:.0f}, "
-                f"attribute {job[1]:.0f}",
+                f"{method}: attribute_dataset at {100 * wall:.0f} % of {against}'s "
+                f"examples/s, {100 * cpu:.0f} % by CPU time (median of "
+                f"{args.rounds})",
                 flush=True,
             )
-        print(
-            f"{method}: attribute_dataset at {100 * statistics.median(wall):.0f} % "
-            f"of the {loop.__name__}'s examples/s, {100 * statistics.median(cpu):.0f}"
-            " % by CPU time (steadier on a shared machine; target >= 80 %)",
-            flush=True,
-        )
+
+
+def _round(args, model, tokenizer, data, batches, method, explain) -> List:
+    r"""Wall and CPU seconds of the model's loop, the method's loop (its own
+    batched calls, classes from its forward pass) and the job, in that order."""
+    loop = seconds(lambda: LOOPS[method](model, batches))
+    alone = seconds(
+        lambda: [explain(b.input_ids, b.attention_mask, None) for b in batches]
+    )
+    with tempfile.TemporaryDirectory() as out:
+        job = job_seconds(model, tokenizer, data, method, args.device, out)
+    print(
+        f"  {method} ex/s: loop {args.n / loop[0]:.1f}, alone {args.n / alone[0]:.1f},"
+        f" attribute {args.n / job[0]:.1f}; CPU s: {loop[1]:.1f}, {alone[1]:.1f}, "
+        f"{job[1]:.1f}",
+        flush=True,
+    )
+    return [loop, alone, job]
 
 
 def torchrun_speedup(args: argparse.Namespace) -> None:
