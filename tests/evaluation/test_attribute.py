@@ -25,7 +25,8 @@ from tests.helpers import assert_same_state, model_state
 from tests.test_benchmark import TEXTS, tiny_model, tiny_tokenizer
 
 MORE = ["bad bad bad", "the film", "it was not fun and not good and very boring"]
-DATA = TextData("tiny.csv", TEXTS + MORE, labels=[i % 3 for i in range(9)])
+LABELS = [i % 3 for i in range(9)]
+DATA = TextData("tiny.csv", TEXTS + MORE, labels=LABELS)
 METHOD_NAMES = ["NormXLogit", "AttCAT", "Saliency"]
 # The registry wherever attribute_dataset takes it from.
 METHODS, METRICS, MetricContext = attribute_module._registry()
@@ -93,7 +94,7 @@ def test_gold_label_targets(tmp_path: Path) -> None:
     explain = METHODS["Saliency"].factory(model, tokenizer())
     for index in (0, 5):
         ids, mask = single(DATA.texts[index])
-        expected = explain(ids, mask, torch.tensor([DATA.labels[index]]))[0]
+        expected = explain(ids, mask, torch.tensor([LABELS[index]]))[0]
         assert torch.allclose(
             torch.tensor(table["Saliency"][index]), expected, atol=1e-6
         )

@@ -31,7 +31,7 @@ def test_rows_equal_the_tokenizer_with_truncation(pairs) -> None:
             assert batch.input_ids[row, :n].tolist() == reference["input_ids"][index]
             assert (batch.input_ids[row, n:] == tokenizer.pad_token_id).all()
             assert batch.truncated[row] == (len(untruncated[index]) > max_length)
-            if pairs is not None:
+            if batch.token_type_ids is not None:
                 types = batch.token_type_ids[row, :n].tolist()
                 assert types == reference["token_type_ids"][index]
                 assert batch.forward_args() == (

@@ -13,6 +13,7 @@ after writing its first shard, as a killed process would.
 
 import os
 import sys
+from typing import Any, Dict
 
 import torch
 from captum_ext.evaluation import attribute
@@ -20,7 +21,9 @@ from captum_ext.evaluation.data import load_data
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 METHODS = ["NormXLogit", "AttCAT"]
-OPTIONS = dict(batch_size=2, shard_size=2, max_length=10, progress=False)
+OPTIONS: Dict[str, Any] = dict(
+    batch_size=2, shard_size=2, max_length=10, progress=False
+)
 
 
 def _die_after_first_shard() -> None:
