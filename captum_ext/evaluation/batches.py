@@ -7,7 +7,7 @@ each example's position in the input so results can be put back in order.
 """
 
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -77,11 +77,7 @@ def bucketed_batches(
         together are ``range(len(texts))``.
     """
     pad_id = _pad_id(tokenizer)
-    pairs = None if text_pairs is None else list(text_pairs)
-    full = tokenizer(list(texts), pairs, truncation=False)["input_ids"]
-    encoded = tokenizer(list(texts), pairs, truncation=True, max_length=max_length)
-    ids = encoded["input_ids"]
-    type_ids = encoded.get("token_type_ids") if pairs is not None else None
+    ids, type_ids, truncated = _encode(tokenizer, texts, text_pairs, max_length)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     batches = []
     for start in range(0, len(order), batch_size):
@@ -89,12 +85,51 @@ def bucketed_batches(
         width = max(len(ids[i]) for i in rows)
         input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
-        types = None if type_ids is None else torch.zeros_like(mask)
+        types = None
         for row, i in enumerate(rows):
             input_ids[row, : len(ids[i])] = torch.tensor(ids[i])
             mask[row, : len(ids[i])] = 1
-            if types is not None:
+        if type_ids is not None:
+            types = torch.zeros_like(mask)
+            for row, i in enumerate(rows):
                 types[row, : len(ids[i])] = torch.tensor(type_ids[i])
-        truncated = [len(full[i]) > len(ids[i]) for i in rows]
-        batches.append(EncodedBatch(rows, input_ids, mask, types, truncated))
+        flags = [truncated[i] for i in rows]
+        batches.append(EncodedBatch(rows, input_ids, mask, types, flags))
     return batches
+
+
+def _encode(
+    tokenizer: Any,
+    texts: Sequence[str],
+    text_pairs: Optional[Sequence[str]],
+    max_length: int,
+) -> Tuple[List[List[int]], Optional[List[List[int]]], List[bool]]:
+    r"""Token ids (and type ids for pairs) cut to ``max_length``, and which
+    examples were cut. Only the texts that are too long are tokenised twice."""
+    pairs = None if text_pairs is None else list(text_pairs)
+    encoded = tokenizer(list(texts), pairs, truncation=False)
+    ids = list(encoded["input_ids"])
+    type_ids = _type_ids(encoded) if pairs is not None else None
+    long_rows = [i for i, row in enumerate(ids) if len(row) > max_length]
+    if long_rows:
+        cut = tokenizer(
+            [texts[i] for i in long_rows],
+            None if pairs is None else [pairs[i] for i in long_rows],
+            truncation=True,
+            max_length=max_length,
+        )
+        cut_types = _type_ids(cut)
+        for position, i in enumerate(long_rows):
+            ids[i] = cut["input_ids"][position]
+            if type_ids is not None and cut_types is not None:
+                type_ids[i] = cut_types[position]
+    truncated = [False] * len(ids)
+    for i in long_rows:
+        truncated[i] = True
+    return ids, type_ids, truncated
+
+
+def _type_ids(encoded: Any) -> Optional[List[List[int]]]:
+    # RoBERTa-like tokenizers mark pairs with separators only, no type ids
+    type_ids = encoded.get("token_type_ids")
+    return None if type_ids is None else list(type_ids)

@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+r"""A user's labelled or unlabelled text, loaded from local files with Hugging Face
+``datasets``: CSV, TSV, JSON / JSON Lines, Parquet, or a ``save_to_disk``
+directory (a ``Dataset``, or a ``DatasetDict`` with ``split``).
+
+Nothing is downloaded: only the packaged local-file builders are used, and a
+local path that does not exist is an error, never a hub id. ``datasets`` writes
+an Arrow cache while it parses a file; that cache goes to a temporary directory
+that is deleted once the rows are in memory, so loading leaves nothing in
+``~/.cache/huggingface`` or next to the data.
+
+Every problem with the data is one :class:`DataError` naming the file and what
+to do about it.
+"""
+
+import math
+import random
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
+
+import datasets
+import datasets.utils
+
+__all__ = ["DataError", "TextData", "load_data"]
+
+# file suffix -> (datasets builder, its options)
+_BUILDERS: Dict[str, tuple] = {
+    ".csv": ("csv", {}),
+    ".tsv": ("csv", {"sep": "\t"}),
+    ".jsonl": ("json", {}),
+    ".json": ("json", {}),
+    ".parquet": ("parquet", {}),
+}
+_SHOWN_ROWS = 10
+# What datasets says when a file parses to a header and no rows.
+_NO_DATA = "corresponds to no data"
+
+
+class DataError(ValueError):
+    r"""The data cannot be used as given; the message names the file and the fix."""
+
+
+@dataclass
+class TextData:
+    r"""Examples ready to tokenise.
+
+    ``rows[i]`` is example ``i``'s row index in the source (before any shuffle),
+    the id under which its results are written; ``labels`` are class indices
+    (``None`` without a label column); ``label_names[c]`` names class ``c`` when
+    known (the model's ``id2label`` order, or the file's ``ClassLabel`` names).
+    """
+
+    source: str
+    texts: List[str]
+    text_pairs: Optional[List[str]] = None
+    labels: Optional[List[int]] = None
+    rows: List[int] = field(default_factory=list)
+    label_names: Optional[List[str]] = None
+
+    def __post_init__(self) -> None:
+        if not self.rows:
+            self.rows = list(range(len(self.texts)))
+        columns = [self.rows, self.text_pairs, self.labels]
+        if any(c is not None and len(c) != len(self.texts) for c in columns):
+            raise ValueError("texts, text_pairs, labels and rows differ in length")
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def head(self, n: int) -> "TextData":
+        r"""The first ``n`` examples."""
+        return self.select(range(min(n, len(self))))
+
+    def select(self, positions: Sequence[int]) -> "TextData":
+        r"""The examples at ``positions``, in that order."""
+        positions = list(positions)
+
+        def pick(values: Optional[List[Any]]) -> Optional[List[Any]]:
+            return None if values is None else [values[i] for i in positions]
+
+        return replace(
+            self,
+            texts=[self.texts[i] for i in positions],
+            text_pairs=pick(self.text_pairs),
+            labels=pick(self.labels),
+            rows=[self.rows[i] for i in positions],
+        )
+
+
+def load_data(
+    path: Union[str, Path],
+    *,
+    text_column: str = "text",
+    text_pair_column: Optional[str] = None,
+    label_column: Optional[str] = None,
+    split: Optional[str] = None,
+    limit: Optional[int] = None,
+    seed: Optional[int] = None,
+    label2id: Optional[Dict[str, int]] = None,
+    num_labels: Optional[int] = None,
+) -> TextData:
+    r"""Loads text examples (and optionally text pairs and labels) from a local
+    file or ``save_to_disk`` directory.
+
+    Args:
+        path (str or Path): a ``.csv``, ``.tsv``, ``.json``/``.jsonl`` (JSON
+            Lines or a JSON array of records) or ``.parquet`` file, or a
+            directory written by ``Dataset.save_to_disk`` /
+            ``DatasetDict.save_to_disk``.
+        text_column (str, optional): column with the text. Default: ``"text"``.
+        text_pair_column (str, optional): column with the second text of a pair
+            (NLI, paraphrase); tokenised as pairs. Default: None.
+        label_column (str, optional): column with gold labels: class indices,
+            or names mapped through ``label2id``. Default: None (no labels;
+            targets are then the model's predictions).
+        split (str, optional): which split of a saved ``DatasetDict``; needed
+            when it has more than one. Default: None.
+        limit (int, optional): keep the first ``limit`` examples (after the
+            shuffle, if ``seed`` is given). Default: None (all).
+        seed (int, optional): shuffle the examples with this seed before
+            ``limit``. Default: None (file order).
+        label2id (dict, optional): the model's ``config.label2id``; maps label
+            names and gives ``label_names``. Default: None.
+        num_labels (int, optional): the model's number of classes; labels
+            outside ``range(num_labels)`` are an error. Default: None
+            (``len(label2id)`` if given).
+
+    Returns:
+        TextData: the examples, ``rows`` holding each one's source row index.
+
+    Raises:
+        DataError: missing or unreadable file, unknown format, missing column,
+            empty text, unknown label name, label out of range, no rows.
+    """
+    path = Path(path)
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise DataError(f"limit must be a positive number of examples, got {limit!r}")
+    table = _read(path, split)
+    _require_columns(path, table, [text_column, text_pair_column, label_column])
+    if len(table) == 0:
+        raise DataError(_no_rows(path))
+    order = list(range(len(table)))
+    if seed is not None:
+        random.Random(seed).shuffle(order)
+    order = order[:limit]
+    texts = _texts(path, table, text_column, order)
+    pairs = None
+    if text_pair_column is not None:
+        pairs = _texts(path, table, text_pair_column, order)
+    names = _label_names(table, label_column, label2id)
+    labels = None
+    if label_column is not None:
+        raw = [table[label_column][i] for i in order]
+        labels = _labels(path, label_column, raw, order, label2id, names, num_labels)
+    return TextData(str(path), texts, pairs, labels, order, names)
+
+
+@contextmanager
+def _quiet_private_cache() -> Iterator[str]:
+    r"""A throw-away cache directory for ``datasets``' Arrow files, with its
+    progress bars off for the duration (restored after)."""
+    bars_were_on = not datasets.utils.are_progress_bars_disabled()
+    datasets.utils.disable_progress_bars()
+    try:
+        with tempfile.TemporaryDirectory(prefix="captum_ext_data_") as cache:
+            yield cache
+    finally:
+        if bars_were_on:
+            datasets.utils.enable_progress_bars()
+
+
+def _read(path: Path, split: Optional[str]) -> datasets.Dataset:
+    if not path.exists():
+        raise DataError(f"{path}: no such file or directory")
+    if path.is_dir():
+        return _read_saved(path, split)
+    builder = _BUILDERS.get(path.suffix.lower())
+    if builder is None:
+        raise DataError(
+            f"{path}: unknown format {path.suffix!r}; use one of "
+            f"{', '.join(sorted(_BUILDERS))} or a save_to_disk directory"
+        )
+    if split is not None:
+        raise DataError(
+            f"{path}: a single file has no splits; drop --split (it selects a "
+            "split of a save_to_disk DatasetDict)"
+        )
+    if path.stat().st_size == 0:
+        raise DataError(_no_rows(path))
+    name, options = builder
+    with _quiet_private_cache() as cache:
+        try:
+            return datasets.load_dataset(
+                name,
+                data_files=str(path),
+                split="train",
+                cache_dir=cache,
+                keep_in_memory=True,
+                **options,
+            )
+        except Exception as error:  # any parser failure is the file's fault
+            if _NO_DATA in str(error):
+                raise DataError(_no_rows(path)) from error
+            raise DataError(
+                f"{path}: cannot be read as {name.upper()} "
+                f"({type(error).__name__}: {error}); check the file's format"
+            ) from error
+
+
+def _read_saved(path: Path, split: Optional[str]) -> datasets.Dataset:
+    try:
+        saved = datasets.load_from_disk(str(path), keep_in_memory=True)
+    except Exception as error:
+        raise DataError(
+            f"{path}: not a directory written by save_to_disk ({error}); pass a "
+            "data file or a saved Dataset / DatasetDict"
+        ) from error
+    if isinstance(saved, datasets.Dataset):
+        if split is not None:
+            raise DataError(f"{path}: a saved Dataset has no splits; drop --split")
+        return saved
+    splits = sorted(saved)
+    if split is None and len(splits) == 1:
+        split = splits[0]
+    if split not in saved:
+        raise DataError(
+            f"{path}: choose a split with --split; it has {', '.join(splits)}"
+            + ("" if split is None else f" (not {split!r})")
+        )
+    return saved[split]
+
+
+def _require_columns(
+    path: Path, table: datasets.Dataset, columns: Sequence[Optional[str]]
+) -> None:
+    missing = [c for c in columns if c is not None and c not in table.column_names]
+    if missing:
+        raise DataError(
+            f"{path}: no column {', '.join(map(repr, missing))}; it has columns "
+            f"{', '.join(map(repr, table.column_names))} (choose with "
+            "--text-column / --text-pair-column / --label-column)"
+        )
+
+
+def _no_rows(path: Path) -> str:
+    return f"{path}: no rows; point --data at a file with examples"
+
+
+def _shown(rows: List[int]) -> str:
+    more = f" and {len(rows) - _SHOWN_ROWS} more" if len(rows) > _SHOWN_ROWS else ""
+    return ", ".join(map(str, rows[:_SHOWN_ROWS])) + more
+
+
+def _texts(
+    path: Path, table: datasets.Dataset, column: str, order: List[int]
+) -> List[str]:
+    values = table[column]
+    texts = [values[i] for i in order]
+    not_text = [
+        (row, text)
+        for row, text in zip(order, texts)
+        if text is not None and not isinstance(text, str)
+    ]
+    if not_text:
+        raise DataError(
+            f"{path}: column {column!r} must hold text, but row(s) "
+            f"{_shown([row for row, _ in not_text])} do not (first: "
+            f"{not_text[0][1]!r}); choose the text column with --text-column"
+        )
+    empty = [row for row, text in zip(order, texts) if not (text or "").strip()]
+    if empty:
+        raise DataError(
+            f"{path}: empty {column!r} in row(s) {_shown(empty)} (0-based); remove "
+            "those rows or fill them in"
+        )
+    return texts
+
+
+def _label_names(
+    table: datasets.Dataset,
+    label_column: Optional[str],
+    label2id: Optional[Dict[str, int]],
+) -> Optional[List[str]]:
+    if label2id:
+        return [name for name, _ in sorted(label2id.items(), key=lambda kv: kv[1])]
+    feature = table.features.get(label_column) if label_column else None
+    if isinstance(feature, datasets.ClassLabel):
+        return list(feature.names)
+    return None
+
+
+def _labels(
+    path: Path,
+    column: str,
+    raw: List[Any],
+    order: List[int],
+    label2id: Optional[Dict[str, int]],
+    names: Optional[List[str]],
+    num_labels: Optional[int],
+) -> List[int]:
+    missing = [row for row, value in zip(order, raw) if _is_missing(value)]
+    if missing:
+        raise DataError(
+            f"{path}: no label in row(s) {_shown(missing)} of {column!r}; fill them "
+            "in or drop --label-column"
+        )
+    if any(isinstance(value, str) for value in raw):
+        labels = _labels_from_names(path, column, raw, order, label2id)
+    else:
+        labels = _labels_from_numbers(path, column, raw, order)
+    classes = num_labels if num_labels is not None else len(names or []) or None
+    if classes is not None:
+        outside = [row for row, label in zip(order, labels) if not 0 <= label < classes]
+        if outside:
+            valid = f"0..{classes - 1}" + (f" ({', '.join(names)})" if names else "")
+            raise DataError(
+                f"{path}: label(s) in row(s) {_shown(outside)} of {column!r} are "
+                f"outside the model's {classes} classes; valid labels are {valid}"
+            )
+    return labels
+
+
+def _labels_from_names(
+    path: Path,
+    column: str,
+    raw: List[Any],
+    order: List[int],
+    label2id: Optional[Dict[str, int]],
+) -> List[int]:
+    if not label2id:
+        raise DataError(
+            f"{path}: column {column!r} holds label names, but the model has no "
+            "label2id to map them; use class indices or set config.label2id"
+        )
+    unknown = [(row, v) for row, v in zip(order, raw) if str(v) not in label2id]
+    if unknown:
+        raise DataError(
+            f"{path}: unknown label {unknown[0][1]!r} in row(s) "
+            f"{_shown([row for row, _ in unknown])} of "
+            f"{column!r}; the model's labels are {', '.join(map(repr, label2id))}"
+        )
+    return [int(label2id[str(value)]) for value in raw]
+
+
+def _labels_from_numbers(
+    path: Path, column: str, raw: List[Any], order: List[int]
+) -> List[int]:
+    fractional = [(row, v) for row, v in zip(order, raw) if float(v) != int(v)]
+    if fractional:
+        raise DataError(
+            f"{path}: labels must be class indices or names, but row(s) "
+            f"{_shown([row for row, _ in fractional])} of {column!r} hold "
+            f"fractions (first: {fractional[0][1]!r})"
+        )
+    return [int(value) for value in raw]
+
+
+def _is_missing(value: Any) -> bool:
+    # pandas-backed CSV parsing turns an empty cell of a number column into NaN
+    return value is None or (isinstance(value, float) and math.isnan(value))
