@@ -5,16 +5,10 @@ from captum_ext import get_adapter, UnsupportedModelError
 from captum_ext.attr import LogAt
 
 from tests.attr.token_method_checks import (
-    assert_bfloat16_close,
-    assert_cuda_matches_cpu,
-    assert_padding_invariant,
     assert_sentence,
-    assert_state_kept,
-    assert_target_out_of_range,
     attribute,
     DULL,
     GORGEOUS,
-    requires_cuda,
     unpadded,
 )
 from tests.helpers import (
@@ -52,11 +46,6 @@ def test_score_at_classification_position_is_model_logit(family, pad_side):
         index = logits.argmax(-1) if target is None else torch.full((3,), target)
         expected = logits[rows, index]
         torch.testing.assert_close(scores[rows, position], expected, atol=1e-5, rtol=0)
-
-
-@pytest.mark.parametrize("family", ALL_FAMILIES)
-def test_batched_equals_loop_and_padding(family):
-    assert_padding_invariant(LogAt, family)
 
 
 def test_scores_every_position_with_the_bert_head():
@@ -128,7 +117,6 @@ def test_model_without_head_or_decoder_is_rejected():
 
 
 def test_bad_arguments():
-    assert_target_out_of_range(LogAt)
     with pytest.raises(IndexError, match="layer 3"):
         LogAt(tiny_classifier("bert"), layer=3)
 
@@ -137,22 +125,6 @@ def test_runs_without_gradients():
     model = tiny_classifier("bert")
     scores = LogAt(model).attribute(unpadded(token_batch())[0])
     assert not scores.requires_grad
-
-
-@pytest.mark.parametrize("family", ["bert", "llama"])
-def test_model_state_kept(family):
-    assert_state_kept(LogAt, family)
-
-
-@pytest.mark.parametrize("family", ["bert", "gpt2"])
-def test_bfloat16(family):
-    assert_bfloat16_close(LogAt, family)
-
-
-@requires_cuda
-@pytest.mark.parametrize("family", ["bert", "llama"])
-def test_cuda(family):
-    assert_cuda_matches_cpu(LogAt, family)
 
 
 # The head reads the predicted class from every token alike (scores nearly

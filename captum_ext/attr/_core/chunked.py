@@ -5,7 +5,7 @@ results are concatenated, and the model's logits and the attributions are
 checked for NaN/inf over the whole batch, so an error names the example's row
 in the caller's batch, not in a chunk."""
 
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import torch
 from captum._utils.typing import TargetType
@@ -17,8 +17,9 @@ from captum_ext._utils.finite import check_finite
 
 __all__ = ["attribute_in_chunks", "result_dtype"]
 
-# (chunk of the batch, the chunk's target) -> (attributions, the model's logits)
-ChunkFn = Callable[[TokenBatch, TargetType], Tuple[Tensor, Tensor]]
+# (chunk of the batch, the chunk's target, **the chunk's per-example options)
+#   -> (attributions, the model's logits)
+ChunkFn = Callable[..., Tuple[Tensor, Tensor]]
 
 
 def result_dtype(model_dtype: torch.dtype) -> torch.dtype:
@@ -49,16 +50,27 @@ def _target_rows(target: TargetType, rows: slice, batch_size: int) -> TargetType
     return target
 
 
+def _option_rows(value: Any, rows: slice, batch_size: int) -> Any:
+    r"""A tensor option with one row per example (e.g. Integrated Gradients'
+    ``baselines`` ``[batch, pos]``) sliced like the batch; others as they are."""
+    if isinstance(value, Tensor) and value.dim() >= 1 and len(value) == batch_size:
+        return value[rows]
+    return value
+
+
 def attribute_in_chunks(
     batch: TokenBatch,
     target: TargetType,
     internal_batch_size: Optional[int],
     attribute_chunk: ChunkFn,
     method: str,
+    **options: Any,
 ) -> Tensor:
-    r"""Runs ``attribute_chunk`` on consecutive chunks of at most
-    ``internal_batch_size`` examples (the whole batch for None) and concatenates
-    the attributions along dim 0.
+    r"""Runs ``attribute_chunk(chunk, target, **options)`` on consecutive chunks
+    of at most ``internal_batch_size`` examples (the whole batch for None) and
+    concatenates the attributions along dim 0. A per-example ``target`` (a list
+    or 1-d tensor) and tensor ``options`` whose first dimension is the batch
+    size are sliced with the chunk.
 
     Raises:
         TypeError, ValueError: a bad ``internal_batch_size`` (see
@@ -69,10 +81,14 @@ def attribute_in_chunks(
     size = len(batch.input_ids)
     slices = batch_slices(size, internal_batch_size)
     if len(slices) == 1:
-        scores, logits = attribute_chunk(batch, target)
+        scores, logits = attribute_chunk(batch, target, **options)
     else:
         results = [
-            attribute_chunk(_rows(batch, rows), _target_rows(target, rows, size))
+            attribute_chunk(
+                _rows(batch, rows),
+                _target_rows(target, rows, size),
+                **{k: _option_rows(v, rows, size) for k, v in options.items()},
+            )
             for rows in slices
         ]
         scores = torch.cat([chunk_scores for chunk_scores, _ in results])
