@@ -354,11 +354,14 @@ def test_bad_internal_batch_size(config: MethodConfig, bad: Any, error: type) ->
 
 
 # ------------------------------------------------------- non-finite values
-def _nan_in_example(row: int) -> Callable[..., Tensor]:
-    r"""A forward hook that puts NaN into example ``row`` of a module's output."""
+def _nan_in_example(example: Tensor) -> Callable[..., Tensor]:
+    r"""A forward hook (``with_kwargs=True``) on the embedding module that puts
+    NaN into the rows of its output whose token ids are ``example``'s, whichever
+    chunk of the batch they come in."""
 
-    def hook(_module: nn.Module, _inputs: Any, output: Tensor) -> Tensor:
-        rows = torch.arange(len(output))[:, None, None] == row
+    def hook(_module: nn.Module, args: Any, kwargs: Any, output: Tensor) -> Tensor:
+        ids = args[0] if args else kwargs["input_ids"]  # [rows, pos]
+        rows = (ids == example).all(-1)[:, None, None]
         return torch.where(rows, torch.full_like(output, float("nan")), output)
 
     return hook
@@ -377,7 +380,8 @@ def test_nan_in_the_forward_pass_names_the_example(
     batch = _batch(family)
     method = config.factory(model)
     module = get_adapter(model).embedding_output_module()
-    handle = module.register_forward_hook(_nan_in_example(1))
+    hook = _nan_in_example(batch["input_ids"][1])
+    handle = module.register_forward_hook(hook, with_kwargs=True)
     try:
         for chunk in (None, 1):
             with pytest.raises(FloatingPointError, match=r"example\(s\) \[1\]"):
