@@ -42,12 +42,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from benchmarks.common import random_minilm
 from captum.attr import LayerIntegratedGradients
-from captum_ext import classifier_forward
+from captum_ext import classifier_forward, get_adapter
 from captum_ext._utils.cache import cache_root, is_complete
 from captum_ext.attr import (
     AttCAT,
@@ -102,7 +102,7 @@ def _decoded_ig(model: nn.Module, chunk: Optional[int]) -> Run:
 def _captum_ig(model: nn.Module, _chunk: Optional[int]) -> Run:
     r"""Captum's LayerIntegratedGradients on the word embeddings, for reference."""
     method = LayerIntegratedGradients(
-        classifier_forward(model), model.get_input_embeddings()
+        classifier_forward(model), get_adapter(model).word_embeddings()
     )
     return _attribute(method, n_steps=IG_STEPS, internal_batch_size=IG_INTERNAL_BATCH)
 
@@ -158,7 +158,7 @@ def _load(kind: str) -> nn.Module:
 
 
 def _inputs(model: nn.Module, batch: int, length: int) -> Tuple[Tensor, Tensor]:
-    config = model.config
+    config: Any = model.config
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, config.vocab_size, (batch, length), generator=generator)
     ids[:, 0], ids[:, -1] = config.cls_token_id, config.sep_token_id
