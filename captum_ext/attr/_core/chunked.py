@@ -75,8 +75,9 @@ def attribute_in_chunks(
     Raises:
         TypeError, ValueError: a bad ``internal_batch_size`` (see
             :func:`~captum_ext._utils.chunking.check_internal_batch_size`).
-        FloatingPointError: the model's logits or the attributions hold NaN or
-            inf; the message names the examples.
+        FloatingPointError: the model's outputs (the logits, or what the
+            chunk function returns in their place) or the attributions hold NaN
+            or inf; the message names the examples.
     """
     size = len(batch.input_ids)
     slices = batch_slices(size, internal_batch_size)
@@ -93,6 +94,6 @@ def attribute_in_chunks(
         ]
         scores = torch.cat([chunk_scores for chunk_scores, _ in results])
         logits = torch.cat([chunk_logits for _, chunk_logits in results])
-    check_finite(logits.detach(), "the model's logits")
+    check_finite(logits.detach(), "the model's outputs")
     check_finite(scores, f"{method}'s attributions")
     return scores

@@ -19,7 +19,7 @@ from captum_ext._utils.common import (
 )
 from captum_ext._utils.hooks import eval_semantics, HookSet
 from captum_ext.adapters import BlockParts, get_adapter, ModelAdapter
-from captum_ext.attr._core.chunked import attribute_in_chunks
+from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 
 __all__ = ["GlobEnc", "VARIANTS"]
 
@@ -86,11 +86,6 @@ class _Factors:
         return self.scale[:, :, None] * squared.clamp(min=0).sqrt()
 
 
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
-    r"""Float32 at least: norms of half-precision sums lose too many digits."""
-    return torch.promote_types(dtype, torch.float32)
-
-
 def _single_call(store: List[Tensor], name: str, layer: int) -> Tensor:
     if len(store) != 1:
         raise RuntimeError(
@@ -126,8 +121,9 @@ def _capture(
 
 
 def _in_work_dtype(layer: _LayerInputs) -> _LayerInputs:
-    r"""One layer's inputs in float32 (or wider), where its decomposition runs."""
-    dtype = _work_dtype(layer.hidden.dtype)
+    r"""One layer's inputs in float32 (or wider), where its decomposition runs:
+    norms of half-precision sums lose too many digits."""
+    dtype = result_dtype(layer.hidden.dtype)
     return _LayerInputs(
         *(getattr(layer, field.name).to(dtype) for field in fields(_LayerInputs))
     )

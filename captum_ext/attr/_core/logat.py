@@ -165,16 +165,17 @@ class LogAt(Attribution):
     def _chunk_scores(
         self, batch: TokenBatch, target: TargetType
     ) -> Tuple[Tensor, Tensor]:
-        r"""Scores ``[batch, pos]`` in float32 or wider, and the logits checked
-        for NaN/inf: the model's ``[batch, C]``, or the decoder's."""
+        r"""Scores ``[batch, pos]`` in float32 or wider, and the model output
+        checked for NaN/inf: its logits ``[batch, C]``, or with a decoder the
+        hidden state decoded ``[batch, pos, d]``."""
         out = run_model(
             self.adapter, batch, hidden_states=True, classifier=self.decoder is None
         )
         if self.decoder is None:
             self._check_head(batch, out)
         scores = self._scores(batch, out, target)
-        logits = out.logits if self.decoder is None else scores
-        return scores.to(result_dtype(scores.dtype)), logits
+        checked = out.logits if self.decoder is None else out.hidden_states[self.layer]
+        return scores.to(result_dtype(scores.dtype)), checked
 
     def _check_head(self, batch: TokenBatch, out: Any) -> None:
         r"""The adapter's head on the final hidden state at the classification
