@@ -22,10 +22,15 @@ the next one's number. Where ``clear_refs`` is not writable, the peak is
 ``resource.getrusage``'s ``ru_maxrss``, which can hide a call's peak below the
 loading peak. The forward pass is measured the same way (``torch.no_grad``).
 
+A second table runs the methods whose memory grows with the batch on a batch of
+``--chunk-batch`` (8) inputs of the same length, unchunked and with
+``internal_batch_size`` 4, 2 and 1: the peak falls with the chunk size.
+
 Usage::
 
     python -m benchmarks.bench_memory                 # default model if cached
     python -m benchmarks.bench_memory --model random  # same sizes, random weights
+    python -m benchmarks.bench_memory --chunk-batch 0 # batch-1 table only
 """
 
 import argparse
@@ -37,12 +42,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from benchmarks.common import random_minilm
 from captum.attr import LayerIntegratedGradients
-from captum_ext import classifier_forward
+from captum_ext import classifier_forward, get_adapter
 from captum_ext._utils.cache import cache_root, is_complete
 from captum_ext.attr import (
     AttCAT,
@@ -68,13 +73,15 @@ DEFAULT_CACHE = "default-sentiment-v1"  # captum_ext.default_models' cache entry
 Run = Callable[[Tensor, Tensor, Tensor], object]
 
 
-def _attribute(method: object, **kwargs: object) -> Run:
+def _attribute(method: object, chunk: Optional[int] = None, **kwargs: object) -> Run:
+    if chunk is not None:
+        kwargs["internal_batch_size"] = chunk
     return lambda ids, mask, target: method.attribute(  # type: ignore[attr-defined]
         ids, target=target, additional_forward_args=(mask,), **kwargs
     )
 
 
-def _forward(model: nn.Module) -> Run:
+def _forward(model: nn.Module, _chunk: Optional[int]) -> Run:
     def run(ids: Tensor, mask: Tensor, _target: Tensor) -> object:
         with torch.no_grad():
             return model(input_ids=ids, attention_mask=mask).logits
@@ -82,43 +89,63 @@ def _forward(model: nn.Module) -> Run:
     return run
 
 
-def _decoded_ig(model: nn.Module) -> Run:
+def _decoded_ig(model: nn.Module, chunk: Optional[int]) -> Run:
+    r"""Integrated Gradients' own ``internal_batch_size`` (rows per pass) is
+    :data:`IG_INTERNAL_BATCH`, or ``chunk`` when given (which bounds both)."""
     method = DecodedLayerAttribution(
         model, MIDDLE_LAYER, EmbeddingDecoder(model), LayerIntegratedGradients
     )
-    return _attribute(method, n_steps=IG_STEPS, internal_batch_size=IG_INTERNAL_BATCH)
+    rows = IG_INTERNAL_BATCH if chunk is None else chunk
+    return _attribute(method, n_steps=IG_STEPS, internal_batch_size=rows)
 
 
-def _captum_ig(model: nn.Module) -> Run:
+def _captum_ig(model: nn.Module, _chunk: Optional[int]) -> Run:
     r"""Captum's LayerIntegratedGradients on the word embeddings, for reference."""
     method = LayerIntegratedGradients(
-        classifier_forward(model), model.get_input_embeddings()
+        classifier_forward(model), get_adapter(model).word_embeddings()
     )
     return _attribute(method, n_steps=IG_STEPS, internal_batch_size=IG_INTERNAL_BATCH)
 
 
-def _sweep(model: nn.Module) -> Run:
+def _sweep(model: nn.Module, chunk: Optional[int]) -> Run:
     method = DecodedLayerGradCam(model, MIDDLE_LAYER, EmbeddingDecoder(model))
-    return lambda ids, mask, target: method.attribute_all_layers(ids, target, mask)
+    kwargs = {} if chunk is None else {"internal_batch_size": chunk}
+    return lambda ids, mask, target: method.attribute_all_layers(
+        ids, target, mask, **kwargs
+    )
 
 
-def method_table() -> Dict[str, Callable[[nn.Module], Run]]:
-    r"""Name -> builder of ``run(input_ids, attention_mask, target)``; the first
-    entry is the forward pass the others are compared with. Add a method here."""
+Builder = Callable[[nn.Module, Optional[int]], Run]
+
+
+def method_table() -> Dict[str, Builder]:
+    r"""Name -> builder of ``run(input_ids, attention_mask, target)`` from the
+    model and an ``internal_batch_size`` (None: unchunked); the first entry is
+    the forward pass the others are compared with. Add a method here."""
     return {
         "forward": _forward,
-        "LogAt": lambda m: _attribute(LogAt(m)),
-        "NormXLogit": lambda m: _attribute(NormXLogit(m)),
-        "CAT": lambda m: _attribute(CAT(m)),
-        "AttCAT": lambda m: _attribute(AttCAT(m)),
-        "GlobEnc": lambda m: _attribute(GlobEnc(m)),
-        f"DecodedLayerGradCam(l={MIDDLE_LAYER})": lambda m: _attribute(
-            DecodedLayerGradCam(m, MIDDLE_LAYER, EmbeddingDecoder(m))
+        "LogAt": lambda m, c: _attribute(LogAt(m), c),
+        "NormXLogit": lambda m, c: _attribute(NormXLogit(m), c),
+        "CAT": lambda m, c: _attribute(CAT(m), c),
+        "AttCAT": lambda m, c: _attribute(AttCAT(m), c),
+        "GlobEnc": lambda m, c: _attribute(GlobEnc(m), c),
+        f"DecodedLayerGradCam(l={MIDDLE_LAYER})": lambda m, c: _attribute(
+            DecodedLayerGradCam(m, MIDDLE_LAYER, EmbeddingDecoder(m)), c
         ),
         "DecodedLayerGradCam(all layers)": _sweep,
         f"DecodedLayerAttribution(LIG {IG_STEPS}/{IG_INTERNAL_BATCH})": _decoded_ig,
         f"Captum LayerIntegratedGradients({IG_STEPS}/{IG_INTERNAL_BATCH})": _captum_ig,
     }
+
+
+# The methods whose memory grows with the batch (gradients, per-layer tensors).
+CHUNKED = (
+    "CAT",
+    "AttCAT",
+    "GlobEnc",
+    "DecodedLayerGradCam(all layers)",
+    f"DecodedLayerAttribution(LIG {IG_STEPS}/{IG_INTERNAL_BATCH})",
+)
 
 
 # ------------------------------------------------------------------ worker
@@ -130,10 +157,10 @@ def _load(kind: str) -> nn.Module:
     return load_default_model("sentiment")[0]
 
 
-def _inputs(model: nn.Module, length: int) -> Tuple[Tensor, Tensor]:
-    config = model.config
+def _inputs(model: nn.Module, batch: int, length: int) -> Tuple[Tensor, Tensor]:
+    config: Any = model.config
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, config.vocab_size, (1, length), generator=generator)
+    ids = torch.randint(1000, config.vocab_size, (batch, length), generator=generator)
     ids[:, 0], ids[:, -1] = config.cls_token_id, config.sep_token_id
     return ids, torch.ones_like(ids)
 
@@ -161,22 +188,53 @@ def _peak_kib(exact: bool) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
 
 
-def worker(name: str, kind: str, threads: int) -> Dict[str, float]:
+class PeakMemory:
+    r"""Peak memory of a ``with`` block above what was in use when it began, in
+    MiB (``.mib``): ``torch.cuda.max_memory_allocated`` on CUDA, the peak RSS
+    (``VmHWM``, reset through ``/proc/self/clear_refs``) on the CPU. ``.exact``
+    is False where the RSS peak could not be reset (then ``ru_maxrss``)."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.cuda = device.startswith("cuda")
+        self.mib = 0.0
+        self.exact = True
+        self._before = 0
+
+    def __enter__(self) -> "PeakMemory":
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self._before = torch.cuda.memory_allocated()
+        else:
+            self.exact = _reset_peak()
+            self._before = _status_kib("VmRSS") * 1024
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated()
+        else:
+            peak = _peak_kib(self.exact) * 1024
+        self.mib = (peak - self._before) / 2**20
+
+
+def worker(
+    name: str, kind: str, threads: int, batch: int, chunk: Optional[int]
+) -> Dict[str, float]:
     r"""Runs one method in this (fresh) process; returns its peak memory."""
     torch.set_num_threads(threads)
     model = _load(kind)
-    run = method_table()[name](model)
-    ids, mask = _inputs(model, LENGTH)
-    target = torch.zeros(1, dtype=torch.long)  # the cost does not depend on it
-    short_ids, short_mask = _inputs(model, WARM_UP_LENGTH)
+    run = method_table()[name](model, chunk)
+    ids, mask = _inputs(model, batch, LENGTH)
+    target = torch.zeros(batch, dtype=torch.long)  # the cost does not depend on it
+    short_ids, short_mask = _inputs(model, batch, WARM_UP_LENGTH)
     run(short_ids, short_mask, target)
-    exact = _reset_peak()
-    before = _status_kib("VmRSS")
     start = time.perf_counter()
-    run(ids, mask, target)
+    with PeakMemory() as peak:
+        run(ids, mask, target)
     seconds = time.perf_counter() - start
-    peak = _peak_kib(exact)
-    return {"peak_mib": (peak - before) / 1024, "seconds": seconds, "exact": exact}
+    return {"peak_mib": peak.mib, "seconds": seconds, "exact": peak.exact}
 
 
 # -------------------------------------------------------------------- main
@@ -184,9 +242,12 @@ def _default_ready() -> bool:
     return is_complete(cache_root() / DEFAULT_CACHE)
 
 
-def _measure(name: str, kind: str, threads: int) -> Dict[str, float]:
+def _measure(
+    name: str, kind: str, threads: int, batch: int = 1, chunk: Optional[int] = None
+) -> Dict[str, float]:
     command = [sys.executable, "-m", "benchmarks.bench_memory", "--worker", name]
-    command += ["--model", kind, "--threads", str(threads)]
+    command += ["--model", kind, "--threads", str(threads), "--batch", str(batch)]
+    command += [] if chunk is None else ["--chunk", str(chunk)]
     # A fixed mmap threshold: glibc serves every large block with mmap and unmaps
     # it when freed, so RSS follows the live tensors instead of keeping freed
     # heap pages that the next allocation reuses unseen.
@@ -206,24 +267,49 @@ def _print_table(results: Dict[str, Dict[str, float]]) -> None:
         )
 
 
+def _print_chunks(kind: str, threads: int, batch: int, chunks: List[int]) -> None:
+    r"""Peak MiB of the batch-sized methods for each ``internal_batch_size``."""
+    print(f"\nbatch {batch} x {LENGTH} tokens: peak MiB by internal_batch_size")
+    header = ["None"] + [str(chunk) for chunk in chunks]
+    print(f"{'method':<44} " + " ".join(f"{h:>8}" for h in header))
+    for name in ("forward",) + CHUNKED:
+        sizes: List[Optional[int]] = [None, *chunks]
+        peaks = [
+            _measure(name, kind, threads, batch, chunk)["peak_mib"] for chunk in sizes
+        ]
+        print(f"{name:<44} " + " ".join(f"{peak:8.1f}" for peak in peaks))
+
+
 def main(argv: Optional[list] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", choices=["auto", "default", "random"])
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--chunk-batch",
+        type=int,
+        default=8,
+        help="batch of the internal_batch_size sweep (0: no sweep)",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--chunk", type=int, help=argparse.SUPPRESS)
     parser.set_defaults(model="auto")
     args = parser.parse_args(argv)
     kind = args.model
     if kind == "auto":
         kind = "default" if _default_ready() else "random"
     if args.worker:
-        print(json.dumps(worker(args.worker, kind, args.threads)))
+        result = worker(args.worker, kind, args.threads, args.batch, args.chunk)
+        print(json.dumps(result))
         return
     print(f"model: {kind}; batch 1 x {LENGTH} tokens; {args.threads} thread(s), CPU")
     results = {name: _measure(name, kind, args.threads) for name in method_table()}
     if not all(result["exact"] for result in results.values()):
         print("note: /proc/self/clear_refs unavailable, peaks are ru_maxrss deltas")
     _print_table(results)
+    if args.chunk_batch:
+        chunks = [c for c in (4, 2, 1) if c < args.chunk_batch]
+        _print_chunks(kind, args.threads, args.chunk_batch, chunks)
 
 
 if __name__ == "__main__":

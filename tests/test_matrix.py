@@ -2,7 +2,8 @@
 r"""Every attribution method of ``tests/attr/method_configs.py`` on every family
 it supports, with tiny random models: batch and padding invariance, determinism,
 model-state hygiene (also when a call fails halfway), training mode, float64,
-bfloat16, CUDA, and property-based checks over random batches. The per-method
+bfloat16, CUDA, ``internal_batch_size``, non-finite values, and property-based
+checks over random batches. The per-method
 tests in ``tests/attr/`` check each method's formula; this is the cross-cutting
 layer."""
 
@@ -13,6 +14,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 import pytest
 import torch
 from captum_ext import get_adapter, UnsupportedModelError
+from captum_ext.attr import AttCAT, DecodedLayerGradCam, EmbeddingDecoder, GlobEnc
 from hypothesis import given, HealthCheck, settings, strategies as st
 from torch import nn, Tensor
 from torch.nn.modules import module as torch_module
@@ -260,12 +262,12 @@ def test_float64(config: MethodConfig, family: str) -> None:
 @pytest.mark.parametrize("config, family", PAIRS)
 def test_bfloat16(config: MethodConfig, family: str) -> None:
     r"""Finite, zero on padding, within the config's relative L2 error of the
-    float32 scores; in bfloat16 or, for methods that accumulate in float32
-    (GlobEnc), float32."""
+    float32 scores, and float32 (the precision policy: results in float32
+    whatever the model's dtype)."""
     batch = _batch(family)
     low = _scores(config, _shared_model(family, torch.bfloat16), batch)
     single = _scores(config, _shared_model(family), batch)
-    assert low.dtype in (torch.bfloat16, torch.float32)
+    assert low.dtype == single.dtype == torch.float32
     assert torch.isfinite(low).all()
     assert torch.all(low[~batch["attention_mask"].bool()] == 0)
     error = (low.float() - single).norm() / single.norm()
@@ -282,6 +284,115 @@ def test_cuda_matches_cpu(config: MethodConfig, family: str) -> None:
     assert on_gpu.is_cuda
     tolerance = 1e-4 * float(on_cpu.abs().max())
     torch.testing.assert_close(on_gpu.cpu(), on_cpu, atol=tolerance, rtol=1e-4)
+
+
+# ----------------------------------------------------- internal_batch_size
+@pytest.mark.parametrize("chunk", [1, 2, len(LENGTHS)])
+@pytest.mark.parametrize("config, family", PAIRS)
+def test_internal_batch_size_gives_the_whole_batch_scores(
+    config: MethodConfig, family: str, chunk: int
+) -> None:
+    r"""Chunks of 1, 2 and all examples (per-example targets sliced along) give
+    the unchunked scores, to 1e-5 of the largest one (float64 where float32
+    rounding alone exceeds that, :meth:`MethodConfig.invariance_dtype`)."""
+    model = _shared_model(family, config.invariance_dtype(family))
+    method = config.factory(model)
+    batch = _batch(family)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    whole = method(ids, mask, TARGETS)
+    chunked = method(ids, mask, TARGETS, internal_batch_size=chunk)
+    tolerance = RELATIVE_TOLERANCE * float(whole.abs().max())
+    torch.testing.assert_close(chunked, whole, atol=tolerance, rtol=0)
+
+
+def _all_layer_entry_points(model: nn.Module) -> Dict[str, Callable[..., Tensor]]:
+    r"""The entry points that return every layer: name -> ``run(batch, **options)``."""
+    decoder = EmbeddingDecoder(model)
+    return {
+        "AttCAT.return_layers": lambda b, **o: AttCAT(model).attribute(
+            b["input_ids"], None, (b["attention_mask"],), return_layers=True, **o
+        ),
+        "GlobEnc.attribute_matrices": lambda b, **o: GlobEnc(model).attribute_matrices(
+            b["input_ids"], additional_forward_args=(b["attention_mask"],), **o
+        ),
+        "DecodedLayerGradCam.attribute_all_layers": lambda b, **o: DecodedLayerGradCam(
+            model, 1, decoder
+        ).attribute_all_layers(
+            b["input_ids"], None, (b["attention_mask"],), relu=None, **o
+        ),
+    }
+
+
+@pytest.mark.parametrize("chunk", [1, 2])
+@pytest.mark.parametrize(
+    "name", list(_all_layer_entry_points(_shared_model("bert")).keys())
+)
+def test_internal_batch_size_of_the_all_layer_entry_points(
+    name: str, chunk: int
+) -> None:
+    model = _shared_model("bert", torch.float64)
+    run = _all_layer_entry_points(model)[name]
+    batch = _batch("bert")
+    whole = run(batch)
+    tolerance = RELATIVE_TOLERANCE * float(whole.abs().max())
+    chunked = run(batch, internal_batch_size=chunk)
+    torch.testing.assert_close(chunked, whole, atol=tolerance, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [(0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError)],
+)
+@pytest.mark.parametrize("config", METHOD_CONFIGS, ids=str)
+def test_bad_internal_batch_size(config: MethodConfig, bad: Any, error: type) -> None:
+    method = config.factory(_shared_model("bert"))
+    batch = _batch("bert")
+    with pytest.raises(error, match="internal_batch_size must be a positive int"):
+        method(
+            batch["input_ids"], batch["attention_mask"], None, internal_batch_size=bad
+        )
+
+
+# ------------------------------------------------------- non-finite values
+def _nan_in_example(example: Tensor) -> Callable[..., Tensor]:
+    r"""A forward hook (``with_kwargs=True``) on the embedding module that puts
+    NaN into the rows of its output whose token ids are ``example``'s, whichever
+    chunk of the batch they come in."""
+
+    def hook(_module: nn.Module, args: Any, kwargs: Any, output: Tensor) -> Tensor:
+        ids = args[0] if args else kwargs["input_ids"]  # [rows, pos]
+        rows = (ids == example).all(-1)[:, None, None]
+        return torch.where(rows, torch.full_like(output, float("nan")), output)
+
+    return hook
+
+
+@pytest.mark.parametrize(
+    "config, family",
+    config_family_pairs(lambda c, f: f in ("bert", "llama")),
+)
+def test_nan_in_the_forward_pass_names_the_example(
+    config: MethodConfig, family: str
+) -> None:
+    r"""NaN in example 1's embeddings raises FloatingPointError naming example 1,
+    also when the batch runs in chunks of one (the row is the caller's)."""
+    model = _fresh_model(family)
+    batch = _batch(family)
+    method = config.factory(model)
+    module = get_adapter(model).embedding_output_module()
+    hook = _nan_in_example(batch["input_ids"][1])
+    handle = module.register_forward_hook(hook, with_kwargs=True)
+    try:
+        for chunk in (None, 1):
+            with pytest.raises(FloatingPointError, match=r"example\(s\) \[1\]"):
+                method(
+                    batch["input_ids"],
+                    batch["attention_mask"],
+                    None,
+                    internal_batch_size=chunk,
+                )
+    finally:
+        handle.remove()
 
 
 # ---------------------------------------------------------- property-based

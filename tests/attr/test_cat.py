@@ -4,21 +4,14 @@ import torch
 from captum_ext.attr import AttCAT, CAT
 
 from tests.attr.token_method_checks import (
-    assert_bfloat16_close,
-    assert_cuda_matches_cpu,
     assert_equals_naive_cat,
-    assert_frozen_parameters_work,
-    assert_padding_invariant,
     assert_sentence,
-    assert_state_kept,
-    assert_target_out_of_range,
     attribute,
     DULL,
     GORGEOUS,
     NOT_BAD,
-    requires_cuda,
 )
-from tests.helpers import ALL_FAMILIES, tiny_classifier, token_batch
+from tests.helpers import tiny_classifier, token_batch
 
 
 @pytest.mark.parametrize("layers", ["inputs", "outputs"])
@@ -50,36 +43,9 @@ def test_needs_no_attention_weights():
     torch.testing.assert_close(sdpa, eager, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("family", ALL_FAMILIES)
-def test_batched_equals_loop_and_padding(family):
-    assert_padding_invariant(CAT, family, dtype=torch.float64)
-
-
-@pytest.mark.parametrize("family", ["distilbert", "gpt2"])
-def test_frozen_parameters(family):
-    assert_frozen_parameters_work(CAT, family)
-
-
 def test_bad_arguments():
-    assert_target_out_of_range(CAT)
     with pytest.raises(ValueError, match="layers must be one of"):
         CAT(tiny_classifier("bert"), layers=0)
-
-
-@pytest.mark.parametrize("family", ["roberta", "llama"])
-def test_model_state_kept(family):
-    assert_state_kept(CAT, family)
-
-
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_bfloat16(family):
-    assert_bfloat16_close(CAT, family, max_relative_error=0.05)
-
-
-@requires_cuda
-@pytest.mark.parametrize("family", ["bert", "llama"])
-def test_cuda(family):
-    assert_cuda_matches_cpu(CAT, family)
 
 
 # Checked on nine fine-tuning runs of the default model. CAT is noisier than

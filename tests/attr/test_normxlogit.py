@@ -4,18 +4,7 @@ import torch
 from captum_ext import get_adapter
 from captum_ext.attr import LogAt, NormXLogit
 
-from tests.attr.token_method_checks import (
-    assert_bfloat16_close,
-    assert_cuda_matches_cpu,
-    assert_padding_invariant,
-    assert_sentence,
-    assert_state_kept,
-    assert_target_out_of_range,
-    attribute,
-    DULL,
-    GORGEOUS,
-    requires_cuda,
-)
+from tests.attr.token_method_checks import assert_sentence, attribute, DULL, GORGEOUS
 from tests.helpers import (
     ALL_FAMILIES,
     is_causal,
@@ -55,11 +44,6 @@ def test_norms_differ_where_embedding_output_is_not_the_word_embedding():
     assert not torch.allclose(default, raw)
 
 
-@pytest.mark.parametrize("family", ALL_FAMILIES)
-def test_batched_equals_loop_and_padding(family):
-    assert_padding_invariant(NormXLogit, family)
-
-
 def test_regression_value():
     model = tiny_classifier("roberta", num_labels=1)
     batch = token_batch()
@@ -86,25 +70,8 @@ def test_decoder_per_layer_keeps_layer_zero_norm():
 
 
 def test_bad_arguments():
-    assert_target_out_of_range(NormXLogit)
     with pytest.raises(ValueError, match="norm must be one of"):
         NormXLogit(tiny_classifier("bert"), norm="l1")
-
-
-@pytest.mark.parametrize("family", ["distilbert", "gpt2"])
-def test_model_state_kept(family):
-    assert_state_kept(NormXLogit, family)
-
-
-@pytest.mark.parametrize("family", ["bert", "llama"])
-def test_bfloat16(family):
-    assert_bfloat16_close(NormXLogit, family)
-
-
-@requires_cuda
-@pytest.mark.parametrize("family", ["bert", "gpt2"])
-def test_cuda(family):
-    assert_cuda_matches_cpu(NormXLogit, family)
 
 
 @pytest.mark.integration

@@ -8,6 +8,7 @@ from torch import Tensor
 
 from captum_ext._utils.common import TokenBatch
 from captum_ext.attr._core.cat import CAT
+from captum_ext.attr._core.chunked import result_dtype
 
 __all__ = ["AttCAT"]
 
@@ -52,8 +53,9 @@ class AttCAT(CAT):
 
     Needs attention weights: load the model with ``attn_implementation="eager"``
     (a clear error is raised otherwise). One forward and one backward pass per
-    call, whatever the batch size; works with frozen parameters and leaves
-    every ``.grad`` untouched.
+    chunk of ``internal_batch_size`` examples; works with frozen parameters and
+    leaves every ``.grad`` untouched. Of the attention maps only the column
+    means, ``[batch, L, pos]`` in float32, are kept past the forward pass.
 
     More details can be found in the original paper (Qiang et al., "AttCAT:
     Explaining Transformers via Attentive Class Activation Tokens", NeurIPS
@@ -66,14 +68,16 @@ class AttCAT(CAT):
 
     def _token_weights(self, batch: TokenBatch, out: Any) -> Tensor:
         r"""Attention received per block and token, :math:`\alpha`:
-        ``[batch, L, pos]``."""
-        valid = batch.valid.to(out.attentions[0].dtype)  # [batch, q]
+        ``[batch, L, pos]`` in float32."""
+        work = result_dtype(out.attentions[0].dtype)  # float32 or float64
+        valid = batch.valid.to(work)  # [batch, q]
         row_weights = valid / valid.sum(-1, keepdim=True)  # mean over valid rows
         heads = out.attentions[0].shape[1]
-        # attentions[k]: [batch, heads, q, k] of block k + 1
+        # attentions[k]: [batch, heads, q, k] of block k + 1, converted one layer
+        # at a time (a mean of many small probabilities)
         return torch.stack(
             [
-                torch.einsum("bhqk,bq->bk", attention, row_weights) / heads
+                torch.einsum("bhqk,bq->bk", attention.to(work), row_weights) / heads
                 for attention in out.attentions
             ],
             dim=1,

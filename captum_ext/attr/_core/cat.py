@@ -17,6 +17,7 @@ from captum_ext._utils.common import (
 )
 from captum_ext._utils.hooks import eval_semantics, HookSet
 from captum_ext.adapters import get_adapter
+from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 
 __all__ = ["CAT"]
 
@@ -46,11 +47,12 @@ class CAT(GradientAttribution):
     CAT is the AttCAT ablation without attention weights (:class:`AttCAT` with
     :math:`\alpha \equiv 1`); neither the paper nor its code defines it exactly,
     so this is the project's reading. One forward and one backward pass per
-    call, whatever the batch size; works with frozen parameters and leaves every
-    ``.grad`` untouched. The forward and backward passes run in the model's
-    dtype; the sum over :math:`d`, whose terms cancel strongly after a
-    LayerNorm, is accumulated in at least float32, and scores are returned in
-    the model's dtype.
+    chunk of ``internal_batch_size`` examples (one for the whole batch by
+    default); works with frozen parameters and leaves every ``.grad``
+    untouched. Precision (CONTRIBUTING, "Precision policy"): the forward and
+    backward passes run in the model's dtype; the sum over :math:`d`, whose
+    terms cancel strongly after a LayerNorm, is accumulated in float32, and
+    scores are returned in float32 (float64 for a float64 model).
     With bfloat16 post-LN encoders (BERT family) scores are still only
     approximate (relative error of 10-60 % on small random models), as the
     bfloat16 gradients cannot resolve a sum that cancels to about 1e-3 of its
@@ -66,11 +68,11 @@ class CAT(GradientAttribution):
     # Subclasses that weight tokens by attention need it in the forward pass.
     _uses_attention = False
 
-    def __init__(self, forward_func: nn.Module, layers: str = "inputs") -> None:
+    def __init__(self, model: nn.Module, layers: str = "inputs") -> None:
         r"""
         Args:
 
-            forward_func (torch.nn.Module): A Hugging Face
+            model (torch.nn.Module): A Hugging Face
                         ``*ForSequenceClassification`` model of a family supported
                         by :func:`captum_ext.get_adapter`.
             layers (str, optional): ``"inputs"`` for ``hidden_states[0..L-1]``
@@ -81,8 +83,9 @@ class CAT(GradientAttribution):
         """
         if layers not in _LAYERS:
             raise ValueError(f"layers must be one of {_LAYERS}, got {layers!r}")
-        GradientAttribution.__init__(self, forward_func)
-        self.adapter = get_adapter(forward_func)
+        GradientAttribution.__init__(self, model)
+        self.model = model
+        self.adapter = get_adapter(model)
         self.layers = layers
 
     @log_usage()
@@ -92,6 +95,7 @@ class CAT(GradientAttribution):
         target: TargetType = None,
         additional_forward_args: Any = None,
         return_layers: bool = False,
+        internal_batch_size: Optional[int] = None,
     ) -> Tensor:
         r"""
         Args:
@@ -117,13 +121,18 @@ class CAT(GradientAttribution):
                         is block ``k + 1`` (its input or output, see
                         ``layers``).
                         Default: False
+            internal_batch_size (int, optional): Run the batch in chunks of at
+                        most this many examples, one forward and one backward
+                        pass per chunk, to bound memory; the scores are those of
+                        the whole batch.
+                        Default: None (the whole batch at once)
 
         Returns:
             *Tensor* of **attributions**:
             - **attributions** (*Tensor*): ``[batch, pos]`` signed scores (or
                         ``[batch, L, pos]`` with ``return_layers=True``, whose
-                        sum over dim 1 is the default output) in the model's
-                        dtype, exactly zero where ``attention_mask`` is 0.
+                        sum over dim 1 is the default output) in float32,
+                        exactly zero where ``attention_mask`` is 0.
 
         Examples::
 
@@ -139,14 +148,22 @@ class CAT(GradientAttribution):
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
         if self._uses_attention:
             self.adapter.require_attention_weights(type(self).__name__)
-        with eval_semantics(self.forward_func):
-            scores = self._layer_scores(batch, target)  # [batch, L, pos]
+        with eval_semantics(self.model):
+            scores = attribute_in_chunks(
+                batch,
+                target,
+                internal_batch_size,
+                self._layer_scores,
+                type(self).__name__,
+            )  # [batch, L, pos]
         scores = scores.masked_fill(~batch.valid[:, None], 0)
-        scores = scores if return_layers else scores.sum(1)
-        return scores.to(self.forward_func.dtype)
+        return scores if return_layers else scores.sum(1)
 
-    def _layer_scores(self, batch: TokenBatch, target: TargetType) -> Tensor:
-        r"""Weighted gradient x hidden state per layer, ``[batch, L, pos]``."""
+    def _layer_scores(
+        self, batch: TokenBatch, target: TargetType
+    ) -> Tuple[Tensor, Tensor]:
+        r"""Weighted gradient x hidden state per layer, ``[batch, L, pos]``
+        (float32), and the model's logits ``[batch, C]``."""
         with HookSet() as hooks, torch.enable_grad():
             # Frozen parameters would leave the hidden states out of the graph.
             hooks.make_output_require_grad(self.adapter.embedding_output_module())
@@ -156,16 +173,22 @@ class CAT(GradientAttribution):
                 hidden_states=True,
                 attentions=self._uses_attention,
             )
-            index = resolve_target(target, out.logits)  # [batch]
+            logits = out.logits  # [batch, C]
             hidden = self._used_hidden_states(out.hidden_states)
+            with torch.no_grad():
+                weights = self._token_weights(batch, out)
+            # Only the weights outlive the forward pass: the L attention maps
+            # are freed with the graph once the backward pass is done.
+            del out
+            index = resolve_target(target, logits)  # [batch]
             # Examples do not interact, so the gradient of the batch sum gives
             # every example its own gradient in a single backward pass.
-            selected = out.logits.gather(1, index[:, None]).sum()
+            selected = logits.gather(1, index[:, None]).sum()
             grads = torch.autograd.grad(selected, hidden)
         with torch.no_grad():
             scores = _grad_times_hidden(hidden, grads)
-            weights = self._token_weights(batch, out)
-            return scores if weights is None else scores * weights
+            scores = scores if weights is None else scores * weights
+        return scores, logits.detach()
 
     def _used_hidden_states(
         self, hidden_states: Tuple[Tensor, ...]
@@ -175,16 +198,17 @@ class CAT(GradientAttribution):
         return tuple(hidden_states[1:])
 
     def _token_weights(self, batch: TokenBatch, out: Any) -> Optional[Tensor]:
-        r"""Per-layer token weights ``[batch, L, pos]``; CAT has none."""
+        r"""Per-layer token weights ``[batch, L, pos]`` in float32, reduced from
+        the forward pass's output before the backward pass; CAT has none."""
         return None
 
 
 def _grad_times_hidden(hidden: Tuple[Tensor, ...], grads: Tuple[Tensor, ...]) -> Tensor:
     r"""``sum_d grad * hidden`` per layer and token: ``[batch, L, pos]``, in float32
-    or wider."""
+    or wider, one layer at a time."""
     # The terms cancel strongly (after a LayerNorm the gradient is nearly
     # orthogonal to the hidden state), so half-precision products lose the sum.
-    dtype = torch.promote_types(hidden[0].dtype, torch.float32)
+    dtype = result_dtype(hidden[0].dtype)
     return torch.stack(
         [(g.to(dtype) * h.to(dtype)).sum(-1) for g, h in zip(grads, hidden)], dim=1
     )

@@ -3,7 +3,9 @@ r"""Decoded layer attribution: any Captum layer attribution on ``hidden_states[l
 decoded onto the input tokens through the vocabulary (Hou & Castanon, ICML 2023,
 https://proceedings.mlr.press/v202/hou23a.html)."""
 
+import inspect
 from contextlib import nullcontext
+from functools import partial
 from typing import Any, Callable, Dict, Optional, Tuple, Type, Union
 
 import torch
@@ -22,6 +24,7 @@ from captum_ext._utils.common import (
 )
 from captum_ext._utils.hooks import eval_semantics, HookSet
 from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
+from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 
 __all__ = ["DecodedLayerAttribution", "EmbeddingDecoder", "RELU_MODES"]
 
@@ -97,20 +100,25 @@ def decoded_input_probabilities(
         vocab_size (int): the model's vocabulary size; the decoder must match it.
 
     Returns:
-        Tensor ``[batch, pos, pos]`` (rows ``j``, columns ``i``), zero on pad rows.
+        Tensor ``[batch, pos, pos]`` (rows ``j``, columns ``i``) in float32 (or
+        wider), zero on pad rows.
     """
     example, position = batch.valid.nonzero(as_tuple=True)  # decode real tokens only
     states = hidden[example, position]  # [rows, d]
     tokens = batch.input_ids[example]  # [rows, pos]: the tokens of each row's example
+    dtype = result_dtype(hidden.dtype)
     pieces = []
     with _decoder_context(decoder):
         for start in range(0, len(states), _DECODE_ROWS):
-            logits = decoder(states[None, start : start + _DECODE_ROWS])[0]
+            # The vocabulary matmul runs in the decoder's dtype; the log-sum-exp
+            # over the vocabulary in float32.
+            logits = decoder(states[None, start : start + _DECODE_ROWS])[0].to(dtype)
             _check_vocab(logits, vocab_size)
             chosen = logits.gather(-1, tokens[start : start + _DECODE_ROWS])
             pieces.append((chosen - logits.logsumexp(-1, keepdim=True)).exp())
-    probabilities = hidden.new_zeros(batch.input_ids.shape + batch.input_ids.shape[1:])
-    probabilities[example, position] = torch.cat(pieces).to(hidden.dtype)
+    shape = batch.input_ids.shape + batch.input_ids.shape[1:]
+    probabilities = hidden.new_zeros(shape, dtype=dtype)
+    probabilities[example, position] = torch.cat(pieces)
     return probabilities
 
 
@@ -321,8 +329,9 @@ class DecodedLayerAttribution(LayerAttribution):
             if own is None:
                 raise ValueError("pass a layer index or module (or a method instance)")
             return own
-        module = layer
-        if not isinstance(layer, nn.Module):
+        if isinstance(layer, nn.Module):
+            module = layer
+        else:
             module = self.adapter.hidden_state_module(layer)
         if own is not None and own is not module:
             raise ValueError(
@@ -398,7 +407,8 @@ class DecodedLayerAttribution(LayerAttribution):
                 f"the wrapped method returned {got}; decoding needs one tensor "
                 f"[batch, pos, ...] with [batch, pos] = {list(shape)}"
             )
-        return alpha.detach().reshape(*shape, -1).sum(-1)  # [batch, pos]
+        alpha = alpha.detach().reshape(*shape, -1)  # [batch, pos, features]
+        return alpha.to(result_dtype(alpha.dtype)).sum(-1)  # [batch, pos]
 
     @log_usage()
     def attribute(
@@ -408,6 +418,7 @@ class DecodedLayerAttribution(LayerAttribution):
         additional_forward_args: Any = None,
         tau: Optional[int] = None,
         relu: Optional[str] = "outside",
+        internal_batch_size: Optional[int] = None,
         **attribute_kwargs: Any,
     ) -> Tensor:
         r"""
@@ -423,21 +434,62 @@ class DecodedLayerAttribution(LayerAttribution):
                 limit. Default: None.
             relu (str, optional): ``"outside"`` (Eq. 6), ``"inside"`` (Alg. 1 read
                 literally) or None (signed). Default: ``"outside"``.
-            **attribute_kwargs: passed unchanged to the wrapped method's
-                ``attribute`` (e.g. ``baselines``, ``n_steps``,
-                ``internal_batch_size``).
+            internal_batch_size (int, optional): run the batch in chunks of at
+                most this many examples (probe, wrapped method and decoding per
+                chunk), with the scores of the whole batch. A wrapped method
+                that has its own ``internal_batch_size`` (Integrated Gradients,
+                Conductance: rows of expanded inputs per forward pass) gets the
+                same value, so no forward pass holds more than this many rows.
+                Tensor options with one row per example (``baselines``
+                ``[batch, pos]``) are sliced with the chunk. Default: None (the
+                whole batch at once).
+            **attribute_kwargs: passed to the wrapped method's ``attribute``
+                (e.g. ``baselines``, ``n_steps``).
 
         Returns:
-            Tensor ``[batch, pos]``: one score per position; positions holding the
-            same token share it; zero on padding.
+            Tensor ``[batch, pos]`` in float32 (float64 for a float64 model): one
+            score per position; positions holding the same token share it; zero
+            on padding.
         """
         check_options(tau, relu)
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
+        chunk = partial(
+            self._chunk_scores,
+            tau=tau,
+            relu=relu,
+            internal_batch_size=internal_batch_size,
+        )
         with eval_semantics(self.model):
-            hidden, logits, module = self._probe(batch)
-            index = resolve_target(target, logits)
-            scores = self._position_scores(module, batch, index, attribute_kwargs)
-            decoded = decoded_input_probabilities(
-                self.decoder, hidden, batch, self.vocab_size
+            return attribute_in_chunks(
+                batch,
+                target,
+                internal_batch_size,
+                chunk,
+                type(self).__name__,
+                **attribute_kwargs,
             )
-        return aggregate(decoded, scores, batch, tau, relu)
+
+    def _chunk_scores(
+        self,
+        batch: TokenBatch,
+        target: TargetType,
+        tau: Optional[int],
+        relu: Optional[str],
+        internal_batch_size: Optional[int],
+        **attribute_kwargs: Any,
+    ) -> Tuple[Tensor, Tensor]:
+        r"""Token scores ``[batch, pos]`` and the logits ``[batch, C]``."""
+        hidden, logits, module = self._probe(batch)
+        index = resolve_target(target, logits)
+        wrapped = self._wrapped(module)
+        if internal_batch_size is not None and _takes_internal_batch_size(wrapped):
+            attribute_kwargs["internal_batch_size"] = internal_batch_size
+        scores = self._position_scores(module, batch, index, attribute_kwargs)
+        decoded = decoded_input_probabilities(
+            self.decoder, hidden, batch, self.vocab_size
+        )
+        return aggregate(decoded, scores, batch, tau, relu), logits
+
+
+def _takes_internal_batch_size(method: LayerAttribution) -> bool:
+    return "internal_batch_size" in inspect.signature(method.attribute).parameters

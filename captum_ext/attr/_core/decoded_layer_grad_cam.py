@@ -3,6 +3,7 @@ r"""Decoded Grad-CAM (Hou & Castanon, ICML 2023,
 https://proceedings.mlr.press/v202/hou23a.html): decoded layer attribution with
 gradient x activation, plus a sweep over every layer in one backward pass."""
 
+from functools import partial
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -18,6 +19,7 @@ from captum_ext._utils.common import (
     TokenBatch,
 )
 from captum_ext._utils.hooks import eval_semantics, HookSet
+from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 from captum_ext.attr._core.decoded_layer_attribution import (
     aggregate,
     check_options,
@@ -80,18 +82,20 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
 
     def _all_gradients(
         self, batch: TokenBatch, target: TargetType
-    ) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...]]:
+    ) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...], Tensor]:
         r"""One forward and one backward pass: ``hidden_states[0..L]`` and the
-        target logit's gradient w.r.t. each, all ``[batch, pos, d]``."""
+        target logit's gradient w.r.t. each, all ``[batch, pos, d]``, and the
+        logits ``[batch, C]``."""
         with HookSet() as hooks, torch.enable_grad():
             # Frozen parameters would leave the hidden states out of the graph.
             hooks.make_output_require_grad(self.adapter.embedding_output_module())
             output = run_model(self.adapter, batch, hidden_states=True)
-            index = resolve_target(target, output.logits.detach())
+            logits = output.logits.detach()
+            index = resolve_target(target, logits)
             chosen = output.logits.gather(1, index[:, None]).sum()
             gradients = torch.autograd.grad(chosen, output.hidden_states)
         hidden = tuple(h.detach() for h in output.hidden_states)
-        return hidden, gradients
+        return hidden, gradients, logits
 
     def _decoders(self, decoders: Optional[Sequence[Decoder]]) -> List[Decoder]:
         count = self.adapter.num_layers + 1
@@ -113,10 +117,12 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
         tau: Optional[int] = None,
         relu: Optional[str] = "outside",
         decoders: Optional[Sequence[Decoder]] = None,
+        internal_batch_size: Optional[int] = None,
     ) -> Tensor:
         r"""Decoded Grad-CAM of every layer ``l = 0..L``, from one forward and one
-        backward pass (``torch.autograd.grad`` w.r.t. all hidden states at once);
-        each layer equals :meth:`attribute` on that layer.
+        backward pass (``torch.autograd.grad`` w.r.t. all hidden states at once)
+        per chunk of ``internal_batch_size`` examples; each layer equals
+        :meth:`attribute` on that layer.
 
         Args:
             inputs (Tensor): token ids ``[batch, pos]``.
@@ -128,20 +134,42 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             relu (str, optional): ``"outside"``, ``"inside"`` or None.
             decoders (sequence, optional): one decoder per layer ``0..L`` (e.g.
                 fitted ones); None: this object's decoder for every layer.
+            internal_batch_size (int, optional): run the batch in chunks of at
+                most this many examples, with the scores of the whole batch.
+                Default: None (the whole batch at once).
 
         Returns:
-            Tensor ``[batch, L + 1, pos]``, zero on padding.
+            Tensor ``[batch, L + 1, pos]`` in float32 (float64 for a float64
+            model), zero on padding.
         """
         check_options(tau, relu)
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
-        chosen = self._decoders(decoders)
+        chunk = partial(
+            self._all_layers_chunk,
+            decoders=self._decoders(decoders),
+            tau=tau,
+            relu=relu,
+        )
         with eval_semantics(self.model):
-            hidden, gradients = self._all_gradients(batch, target)
-            layers = [
-                self._decoded(decoder, h, g, batch, tau, relu)
-                for decoder, h, g in zip(chosen, hidden, gradients)
-            ]
-        return torch.stack(layers, dim=1)
+            return attribute_in_chunks(
+                batch, target, internal_batch_size, chunk, type(self).__name__
+            )
+
+    def _all_layers_chunk(
+        self,
+        batch: TokenBatch,
+        target: TargetType,
+        decoders: List[Decoder],
+        tau: Optional[int],
+        relu: Optional[str],
+    ) -> Tuple[Tensor, Tensor]:
+        r"""Scores ``[batch, L + 1, pos]`` and the logits ``[batch, C]``."""
+        hidden, gradients, logits = self._all_gradients(batch, target)
+        layers = [
+            self._decoded(decoder, h, g, batch, tau, relu)
+            for decoder, h, g in zip(decoders, hidden, gradients)
+        ]
+        return torch.stack(layers, dim=1), logits
 
     def _decoded(
         self,
@@ -152,6 +180,10 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
         tau: Optional[int],
         relu: Optional[str],
     ) -> Tensor:
-        alpha = gradient * hidden if self.multiply_by_inputs else gradient
+        # float32 before the product: the sum over d cancels after a LayerNorm.
+        dtype = result_dtype(hidden.dtype)
+        alpha = gradient.to(dtype)  # [batch, pos, d]
+        if self.multiply_by_inputs:
+            alpha = alpha * hidden.to(dtype)
         decoded = decoded_input_probabilities(decoder, hidden, batch, self.vocab_size)
         return aggregate(decoded, alpha.sum(-1), batch, tau, relu)  # [batch, pos]

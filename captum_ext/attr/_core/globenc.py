@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 r"""GlobEnc: global token attribution from norms of the decomposed encoder blocks."""
 
-from dataclasses import dataclass, replace
-from typing import Any, List, Optional, Tuple, Union
+from dataclasses import dataclass, fields, replace
+from functools import partial
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -18,6 +19,7 @@ from captum_ext._utils.common import (
 )
 from captum_ext._utils.hooks import eval_semantics, HookSet
 from captum_ext.adapters import BlockParts, get_adapter, ModelAdapter
+from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.rollout import rollout_products, rollout_row
 
 __all__ = ["GlobEnc", "VARIANTS"]
@@ -85,11 +87,6 @@ class _Factors:
         return self.scale[:, :, None] * squared.clamp(min=0).sqrt()
 
 
-def _work_dtype(dtype: torch.dtype) -> torch.dtype:
-    r"""Float32 at least: norms of half-precision sums lose too many digits."""
-    return torch.promote_types(dtype, torch.float32)
-
-
 def _single_call(store: List[Tensor], name: str, layer: int) -> Tensor:
     if len(store) != 1:
         raise RuntimeError(
@@ -110,18 +107,27 @@ def _capture(
         pre_ln1 = [hooks.capture_input(p.layernorm1) for p in parts]
         pre_ln2 = [hooks.capture_input(p.layernorm2) for p in parts]
         output = run_model(adapter, batch, hidden_states=True, attentions=True)
-    dtype = _work_dtype(output.hidden_states[0].dtype)
+    # In the model's dtype: each layer goes to float32 only when it is decomposed.
     layers = [
         _LayerInputs(
-            output.hidden_states[k].to(dtype),
-            output.attentions[k].to(dtype),
-            _single_call(values[k], "value projection", layer).to(dtype),
-            _single_call(pre_ln1[k], "first LayerNorm", layer).to(dtype),
-            _single_call(pre_ln2[k], "second LayerNorm", layer).to(dtype),
+            output.hidden_states[k],
+            output.attentions[k],
+            _single_call(values[k], "value projection", layer),
+            _single_call(pre_ln1[k], "first LayerNorm", layer),
+            _single_call(pre_ln2[k], "second LayerNorm", layer),
         )
         for k, layer in enumerate(blocks)
     ]
     return output.logits, layers
+
+
+def _in_work_dtype(layer: _LayerInputs) -> _LayerInputs:
+    r"""One layer's inputs in float32 (or wider), where its decomposition runs:
+    norms of half-precision sums lose too many digits."""
+    dtype = result_dtype(layer.hidden.dtype)
+    return _LayerInputs(
+        *(getattr(layer, field.name).to(dtype) for field in fields(_LayerInputs))
+    )
 
 
 def _centred(vectors: Tensor) -> Tensor:
@@ -227,23 +233,28 @@ class GlobEnc(Attribution):
     probabilities). The ``n^2`` decomposed vectors are never formed: their norms
     come from the per-source Gram matrices of the heads, so the memory on top of
     the forward pass is O(batch * heads * n^2), like one layer's attention.
+    The forward pass runs in the model's dtype; the decomposition runs in
+    float32, one layer at a time, and the scores are float32 (float64 for a
+    float64 model). ``internal_batch_size`` bounds the batch of each forward
+    pass and decomposition.
 
     More details can be found in the original paper:
     https://aclanthology.org/2022.naacl-main.19/
     """
 
-    def __init__(self, forward_func: nn.Module) -> None:
+    def __init__(self, model: nn.Module) -> None:
         r"""
         Args:
 
-            forward_func (torch.nn.Module): A Hugging Face post-LayerNorm encoder
+            model (torch.nn.Module): A Hugging Face post-LayerNorm encoder
                         (``*ForSequenceClassification`` of the BERT, RoBERTa,
                         ELECTRA or DistilBERT family). Other families raise
                         :class:`~captum_ext.UnsupportedModelError`.
         """
-        adapter = get_adapter(forward_func)
+        adapter = get_adapter(model)
         adapter.block_parts(1)  # raises UnsupportedModelError for other families
-        Attribution.__init__(self, forward_func)
+        Attribution.__init__(self, model)
+        self.model = model
         self.adapter = adapter
 
     @log_usage()
@@ -254,6 +265,7 @@ class GlobEnc(Attribution):
         additional_forward_args: Any = None,
         variant: str = "N_enc",
         rollout: bool = True,
+        internal_batch_size: Optional[int] = None,
     ) -> Tensor:
         r"""
         Args:
@@ -276,6 +288,11 @@ class GlobEnc(Attribution):
             rollout (bool, optional): If True, the row of the rolled-out ``G^L``;
                         if False, the row of the last layer's ``N^L`` alone.
                         Default: True
+            internal_batch_size (int, optional): Run the batch in chunks of at
+                        most this many examples (one forward pass and one
+                        decomposition per chunk); the result is that of the
+                        whole batch.
+                        Default: None (the whole batch at once)
 
         Returns:
             *Tensor* of **attributions**:
@@ -294,16 +311,13 @@ class GlobEnc(Attribution):
             ...     enc["input_ids"],
             ...     additional_forward_args=(enc["attention_mask"],))
         """
-        matrices, batch = self._matrices(
-            inputs, target, additional_forward_args, variant
-        )
+        batch = self._parse(inputs, additional_forward_args, variant)
         position = self.adapter.classification_position(
             batch.input_ids, batch.attention_mask
         )
         _check_not_padding(position, batch.valid)
-        if not rollout:
-            matrices = matrices[:, -1:]
-        return rollout_row(matrices.unbind(1), position)
+        row = partial(self._row, variant=variant, rollout=rollout)
+        return self._in_chunks(batch, target, internal_batch_size, row)
 
     @log_usage()
     def attribute_matrices(
@@ -313,6 +327,7 @@ class GlobEnc(Attribution):
         additional_forward_args: Any = None,
         variant: str = "N_enc",
         rollout: bool = True,
+        internal_batch_size: Optional[int] = None,
     ) -> Tensor:
         r"""
         The full token-to-token matrices of every layer.
@@ -328,38 +343,80 @@ class GlobEnc(Attribution):
             rollout (bool, optional): If True, the rolled-out ``G^1 .. G^L``; if
                         False, the per-layer ``N^1 .. N^L``.
                         Default: True
+            internal_batch_size (int, optional): Run the batch in chunks of at
+                        most this many examples (one forward pass and one
+                        decomposition per chunk); the result is that of the
+                        whole batch.
+                        Default: None (the whole batch at once)
 
         Returns:
             *Tensor* ``[batch, layers, pos, pos]``: entry ``[b, l - 1, i, j]``
             is how much source token ``j`` contributes to token ``i`` after block
             ``l``; zero on pad rows and pad columns.
         """
-        matrices, _ = self._matrices(inputs, None, additional_forward_args, variant)
-        if not rollout:
-            return matrices
-        return torch.stack(rollout_products(matrices.unbind(1)), dim=1)
+        batch = self._parse(inputs, additional_forward_args, variant)
+        matrices = partial(self._layer_matrices, variant=variant, rollout=rollout)
+        return self._in_chunks(batch, None, internal_batch_size, matrices)
 
-    def _matrices(
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: TargetType,
-        additional_forward_args: Any,
-        variant: str,
-    ) -> Tuple[Tensor, TokenBatch]:
-        r"""Per-layer ``N^l`` ``[batch, layers, pos, pos]`` and the parsed batch."""
+    def _parse(
+        self, inputs: Any, additional_forward_args: Any, variant: str
+    ) -> TokenBatch:
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        self.adapter.require_attention_weights("GlobEnc")
+        return parse_token_batch(self.adapter, inputs, additional_forward_args)
+
+    def _in_chunks(
+        self,
+        batch: TokenBatch,
+        target: TargetType,
+        internal_batch_size: Optional[int],
+        chunk_fn: Callable[..., Tuple[Tensor, Tensor]],
+    ) -> Tensor:
+        with torch.no_grad(), eval_semantics(self.model):
+            return attribute_in_chunks(
+                batch, target, internal_batch_size, chunk_fn, "GlobEnc"
+            )
+
+    def _row(
+        self, batch: TokenBatch, target: TargetType, variant: str, rollout: bool
+    ) -> Tuple[Tensor, Tensor]:
+        r"""The classification position's row ``[batch, pos]`` and the logits."""
+        matrices, logits = self._matrices(batch, target, variant)
+        position = self.adapter.classification_position(
+            batch.input_ids, batch.attention_mask
+        )
+        if not rollout:
+            matrices = matrices[:, -1:]
+        return rollout_row(matrices.unbind(1), position), logits
+
+    def _layer_matrices(
+        self, batch: TokenBatch, target: TargetType, variant: str, rollout: bool
+    ) -> Tuple[Tensor, Tensor]:
+        r"""``G^1 .. G^L`` (or ``N^1 .. N^L``) ``[batch, layers, pos, pos]`` and
+        the logits."""
+        matrices, logits = self._matrices(batch, target, variant)
+        return (
+            torch.stack(rollout_products(matrices.unbind(1)), dim=1)
+            if rollout
+            else matrices
+        ), logits
+
+    def _matrices(
+        self, batch: TokenBatch, target: TargetType, variant: str
+    ) -> Tuple[Tensor, Tensor]:
+        r"""Per-layer ``N^l`` ``[batch, layers, pos, pos]`` (float32) and the
+        logits ``[batch, C]``."""
         adapter = self.adapter
-        adapter.require_attention_weights("GlobEnc")
-        batch = parse_token_batch(adapter, inputs, additional_forward_args)
-        with torch.no_grad(), eval_semantics(adapter.model):
-            logits, layers = _capture(adapter, batch)
-            resolve_target(target, logits)  # validated only: GlobEnc is class-agnostic
-            norms = [
-                _masked(
-                    _factors(layer, adapter.block_parts(k + 1), variant).norms(),
-                    batch.valid,
-                )
-                for k, layer in enumerate(layers)
-            ]
-        return torch.stack(norms, dim=1), batch
+        logits, layers = _capture(adapter, batch)
+        resolve_target(target, logits)  # validated only: GlobEnc is class-agnostic
+        norms = [
+            _masked(
+                _factors(
+                    _in_work_dtype(layer), adapter.block_parts(k + 1), variant
+                ).norms(),
+                batch.valid,
+            )
+            for k, layer in enumerate(layers)
+        ]
+        return torch.stack(norms, dim=1), logits

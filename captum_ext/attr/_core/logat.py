@@ -18,6 +18,7 @@ from captum_ext._utils.common import (
 )
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext.adapters import get_adapter
+from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 
 __all__ = ["LogAt"]
 
@@ -52,8 +53,12 @@ class LogAt(Attribution):
     ``l < L``, before the head or decoder, so it reads what it was trained on.
 
     Scores are signed, computed in the model's dtype from one forward pass
-    without gradients, and exactly zero on padding. All tokens, special ones
-    included, are scored.
+    (per chunk of ``internal_batch_size`` examples) without gradients, returned
+    in float32, and exactly zero on padding. All tokens, special ones included,
+    are scored. Without a decoder, every call checks that the adapter's head at
+    the classification position reproduces the model's own logits, so a
+    non-standard head (mean pooling, say) raises
+    :class:`~captum_ext.UnsupportedModelError` instead of giving wrong scores.
 
     The HoT of each family is :meth:`ModelAdapter.head_on_every_position`, e.g.
     ``classifier(tanh(pooler.dense(x_i)))`` for BERT, ``score(x_i)`` for
@@ -68,14 +73,14 @@ class LogAt(Attribution):
 
     def __init__(
         self,
-        forward_func: nn.Module,
+        model: nn.Module,
         layer: Optional[int] = None,
         decoder: Optional[nn.Module] = None,
     ) -> None:
         r"""
         Args:
 
-            forward_func (torch.nn.Module): A Hugging Face transformer of a family
+            model (torch.nn.Module): A Hugging Face transformer of a family
                         supported by :func:`captum_ext.get_adapter`; a
                         ``*ForSequenceClassification`` model unless a ``decoder``
                         is given.
@@ -90,8 +95,9 @@ class LogAt(Attribution):
                         ``target`` is a vocabulary id and must be given.
                         Default: None (the model's classification head)
         """
-        Attribution.__init__(self, forward_func)
-        self.adapter = get_adapter(forward_func)
+        Attribution.__init__(self, model)
+        self.model = model
+        self.adapter = get_adapter(model)
         self.layer = self.adapter.num_layers
         if layer is not None:
             self.layer = self.adapter.check_layer(layer)
@@ -103,6 +109,7 @@ class LogAt(Attribution):
         inputs: Union[Tensor, Tuple[Tensor]],
         target: TargetType = None,
         additional_forward_args: Any = None,
+        internal_batch_size: Optional[int] = None,
     ) -> Tensor:
         r"""
         Args:
@@ -124,11 +131,16 @@ class LogAt(Attribution):
                         ``[batch, pos]`` (1 on real tokens, 0 on padding) or
                         ``(attention_mask, token_type_ids)``.
                         Default: None (every position is a real token)
+            internal_batch_size (int, optional): Run the batch in chunks of at
+                        most this many examples, one forward pass per chunk;
+                        the scores are those of the whole batch.
+                        Default: None (the whole batch at once)
 
         Returns:
             *Tensor* of **attributions**:
-            - **attributions** (*Tensor*): ``[batch, pos]`` signed scores in the
-                        model's dtype, exactly zero where ``attention_mask`` is 0.
+            - **attributions** (*Tensor*): ``[batch, pos]`` signed scores in
+                        float32 (float64 for a float64 model), exactly zero
+                        where ``attention_mask`` is 0.
 
         Examples::
 
@@ -140,15 +152,46 @@ class LogAt(Attribution):
             ... )
         """
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
-        with eval_semantics(self.forward_func), torch.no_grad():
-            out = run_model(
-                self.adapter, batch, hidden_states=True, classifier=self.decoder is None
-            )
-            scores = self._scores(batch, out, target)  # [batch, pos]
+        with eval_semantics(self.model), torch.no_grad():
+            scores = attribute_in_chunks(
+                batch,
+                target,
+                internal_batch_size,
+                self._chunk_scores,
+                type(self).__name__,
+            )  # [batch, pos]
         return scores.masked_fill(~batch.valid, 0)
 
+    def _chunk_scores(
+        self, batch: TokenBatch, target: TargetType
+    ) -> Tuple[Tensor, Tensor]:
+        r"""Scores ``[batch, pos]`` in float32 or wider, and the model output
+        checked for NaN/inf: its logits ``[batch, C]``, or with a decoder the
+        hidden state decoded ``[batch, pos, d]``."""
+        out = run_model(
+            self.adapter, batch, hidden_states=True, classifier=self.decoder is None
+        )
+        if self.decoder is None:
+            self._check_head(batch, out)
+        scores = self._scores(batch, out, target)
+        checked = out.logits if self.decoder is None else out.hidden_states[self.layer]
+        return scores.to(result_dtype(scores.dtype)), checked
+
+    def _check_head(self, batch: TokenBatch, out: Any) -> None:
+        r"""The adapter's head on the final hidden state at the classification
+        position must give the model's own logits: a custom head (mean pooling,
+        say) would make every score a wrong number."""
+        position = self.adapter.classification_position(
+            batch.input_ids, batch.attention_mask
+        )  # [batch]
+        rows = torch.arange(len(position), device=position.device)
+        final = out.hidden_states[self.adapter.num_layers][rows, position]  # [b, d]
+        head = self.adapter.head_on_every_position(final[:, None])[:, 0]  # [b, C]
+        self.adapter.check_head_reproduces(head.float(), out.logits.float())
+
     def _scores(self, batch: TokenBatch, out: Any, target: TargetType) -> Tensor:
-        r"""Per-position target logits ``[batch, pos]`` (subclasses rescale them)."""
+        r"""Per-position target logits ``[batch, pos]`` (subclasses rescale them),
+        in the model's dtype."""
         logits = self._position_logits(out.hidden_states[self.layer])  # [b, pos, C]
         if self.decoder is not None:
             check_decoder_vocabulary(logits, self.adapter.config.vocab_size)

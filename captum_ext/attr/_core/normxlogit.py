@@ -7,6 +7,7 @@ from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
 from captum_ext._utils.common import TokenBatch
+from captum_ext.attr._core.chunked import result_dtype
 from captum_ext.attr._core.logat import LogAt
 
 __all__ = ["NormXLogit"]
@@ -39,8 +40,10 @@ class NormXLogit(LogAt):
     the norm of layer 0: :math:`\lVert x_i^0 \rVert_2 \cdot
     \mathrm{decoder}(x_i^l)[t]`.
 
-    Scores are signed, computed in the model's dtype from one forward pass
-    without gradients, and exactly zero on padding.
+    Scores are signed, exactly zero on padding, and come from one forward pass
+    (per chunk of ``internal_batch_size`` examples) without gradients in the
+    model's dtype; the norm and the product are taken in float32, the dtype of
+    the result.
 
     More details can be found in the original paper (Abbasi, Modarres and
     Pilehvar, "NormXLogit: The Head-on-Top Never Lies", EMNLP 2025):
@@ -51,7 +54,7 @@ class NormXLogit(LogAt):
 
     def __init__(
         self,
-        forward_func: nn.Module,
+        model: nn.Module,
         layer: Optional[int] = None,
         decoder: Optional[nn.Module] = None,
         norm: str = "embedding_output",
@@ -59,7 +62,7 @@ class NormXLogit(LogAt):
         r"""
         Args:
 
-            forward_func (torch.nn.Module): A Hugging Face transformer of a family
+            model (torch.nn.Module): A Hugging Face transformer of a family
                         supported by :func:`captum_ext.get_adapter`; a
                         ``*ForSequenceClassification`` model unless a ``decoder``
                         is given.
@@ -79,16 +82,18 @@ class NormXLogit(LogAt):
         """
         if norm not in _NORMS:
             raise ValueError(f"norm must be one of {_NORMS}, got {norm!r}")
-        LogAt.__init__(self, forward_func, layer=layer, decoder=decoder)
+        LogAt.__init__(self, model, layer=layer, decoder=decoder)
         self.norm = norm
 
     def _scores(self, batch: TokenBatch, out: Any, target: TargetType) -> Tensor:
-        return self._input_norms(batch, out) * LogAt._scores(self, batch, out, target)
+        logits = LogAt._scores(self, batch, out, target)  # [batch, pos]
+        return self._input_norms(batch, out) * logits.to(result_dtype(logits.dtype))
 
     def _input_norms(self, batch: TokenBatch, out: Any) -> Tensor:
-        r"""L2 norm of each token's input representation, ``[batch, pos]``."""
+        r"""L2 norm of each token's input representation, ``[batch, pos]``, in
+        float32 or wider (a sum of d squares)."""
         if self.norm == "word_embedding":
             embedded = self.adapter.word_embeddings()(batch.input_ids)
         else:
             embedded = out.hidden_states[0]  # [batch, pos, d_model]
-        return embedded.norm(dim=-1)
+        return embedded.to(result_dtype(embedded.dtype)).norm(dim=-1)

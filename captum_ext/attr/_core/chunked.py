@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+r"""``internal_batch_size`` and the non-finite check of every method: the parsed
+batch runs in chunks of at most ``internal_batch_size`` examples, the chunks'
+results are concatenated, and the model's logits and the attributions are
+checked for NaN/inf over the whole batch, so an error names the example's row
+in the caller's batch, not in a chunk."""
+
+from typing import Any, Callable, Optional, Tuple
+
+import torch
+from captum._utils.typing import TargetType
+from torch import Tensor
+
+from captum_ext._utils.chunking import batch_slices
+from captum_ext._utils.common import TokenBatch
+from captum_ext._utils.finite import check_finite
+
+__all__ = ["attribute_in_chunks", "result_dtype"]
+
+# (chunk of the batch, the chunk's target, **the chunk's per-example options)
+#   -> (attributions, the model's logits)
+ChunkFn = Callable[..., Tuple[Tensor, Tensor]]
+
+
+def result_dtype(model_dtype: torch.dtype) -> torch.dtype:
+    r"""The precision policy's output dtype: float32, or the model's dtype when it
+    is wider (float64 models keep float64)."""
+    return torch.promote_types(model_dtype, torch.float32)
+
+
+def _rows(batch: TokenBatch, rows: slice) -> TokenBatch:
+    types = batch.token_type_ids
+    return TokenBatch(
+        batch.input_ids[rows],
+        batch.attention_mask[rows],
+        None if types is None else types[rows],
+    )
+
+
+def _target_rows(target: TargetType, rows: slice, batch_size: int) -> TargetType:
+    r"""The chunk's part of a per-example target (a list or a 1-d tensor); a
+    target shared by every example (None, an int, a 0-d tensor) as it is."""
+    if isinstance(target, list) or (isinstance(target, Tensor) and target.dim() == 1):
+        if len(target) != batch_size:
+            raise ValueError(
+                f"target has {len(target)} entries but the batch has {batch_size} "
+                "examples"
+            )
+        return target[rows]
+    return target
+
+
+def _option_rows(value: Any, rows: slice, batch_size: int) -> Any:
+    r"""A tensor option with one row per example (e.g. Integrated Gradients'
+    ``baselines`` ``[batch, pos]``) sliced like the batch; others as they are."""
+    if isinstance(value, Tensor) and value.dim() >= 1 and len(value) == batch_size:
+        return value[rows]
+    return value
+
+
+def attribute_in_chunks(
+    batch: TokenBatch,
+    target: TargetType,
+    internal_batch_size: Optional[int],
+    attribute_chunk: ChunkFn,
+    method: str,
+    **options: Any,
+) -> Tensor:
+    r"""Runs ``attribute_chunk(chunk, target, **options)`` on consecutive chunks
+    of at most ``internal_batch_size`` examples (the whole batch for None) and
+    concatenates the attributions along dim 0. A per-example ``target`` (a list
+    or 1-d tensor) and tensor ``options`` whose first dimension is the batch
+    size are sliced with the chunk.
+
+    Raises:
+        TypeError, ValueError: a bad ``internal_batch_size`` (see
+            :func:`~captum_ext._utils.chunking.check_internal_batch_size`).
+        FloatingPointError: the model's outputs (the logits, or what the
+            chunk function returns in their place) or the attributions hold NaN
+            or inf; the message names the examples.
+    """
+    size = len(batch.input_ids)
+    slices = batch_slices(size, internal_batch_size)
+    if len(slices) == 1:
+        scores, logits = attribute_chunk(batch, target, **options)
+    else:
+        results = [
+            attribute_chunk(
+                _rows(batch, rows),
+                _target_rows(target, rows, size),
+                **{k: _option_rows(v, rows, size) for k, v in options.items()},
+            )
+            for rows in slices
+        ]
+        scores = torch.cat([chunk_scores for chunk_scores, _ in results])
+        logits = torch.cat([chunk_logits for _, chunk_logits in results])
+    check_finite(logits.detach(), "the model's outputs")
+    check_finite(scores, f"{method}'s attributions")
+    return scores
