@@ -401,8 +401,14 @@ def _config_special_ids(config: Any) -> List[int]:
 
 
 def _relative_head_error(head_logits: Tensor, model_logits: Tensor) -> float:
-    r"""``max |head - model| / max |model|`` over the batch, in float32."""
-    head, model = head_logits.detach().float(), model_logits.detach().float()
+    r"""``max |head - model| / max |model|`` over the batch, in float32. Rows whose
+    logits are not finite are left to the callers' NaN/inf check, which names
+    them; they say nothing about the head."""
+    finite = model_logits.detach().isfinite().all(-1)  # [batch]
+    if not bool(finite.any()):
+        return 0.0
+    head = head_logits.detach()[finite].float()
+    model = model_logits.detach()[finite].float()
     scale = model.abs().max().clamp_min(torch.finfo(torch.float32).tiny)
     return float((head - model).abs().max() / scale)
 

@@ -9,7 +9,7 @@ layer."""
 
 import copy
 from functools import lru_cache
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import pytest
 import torch
@@ -42,16 +42,6 @@ TARGETS = [2, 0, 1]
 RELATIVE_TOLERANCE = 1e-5  # of the largest score, float32
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread() -> Iterator[None]:
-    r"""Tiny models run fastest on one thread; a second one only waits on locks
-    (and spins for seconds per call on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @lru_cache(maxsize=None)

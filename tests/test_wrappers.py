@@ -152,15 +152,7 @@ def test_torch_compile_equals_uncompiled(method):
     _assert_same_attributions(compiled, model, method)
 
 
-# cat.py casts its scores to forward_func.dtype, which DataParallel lacks
-# (lead: use self.adapter.model.dtype there, then drop this mark).
-_CAT_DTYPE = pytest.mark.xfail(raises=AttributeError, strict=True)
-
-
-@pytest.mark.parametrize(
-    "method",
-    [pytest.param(m, marks=_CAT_DTYPE) if "CAT" in m else m for m in METHODS],
-)
+@pytest.mark.parametrize("method", METHODS)
 def test_data_parallel_equals_inner_model(method):
     model = tiny_classifier("bert")
     _assert_same_attributions(nn.DataParallel(model), model, method)

@@ -254,5 +254,5 @@ def test_agrees_with_grad_x_input_on_the_default_model(sentiment_model):
 
 def test_left_padding_at_the_classification_position_raises():
     batch = token_batch(pad_side="left")
-    with pytest.raises(ValueError, match="padded at the position"):
+    with pytest.raises(ValueError, match="padded on the left"):
         _attribute(tiny_classifier("bert"), batch)

@@ -23,8 +23,9 @@ from tests.helpers import (
 
 
 def _logits_and_positions(model, batch):
-    out = model(**batch)
     adapter = get_adapter(model)
+    kwargs = adapter.forward_kwargs(batch["attention_mask"], None)
+    out = model(input_ids=batch["input_ids"], **kwargs)
     position = adapter.classification_position(
         batch["input_ids"], batch["attention_mask"]
     )
@@ -32,8 +33,8 @@ def _logits_and_positions(model, batch):
 
 
 # Encoders read position 0, a pad when padded on the left; causal classifiers
-# read the last real token. Left-padded GPT-2 is included: its output changes with
-# left padding (absolute positions), and LogAt explains the model as it is called.
+# read the last real token. Left-padded GPT-2 is included: the adapter passes
+# position ids counted from the mask, so the logits are those of the unpadded text.
 @pytest.mark.parametrize(
     "family, pad_side",
     [(f, "right") for f in ALL_FAMILIES] + [("gpt2", "left"), ("llama", "left")],

@@ -16,6 +16,7 @@ from captum.log import log_usage
 from torch import nn, Tensor
 
 from captum_ext._utils.common import (
+    check_decoder_vocabulary,
     classifier_forward,
     parse_token_batch,
     resolve_target,
@@ -113,22 +114,13 @@ def decoded_input_probabilities(
             # The vocabulary matmul runs in the decoder's dtype; the log-sum-exp
             # over the vocabulary in float32.
             logits = decoder(states[None, start : start + _DECODE_ROWS])[0].to(dtype)
-            _check_vocab(logits, vocab_size)
+            check_decoder_vocabulary(logits, vocab_size)
             chosen = logits.gather(-1, tokens[start : start + _DECODE_ROWS])
             pieces.append((chosen - logits.logsumexp(-1, keepdim=True)).exp())
     shape = batch.input_ids.shape + batch.input_ids.shape[1:]
     probabilities = hidden.new_zeros(shape, dtype=dtype)
     probabilities[example, position] = torch.cat(pieces)
     return probabilities
-
-
-def _check_vocab(logits: Tensor, vocab_size: int) -> None:
-    if logits.shape[-1] != vocab_size:
-        raise ValueError(
-            f"the decoder maps hidden states to {logits.shape[-1]} logits but the "
-            f"model's vocabulary has {vocab_size} tokens; use a decoder made for this "
-            "model's tokenizer"
-        )
 
 
 def _first_occurrence(batch: TokenBatch) -> Tensor:

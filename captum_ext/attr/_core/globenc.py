@@ -175,17 +175,6 @@ def _masked(matrix: Tensor, valid: Tensor) -> Tensor:
     return matrix * mask[:, :, None] * mask[:, None, :]
 
 
-def _check_not_padding(position: Tensor, valid: Tensor) -> None:
-    padded = (~valid[torch.arange(len(position)), position]).nonzero().flatten()
-    if len(padded):
-        raise ValueError(
-            f"example(s) {padded.tolist()} are padded at the position the model "
-            f"classifies from ({position[padded].tolist()}), whose row GlobEnc "
-            "returns; pad these encoders on the right (tokenizer.padding_side = "
-            "'right')"
-        )
-
-
 class GlobEnc(Attribution):
     r"""
     GlobEnc (Modarressi et al., NAACL 2022) attributes a prediction to the input
@@ -312,10 +301,6 @@ class GlobEnc(Attribution):
             ...     additional_forward_args=(enc["attention_mask"],))
         """
         batch = self._parse(inputs, additional_forward_args, variant)
-        position = self.adapter.classification_position(
-            batch.input_ids, batch.attention_mask
-        )
-        _check_not_padding(position, batch.valid)
         row = partial(self._row, variant=variant, rollout=rollout)
         return self._in_chunks(batch, target, internal_batch_size, row)
 
