@@ -31,6 +31,7 @@ Methods that need fitted decoders (``Decoded Grad-CAM``) say so in
 to :func:`use_decoder_texts`, and only when such a method is chosen.
 """
 
+import inspect
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -539,23 +540,25 @@ def _call_metric(
         additional_forward_args=_forward_args(
             context.attention_mask, context.token_type_ids
         ),
-        **_token_options(context.tokenizer),
+        **_token_options(context.tokenizer, metric),
     )
 
 
-def _token_options(tokenizer: Any) -> Dict[str, Any]:
+def _token_options(tokenizer: Any, metric: Callable[..., Any]) -> Dict[str, Any]:
     r"""The metrics' token options in their new form (``tokens=TokenOptions``,
     ``internal_batch_size``). TEMPORARY SHIM, to delete at the merge with
     helper "core": until ``TokenOptions`` lands, the old keyword form."""
     try:
         from captum_ext.metrics import TokenOptions  # type: ignore[attr-defined]
     except ImportError:
-        return {
+        old = {
             "special_token_ids": tokenizer.all_special_ids,
             "pad_token_id": tokenizer.pad_token_id,
             "mask_token_id": tokenizer.mask_token_id,
             "max_examples_per_batch": METRIC_ROWS,
         }
+        accepted = inspect.signature(metric).parameters
+        return {key: value for key, value in old.items() if key in accepted}
     return {
         "tokens": TokenOptions.from_tokenizer(tokenizer),
         "internal_batch_size": METRIC_ROWS,
