@@ -282,13 +282,13 @@ def _explain(args: argparse.Namespace) -> int:
     if args.model is not None:
         model, tokenizer = _user_model(args)
     else:
-        from captum_ext.evaluation.tasks import default_task
+        from captum_ext.default_models import load_default_model, MAX_LENGTH
+        from captum_ext.evaluation.tasks import default_decoder_texts
 
-        task = default_task(args.task, 1, device=args.device)
-        model, tokenizer = task.model, task.tokenizer
-        args.max_length = args.max_length or task.max_length
+        model, tokenizer = load_default_model(args.task, device=args.device)
+        args.max_length = args.max_length or MAX_LENGTH
         if _needs_decoders(args.methods, default=True):
-            decoder_texts = task.decoder_texts()
+            decoder_texts = default_decoder_texts()
     explanation = explain(
         model,
         tokenizer,

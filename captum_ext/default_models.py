@@ -40,6 +40,7 @@ __all__ = [
     "base_model_path",
     "evaluate_accuracy",
     "load_default_model",
+    "quiet_transformers",
 ]
 
 # Token count (with [CLS]/[SEP]) the models are trained with and that
@@ -211,7 +212,7 @@ def _offline() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
+def quiet_transformers() -> Iterator[None]:
     r"""Silences transformers' load report and weight-loading bar: the base
     checkpoint's "classifier MISSING" report is expected (the head is new and
     fine-tuned right after), and a cached load should print nothing."""
@@ -231,7 +232,7 @@ def _quiet_transformers() -> Iterator[None]:
 def _load(path: Path, **kwargs) -> Tuple[torch.nn.Module, object]:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    with _offline(), _quiet_transformers():
+    with _offline(), quiet_transformers():
         model = AutoModelForSequenceClassification.from_pretrained(
             path, attn_implementation="eager", local_files_only=True, **kwargs
         )
@@ -267,7 +268,7 @@ def _build(task: str, out: Path, device: torch.device) -> None:
         start = time.perf_counter()
         _fine_tune(model.to(device), tokenizer, train, recipe, f"fine-tuning {task}")
         seconds = time.perf_counter() - start
-    with _quiet_transformers():
+    with quiet_transformers():
         model.cpu().save_pretrained(out)
         tokenizer.save_pretrained(out)
     record = dict(task=task, train_size=len(train), max_length=MAX_LENGTH)

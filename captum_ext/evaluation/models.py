@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from captum_ext.adapters import get_adapter, UnsupportedModelError
+from captum_ext.default_models import quiet_transformers
 
 __all__ = ["DTYPES", "load_classifier", "resolve_device"]
 
@@ -162,13 +163,14 @@ def load_classifier(
     _check_architecture(path, _config(path))
     loaded_tokenizer = _tokenizer(Path(tokenizer) if tokenizer else path)
     try:
-        model, info = AutoModelForSequenceClassification.from_pretrained(
-            path,
-            attn_implementation="eager",
-            local_files_only=True,
-            dtype=chosen_dtype,
-            output_loading_info=True,
-        )
+        with quiet_transformers():  # no weight-loading bar or load report
+            model, info = AutoModelForSequenceClassification.from_pretrained(
+                path,
+                attn_implementation="eager",
+                local_files_only=True,
+                dtype=chosen_dtype,
+                output_loading_info=True,
+            )
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(
             f"cannot load a classifier from {str(path)!r}: {error}"

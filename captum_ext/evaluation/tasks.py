@@ -15,7 +15,12 @@ from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import check_names, METHODS
 from captum_ext.evaluation.results import BenchmarkResult
 
-__all__ = ["DefaultTask", "benchmark_default_tasks", "default_task"]
+__all__ = [
+    "DefaultTask",
+    "benchmark_default_tasks",
+    "default_decoder_texts",
+    "default_task",
+]
 
 # The decoders of both default models are fitted on the sentiment training
 # texts (the fitted-decoder cache is keyed by them).
@@ -34,7 +39,12 @@ class DefaultTask:
     max_length: int = MAX_LENGTH
 
     def decoder_texts(self) -> List[str]:
-        return list(load_split(DECODER_TASK, "train").texts)
+        return default_decoder_texts()
+
+
+def default_decoder_texts() -> List[str]:
+    r"""The texts the default models' decoders are fitted on."""
+    return list(load_split(DECODER_TASK, "train").texts)
 
 
 def default_task(name: str, n: int, device: Any = None) -> DefaultTask:
