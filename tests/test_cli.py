@@ -248,7 +248,11 @@ def test_benchmark_command_on_the_default_models_equals_the_python_api(tmp_path)
     api = benchmark_default_tasks(
         4, methods=["AttCAT", "Random"], metrics=["aopc"], progress=False
     )
-    written = json.loads((out / "results.json").read_text())
-    text = json.dumps(written)
-    for row in api.rows:
-        assert f"{row.metrics['AOPC']:.6f}"[:7] in text, (row.task, row.method)
+    written = json.loads((out / "results.json").read_text())["rows"]
+    assert [(r["task"], r["method"]) for r in written] == [
+        (row.task, row.method) for row in api.rows
+    ]
+    for cli_row, row in zip(written, api.rows):
+        assert cli_row["metrics"]["AOPC"] == pytest.approx(
+            row.metrics["AOPC"], abs=1e-6
+        )
