@@ -354,15 +354,17 @@ def _benchmark(args: argparse.Namespace) -> int:
             "give both --model DIR and --data FILE for your own model and data, "
             "or neither for the built-in tasks"
         )
-    main_rank = os.environ.get("RANK", "0") == "0"
-    if main_rank:
+    if os.environ.get("RANK", "0") == "0":
         _check_writable_dir(args.out)
+    from captum_ext.evaluation.distributed import distributed_context
     from captum_ext.evaluation.models import resolve_device
 
     resolve_device(args.device)
     start = time.perf_counter()
-    result = _run_benchmark(args)
-    if not main_rank:
+    # One process group for all tasks (each benchmark call joins this one).
+    with distributed_context(args.device) as ctx:
+        result = _run_benchmark(args)
+    if not ctx.is_main:
         return 0
     from captum_ext.report import markdown_table, write_report
 

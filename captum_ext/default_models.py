@@ -18,7 +18,7 @@ import time
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Tuple, TYPE_CHECKING, Union
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, TYPE_CHECKING, Union
 
 import torch
 from torch import Tensor
@@ -229,7 +229,7 @@ def quiet_transformers() -> Iterator[None]:
             logging.enable_progress_bar()
 
 
-def _load(path: Path, **kwargs) -> Tuple[torch.nn.Module, object]:
+def _load(path: Path, **kwargs: Any) -> Tuple[Any, Any]:
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     with _offline(), quiet_transformers():
@@ -279,8 +279,8 @@ def _build(task: str, out: Path, device: torch.device) -> None:
 
 
 def _fine_tune(
-    model: torch.nn.Module,
-    tokenizer: object,
+    model: Any,
+    tokenizer: Any,
     train: TextDataset,
     recipe: _Recipe,
     description: str,
@@ -363,7 +363,7 @@ def _bucketed_batches(
     return batches[:steps]
 
 
-def _optimizer(model: torch.nn.Module, recipe: _Recipe) -> torch.optim.Optimizer:
+def _optimizer(model: Any, recipe: _Recipe) -> torch.optim.Optimizer:
     pretrained = {id(p) for p in model.base_model.parameters()}
     trainable = [p for p in model.parameters() if p.requires_grad]
     encoder = [p for p in trainable if id(p) in pretrained]
@@ -385,7 +385,7 @@ def _linear_schedule(
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def _tokenize(tokenizer: object, texts: List[str]) -> List[List[int]]:
+def _tokenize(tokenizer: Any, texts: List[str]) -> List[List[int]]:
     return tokenizer(texts, truncation=True, max_length=MAX_LENGTH)["input_ids"]
 
 
