@@ -411,11 +411,21 @@ def _merge_method(
     )
 
 
+def _label_names(model: nn.Module, data: ExampleData) -> List[str]:
+    r"""The data's class names, else the model's ``id2label``."""
+    names = getattr(data, "label_names", None)
+    if names:
+        return list(names)
+    config: Any = model.config
+    id2label = getattr(config, "id2label", None) or {}
+    return [str(id2label.get(i, i)) for i in range(config.num_labels)]
+
+
 def _examples(
-    tokenizer: Any, data: ExampleData, outputs: List[_RankOutput]
+    model: nn.Module, tokenizer: Any, data: ExampleData, outputs: List[_RankOutput]
 ) -> List[Explanation]:
     labels = getattr(data, "labels", None)
-    names = getattr(data, "label_names", None)
+    names = _label_names(model, data)
     examples = []
     kept_ids = {row: ids for out in outputs for row, ids in out.kept_ids.items()}
     predictions = {row: p for out in outputs for row, p in out.predictions.items()}
@@ -431,7 +441,7 @@ def _examples(
             Explanation(
                 tokens=tokenizer.convert_ids_to_tokens(kept_ids[row]),
                 scores=scores,
-                label_names=list(names) if names else [],
+                label_names=names,
                 pred_class=target,
                 pred_prob=prob,
                 target=target,
@@ -631,7 +641,11 @@ def _merge(
         )
         for spec in methods
     ]
-    examples = _examples(tokenizer, data, outputs)
+    ids = getattr(data, "rows", None)
+    if ids:  # positions -> the data's own row ids (e.g. rows of the file)
+        for row in rows:
+            row.rows = [ids[position] for position in row.rows]
+    examples = _examples(model, tokenizer, data, outputs)
     maps = {}
     if examples:
         maps = _layer_maps(model, tokenizer, examples[0], methods, ctx.device)

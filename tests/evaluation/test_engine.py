@@ -231,6 +231,15 @@ def test_truncation_is_counted_and_warned():
         run(tiny_data(2), methods=["Random"], metrics=["aopc"])
 
 
+def test_rows_are_the_data_row_ids_and_label_names_fall_back_to_the_model():
+    data = tiny_data(3, labels=False)
+    data.rows, data.label_names = [10, 11, 15], None
+    result = run(data, methods=["Random"], metrics=["aopc"])
+    assert result.rows[0].rows == [10, 11, 15]
+    assert [r["row"] for r in result.per_example()] == [10, 11, 15]
+    assert result.examples["tiny"][0].label_names == ["negative", "positive", "<mixed>"]
+
+
 def test_results_write_csv_and_json(tmp_path):
     result = run(tiny_data(3), methods=["NormXLogit", "Random"], metrics=["aopc"])
     table = result.to_csv(tmp_path / "table.csv").read_text().splitlines()
