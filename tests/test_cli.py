@@ -256,3 +256,30 @@ def test_benchmark_command_on_the_default_models_equals_the_python_api(tmp_path)
         assert cli_row["metrics"]["AOPC"] == pytest.approx(
             row.metrics["AOPC"], abs=1e-6
         )
+
+
+def test_benchmark_on_your_model_and_data_equals_the_python_api(
+    model_dir, tmp_path, capsys
+):
+    data_module = pytest.importorskip("captum_ext.evaluation.data")
+    from captum_ext.evaluation import benchmark, load_classifier
+
+    data = tmp_path / "data.csv"
+    data.write_text("text,label\nthe movie was fun,positive\nbad plot,negative\n")
+    out = tmp_path / "out"
+    argv = ["benchmark", "--model", str(model_dir), "--data", str(data)]
+    argv += ["--label-column", "label", "--methods", "AttCAT", "Random"]
+    argv += ["--metrics", "aopc", "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    assert "### tiny_model" in capsys.readouterr().out
+    written = json.loads((out / "results.json").read_text())["rows"]
+    model, tokenizer = load_classifier(model_dir)
+    loaded = data_module.load_data(
+        data, label_column="label", label2id=model.config.label2id, num_labels=3
+    )
+    api = benchmark(model, tokenizer, loaded, ["AttCAT", "Random"], ["aopc"])
+    for cli_row, row in zip(written, api.rows):
+        assert cli_row["method"] == row.method
+        assert cli_row["metrics"]["AOPC"] == pytest.approx(
+            row.metrics["AOPC"], abs=1e-6
+        )
