@@ -153,7 +153,8 @@ def _parser() -> argparse.ArgumentParser:
         "--n",
         type=int,
         default=DEFAULT_N,
-        help=f"held-out examples per built-in task; default: {DEFAULT_N}",
+        help=f"held-out examples per built-in task (same as --limit, which "
+        f"also works under torchrun); default: {DEFAULT_N}",
     )
     bench.add_argument(
         "--tasks", nargs="+", choices=TASKS, default=list(TASKS), help="default: both"
@@ -327,7 +328,7 @@ def _run_benchmark(args: argparse.Namespace) -> Any:
         from captum_ext.evaluation.tasks import benchmark_default_tasks
 
         return benchmark_default_tasks(
-            args.n, args.tasks, args.methods, args.metrics, **options
+            args.limit or args.n, args.tasks, args.methods, args.metrics, **options
         )
     from captum_ext.evaluation.engine import benchmark
 

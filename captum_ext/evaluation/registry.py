@@ -33,6 +33,7 @@ to :func:`use_decoder_texts`, and only when such a method is chosen.
 
 import inspect
 import weakref
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -350,7 +351,9 @@ def _feature_ablation(model: nn.Module, tokenizer: Any) -> MethodFn:
 
 
 def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
-    generator = torch.Generator().manual_seed(0)
+    r"""Uniform scores seeded by each row's tokens and target, so an example
+    gets the same scores in any batch, on any rank, and other scores for
+    another class (Kendall-tau asks for them)."""
 
     def explain(
         input_ids: Tensor,
@@ -358,7 +361,16 @@ def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
         target: Tensor,
         token_type_ids: Optional[Tensor] = None,
     ) -> Tensor:
-        scores = torch.rand(input_ids.shape, generator=generator)
+        scores = torch.zeros(input_ids.shape)  # [batch, pos]
+        targets = [None] * len(input_ids)
+        if target is not None:
+            targets = torch.as_tensor(target).expand(len(input_ids)).tolist()
+        for row, label in enumerate(targets):
+            valid = attention_mask[row].bool().cpu()
+            kept = input_ids[row].cpu()[valid].tolist()
+            seed = zlib.crc32(repr((kept, label)).encode())
+            generator = torch.Generator().manual_seed(seed)
+            scores[row, valid] = torch.rand(len(kept), generator=generator)
         return scores.to(input_ids.device) * attention_mask
 
     return explain

@@ -130,3 +130,17 @@ def test_embedding_norm_is_the_norm_of_hidden_states_0():
     expected = output.hidden_states[0].norm(dim=-1).detach()
     torch.testing.assert_close(scores, expected)
     assert scores.min() > 0
+
+
+def test_random_scores_depend_on_the_example_and_class_not_the_batch():
+    tokenizer = tiny_tokenizer()
+    explain = METHODS["Random"].factory(tiny_labelled_bert(), tokenizer)
+    encoded = tokenizer(TINY_TEXTS[:3], padding=True, return_tensors="pt")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    batch = explain(ids, mask, torch.tensor([0, 1, 2]))
+    alone = tokenizer(TINY_TEXTS[2:3], return_tensors="pt")
+    single = explain(alone["input_ids"], alone["attention_mask"], torch.tensor([2]))
+    torch.testing.assert_close(batch[2, : single.shape[1]], single[0])
+    assert (batch[mask == 0] == 0).all() and (batch[mask == 1] > 0).all()
+    other = explain(alone["input_ids"], alone["attention_mask"], torch.tensor([1]))
+    assert not torch.equal(other, single)
