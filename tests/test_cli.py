@@ -15,8 +15,12 @@ from captum_ext.cli import main, METHOD_NAMES, METRIC_NAMES
 from captum_ext.evaluation import registry
 from captum_ext.evaluation.registry import METHODS, METRICS
 
-from tests.helpers import embedding_decoders, save_tiny_model, tiny_masked_lm
-from tests.helpers import tiny_tokenizer
+from tests.helpers import (
+    embedding_decoders,
+    save_tiny_model,
+    tiny_masked_lm,
+    tiny_tokenizer,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "the movie was <script> & fun"

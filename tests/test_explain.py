@@ -9,9 +9,9 @@ from captum_ext.explain import default_methods, explain
 
 from tests.helpers import (
     embedding_decoders,
+    TINY_LABEL_NAMES,
     tiny_labelled_bert,
     tiny_tokenizer,
-    TINY_LABEL_NAMES,
 )
 
 

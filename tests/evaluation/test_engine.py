@@ -19,13 +19,13 @@ from captum_ext.evaluation.registry import (
 )
 from captum_ext.metrics import aopc
 
-from tests.evaluation.text_data import tiny_data, TextData
+from tests.evaluation.text_data import TextData, tiny_data
 from tests.helpers import (
     embedding_decoders,
     PAD_ID,
     tiny_labelled_bert,
-    tiny_tokenizer,
     TINY_TEXTS,
+    tiny_tokenizer,
 )
 
 FAST = ["NormXLogit", "AttCAT", "Saliency", "Attention", "Random"]

@@ -19,8 +19,8 @@ from tests.helpers import (
     PAD_ID,
     SEP_ID,
     tiny_labelled_bert,
-    tiny_tokenizer,
     TINY_TEXTS,
+    tiny_tokenizer,
 )
 
 
