@@ -326,6 +326,22 @@ class _RankOutput:
     truncated: int
 
 
+def _predictions(batches: List[_Batch], keep: Sequence[int]) -> _RankOutput:
+    r"""Each row's explained class and its probability, the tokens of the rows
+    the report shows, and how many texts were cut."""
+    output = _RankOutput({}, {}, {}, 0)
+    for batch in batches:
+        mask = batch.encoded.attention_mask.bool()  # [batch, pos]
+        for position, row in enumerate(batch.encoded.rows):
+            target = int(batch.target[position])
+            output.predictions[row] = (target, float(batch.probs[position, target]))
+            if row in keep:
+                ids = batch.encoded.input_ids[position, mask[position]]
+                output.kept_ids[row] = ids.tolist()
+        output.truncated += sum(batch.encoded.truncated)
+    return output
+
+
 def _run_shard(
     model: nn.Module,
     tokenizer: Any,
@@ -348,23 +364,11 @@ def _run_shard(
     for batch in batches:
         _predict(forward, batch)
     keep = list(range(min(options["n_examples"], len(data))))
-    output = _RankOutput({}, {}, {}, 0)
-    for batch in batches:
-        mask = batch.encoded.attention_mask.bool()
-        for position, row in enumerate(batch.encoded.rows):
-            target = int(batch.target[position])
-            output.predictions[row] = (target, float(batch.probs[position, target]))
-            if row in keep:
-                output.kept_ids[row] = batch.encoded.input_ids[
-                    position, mask[position]
-                ].tolist()
-        output.truncated += sum(batch.encoded.truncated)
+    output = _predictions(batches, keep)
     for spec in methods:
-        label = (
-            f"{options['task']}: {spec.name} (rank {ctx.rank})"
-            if ctx.is_distributed
-            else f"{options['task']}: {spec.name}"
-        )
+        label = f"{options['task']}: {spec.name}"
+        if ctx.is_distributed:
+            label += f" (rank {ctx.rank})"
         progress = _Progress(len(rows), label, options["progress"])
         output.methods[spec.name] = _score_method(
             spec, model, tokenizer, batches, metrics, keep, progress
