@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 r"""captum_ext: transformer token-attribution methods and faithfulness metrics for
-Captum. Methods live in :mod:`captum_ext.attr`, metrics in :mod:`captum_ext.metrics`.
+Captum. Methods live in :mod:`captum_ext.attr`, metrics in :mod:`captum_ext.metrics`,
+evaluation jobs on your own model and data in :mod:`captum_ext.evaluation`, and
+one text explained by several methods in :func:`captum_ext.explain.explain`.
+
+The names below are imported on first use, so ``import captum_ext`` (and
+``captum-ext --help``) does not import torch.
 """
 
-from captum_ext._utils.common import classifier_forward
-from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
+import importlib
+from typing import Any, List
 
 __version__ = "0.1.0"
 
@@ -14,3 +19,20 @@ __all__ = [
     "classifier_forward",
     "get_adapter",
 ]
+
+_WHERE = {
+    "ModelAdapter": "captum_ext.adapters",
+    "UnsupportedModelError": "captum_ext.adapters",
+    "classifier_forward": "captum_ext._utils.common",
+    "get_adapter": "captum_ext.adapters",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)
+
+
+def __dir__() -> List[str]:
+    return sorted(list(globals()) + __all__)

@@ -1,65 +1,161 @@
 #!/usr/bin/env python3
-r"""The ``captum-ext`` command line.
+r"""The ``captum-ext`` command line: argument parsing only; the work is done by
+:func:`captum_ext.explain.explain`, :func:`captum_ext.evaluation.benchmark` and
+:func:`captum_ext.evaluation.attribute.attribute_dataset`.
 
 ``captum-ext explain "text"`` prints the prediction and every method's token
-scores; ``captum-ext benchmark`` scores every method with every metric on the
-held-out splits of the default tasks and writes a report. Run ``captum-ext
-COMMAND --help`` for the options.
+scores; ``captum-ext benchmark`` scores methods with metrics on your model and
+data (``--model DIR --data FILE``) or on the two built-in tasks, and writes a
+report; ``captum-ext attribute`` writes a whole dataset's attributions. Every
+error ends in one line on stderr and a non-zero exit (``--debug`` shows the
+traceback). Heavy imports happen inside the commands, which keeps ``--help``
+fast.
 """
 
 import argparse
 import os
 import sys
 import time
+import traceback
+import warnings
 from pathlib import Path
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, NoReturn, Optional, Sequence, Tuple
 
-__all__ = ["load_local_model", "main"]
+__all__ = ["METHOD_NAMES", "METRIC_NAMES", "main"]
 
 TASKS = ("sentiment", "source")
 # Fits the 15-minute budget on 2 CPU cores with first-time model preparation.
 DEFAULT_N = 64
+# The registries' names, listed here so that --help needs no torch import;
+# tests/test_cli.py checks them against the registries.
+METHOD_NAMES = (
+    "NormXLogit",
+    "LogAt",
+    "AttCAT",
+    "CAT",
+    "GlobEnc",
+    "GlobEnc N_res",
+    "GlobEnc N",
+    "Decoded Grad-CAM",
+    "Attention",
+    "Attention rollout",
+    "Embedding norm",
+    "Saliency",
+    "InputXGradient",
+    "IntegratedGradients",
+    "FeatureAblation",
+    "Random",
+)
+METRIC_NAMES = ("aopc", "log_odds", "kendall_tau", "hiding_revealing", "sufficiency")
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
+
+class _Parser(argparse.ArgumentParser):
+    r"""Argument errors in one line (no usage block above them)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(f"'{n}'" if " " in n else n for n in names)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        metavar="NAME",
+        help=f"method names (quote names with spaces): {_names(METHOD_NAMES)}",
+    )
+    parser.add_argument("--device", default="cpu", help="torch device; default: cpu")
+    parser.add_argument(
+        "--dtype", choices=DTYPE_NAMES, default="float32", help="default: float32"
+    )
+    parser.add_argument(
+        "--max-length",
+        type=int,
+        help="tokens per text; longer texts are cut, with a notice "
+        "(default: 64 for the built-in models, else what the model allows)",
+    )
+    parser.add_argument(
+        "--tokenizer", type=Path, help="tokenizer directory; default: --model"
+    )
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error"
+    )
+
+
+def _data_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="CSV, TSV, JSON Lines, Parquet file or save_to_disk directory",
+    )
+    parser.add_argument("--text-column", default="text", help="default: text")
+    parser.add_argument("--text-pair-column", help="second segment (NLI, pairs)")
+    parser.add_argument(
+        "--label-column", help="gold labels: class indices or the model's names"
+    )
+    parser.add_argument("--split", help="split of a dataset directory")
+    parser.add_argument("--limit", type=int, help="use at most this many rows")
+    parser.add_argument("--seed", type=int, help="shuffle rows with this seed")
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="NAME",
+        help=f"metric names: {_names(METRIC_NAMES)}",
+    )
+    parser.add_argument("--batch-size", type=int, default=16, help="default: 16")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress on stderr"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="captum-ext",
         description="Transformer token attributions and faithfulness metrics "
         "for Captum.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    explain = commands.add_parser("explain", help="explain one text with every method")
+    explain = commands.add_parser(
+        "explain",
+        help="explain one text with every method",
+        description=(f"Explain one text. Methods: {_names(METHOD_NAMES)}."),
+    )
     explain.add_argument("text", help="the text to classify and explain")
+    explain.add_argument("--text-pair", help="second segment of a text pair")
     explain.add_argument(
         "--task",
         choices=TASKS,
         default="sentiment",
-        help="default model to use (ignored with --model); default: sentiment",
+        help="built-in model to use (ignored with --model); default: sentiment",
     )
     explain.add_argument(
-        "--model",
-        type=Path,
-        help="local Hugging Face sequence-classifier directory (save_pretrained)",
+        "--model", type=Path, help="local sequence-classifier directory"
     )
-    explain.add_argument("--methods", nargs="+", help="method names; default: all")
     explain.add_argument(
         "--target", type=int, help="class index to explain; default: the prediction"
     )
     explain.add_argument("--html", type=Path, help="also write an HTML page here")
-    explain.add_argument("--device", default="cpu", help="torch device; default: cpu")
+    _common(explain)
 
     bench = commands.add_parser(
-        "benchmark", help="score every method with every metric on the default tasks"
+        "benchmark",
+        help="score methods with metrics on your model and data, or the "
+        "built-in tasks",
     )
+    bench.add_argument("--model", type=Path, help="local sequence-classifier dir")
+    _data_options(bench)
     bench.add_argument(
         "--n",
         type=int,
         default=DEFAULT_N,
-        help=f"held-out examples per task; default: {DEFAULT_N}",
+        help=f"held-out examples per built-in task (same as --limit, which "
+        f"also works under torchrun); default: {DEFAULT_N}",
     )
-    bench.add_argument("--methods", nargs="+", help="method names; default: all")
-    bench.add_argument("--metrics", nargs="+", help="metric names; default: all")
     bench.add_argument(
         "--tasks", nargs="+", choices=TASKS, default=list(TASKS), help="default: both"
     )
@@ -69,28 +165,112 @@ def _parser() -> argparse.ArgumentParser:
         default=Path("benchmark_results"),
         help="output directory; default: ./benchmark_results",
     )
-    bench.add_argument("--batch-size", type=int, default=16, help="default: 16")
-    bench.add_argument("--device", default="cpu", help="torch device; default: cpu")
-    bench.add_argument(
-        "--no-progress", action="store_true", help="no progress bars on stderr"
+    _common(bench)
+
+    attribute = commands.add_parser(
+        "attribute", help="write a whole dataset's attributions as Parquet shards"
     )
+    attribute.add_argument("--model", type=Path, required=True)
+    _data_options(attribute)
+    attribute.add_argument("--out", type=Path, required=True, help="output directory")
+    _common(attribute)
     return parser
 
 
-def load_local_model(path: Path, device: str = "cpu") -> Tuple[Any, Any]:
-    r"""A sequence classifier and its tokenizer from a local directory, never
-    contacting a hub; eager attention so attention-reading methods work."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+# ------------------------------------------------------------------ checks
+def _check_utf8(argv: Sequence[str]) -> None:
+    for value in argv:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = value.encode("utf-8", "replace").decode("utf-8")
+            raise ValueError(f"argument {shown!r} is not valid UTF-8") from None
 
-    model = AutoModelForSequenceClassification.from_pretrained(
-        path, attn_implementation="eager", local_files_only=True
+
+def _check_writable_dir(directory: Path) -> None:
+    r"""Creates ``directory`` and writes a probe file in it, before any work."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".captum-ext-probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(
+            f"cannot write to {str(directory)!r}: {error.strerror}"
+        ) from None
+
+
+def _check_writable_file(path: Path) -> None:
+    if path.is_dir():
+        raise ValueError(f"{str(path)!r} is a directory, not a file")
+    _check_writable_dir(path.parent)
+
+
+def _check_positive(args: argparse.Namespace, *names: str) -> None:
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+
+
+def _check_names(
+    names: Optional[Sequence[str]], known: Sequence[str], kind: str
+) -> None:
+    unknown = [n for n in names or [] if n not in known]
+    if unknown:
+        raise ValueError(f"unknown {kind}(s) {unknown}; available: {_names(known)}")
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    return not getattr(args, "no_progress", False)
+
+
+# ------------------------------------------------------------------ loading
+def _user_model(args: argparse.Namespace) -> Tuple[Any, Any]:
+    from captum_ext.evaluation.models import load_classifier
+
+    return load_classifier(
+        args.model,
+        tokenizer=args.tokenizer,
+        device=args.device,
+        dtype=args.dtype,
+        max_length=args.max_length,
     )
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    return model.to(device).eval(), tokenizer
 
 
+def _user_data(args: argparse.Namespace, model: Any) -> Any:
+    try:
+        from captum_ext.evaluation.data import load_data
+    except ImportError:
+        raise ValueError(
+            "reading --data needs captum_ext.evaluation.data, which this "
+            "installation lacks"
+        ) from None
+    config = model.config
+    return load_data(
+        args.data,
+        text_column=args.text_column,
+        text_pair_column=args.text_pair_column,
+        label_column=args.label_column,
+        split=args.split,
+        limit=args.limit,
+        seed=args.seed,
+        label2id=getattr(config, "label2id", None),
+        num_labels=getattr(config, "num_labels", None),
+    )
+
+
+# ------------------------------------------------------------------ commands
 def _explain(args: argparse.Namespace) -> int:
-    from captum_ext.benchmark import explain_text
+    _check_names(args.methods, METHOD_NAMES, "method")
+    _check_positive(args, "max_length")
+    if not args.text.strip():
+        raise ValueError("the text is empty: give some words to explain")
+    if args.html is not None:
+        _check_writable_file(args.html)
+    from captum_ext.evaluation.models import resolve_device
+    from captum_ext.explain import explain
     from captum_ext.visualization import (
         explanation_html,
         explanation_text,
@@ -98,37 +278,97 @@ def _explain(args: argparse.Namespace) -> int:
         supports_color,
     )
 
+    resolve_device(args.device)
+    decoder_texts = None
     if args.model is not None:
-        model, tokenizer = load_local_model(args.model, args.device)
+        model, tokenizer = _user_model(args)
     else:
-        from captum_ext.default_models import load_default_model
+        from captum_ext.default_models import load_default_model, MAX_LENGTH
+        from captum_ext.evaluation.tasks import default_decoder_texts
 
         model, tokenizer = load_default_model(args.task, device=args.device)
-    explanation = explain_text(
-        model, tokenizer, args.text, methods=args.methods, target=args.target
+        args.max_length = args.max_length or MAX_LENGTH
+        if _needs_decoders(args.methods, default=True):
+            decoder_texts = default_decoder_texts()
+    explanation = explain(
+        model,
+        tokenizer,
+        args.text,
+        methods=args.methods,
+        target=args.target,
+        max_length=args.max_length,
+        text_pair=args.text_pair,
+        decoder_texts=decoder_texts,
     )
     print(explanation_text(explanation, color=supports_color(sys.stdout)))
     if args.html is not None:
         body = explanation_html(explanation, text=args.text)
-        args.html.write_text(html_page("captum_ext explanation", body))
+        args.html.write_text(
+            html_page("captum_ext explanation", body), encoding="utf-8"
+        )
         print(f"wrote {args.html}")
     return 0
 
 
+def _needs_decoders(methods: Optional[Sequence[str]], default: bool) -> bool:
+    r"""Whether the chosen methods fit decoders (the slow part of the first
+    run); ``default`` when no method is named."""
+    if methods is None:
+        return default
+    from captum_ext.evaluation.registry import METHODS
+
+    return any(METHODS[name].needs_decoders for name in methods)
+
+
+def _run_benchmark(args: argparse.Namespace) -> Any:
+    options: Dict[str, Any] = dict(
+        batch_size=args.batch_size, device=args.device, progress=_progress(args)
+    )
+    if args.model is None:
+        from captum_ext.evaluation.tasks import benchmark_default_tasks
+
+        return benchmark_default_tasks(
+            args.limit or args.n, args.tasks, args.methods, args.metrics, **options
+        )
+    from captum_ext.evaluation.engine import benchmark
+
+    model, tokenizer = _user_model(args)
+    data = _user_data(args, model)
+    return benchmark(
+        model,
+        tokenizer,
+        data,
+        args.methods,
+        args.metrics,
+        task=args.model.name or "data",
+        max_length=args.max_length,
+        **options,
+    )
+
+
 def _benchmark(args: argparse.Namespace) -> int:
-    from captum_ext.benchmark import default_tasks, run_benchmark
+    _check_names(args.methods, METHOD_NAMES, "method")
+    _check_names(args.metrics, METRIC_NAMES, "metric")
+    _check_positive(args, "n", "batch_size", "limit", "max_length")
+    if (args.model is None) != (args.data is None):
+        raise ValueError(
+            "give both --model DIR and --data FILE for your own model and data, "
+            "or neither for the built-in tasks"
+        )
+    if os.environ.get("RANK", "0") == "0":
+        _check_writable_dir(args.out)
+    from captum_ext.evaluation.distributed import distributed_context
+    from captum_ext.evaluation.models import resolve_device
+
+    resolve_device(args.device)
+    start = time.perf_counter()
+    # One process group for all tasks (each benchmark call joins this one).
+    with distributed_context(args.device) as ctx:
+        result = _run_benchmark(args)
+    if not ctx.is_main:
+        return 0
     from captum_ext.report import markdown_table, write_report
 
-    start = time.perf_counter()
-    tasks = default_tasks(args.n, args.tasks, device=args.device)
-    result = run_benchmark(
-        tasks,
-        methods=args.methods,
-        metrics=args.metrics,
-        batch_size=args.batch_size,
-        device=args.device,
-        progress=not args.no_progress,
-    )
     paths = write_report(result, args.out)
     print(markdown_table(result))
     print()
@@ -141,19 +381,91 @@ def _benchmark(args: argparse.Namespace) -> int:
     return 0
 
 
+def _attribute(args: argparse.Namespace) -> int:
+    _check_names(args.methods, METHOD_NAMES, "method")
+    _check_names(args.metrics, METRIC_NAMES, "metric")
+    _check_positive(args, "batch_size", "limit", "max_length")
+    if args.data is None:
+        raise ValueError("give --data FILE: the texts to attribute")
+    if os.environ.get("RANK", "0") == "0":
+        _check_writable_dir(args.out)
+    try:
+        from captum_ext.evaluation.attribute import attribute_dataset
+    except ImportError:
+        raise ValueError(
+            "attribute needs captum_ext.evaluation.attribute, which this "
+            "installation lacks"
+        ) from None
+    from captum_ext.evaluation.models import resolve_device
+    from captum_ext.explain import default_methods
+
+    resolve_device(args.device)
+    model, tokenizer = _user_model(args)
+    data = _user_data(args, model)
+    path = attribute_dataset(
+        model,
+        tokenizer,
+        data,
+        args.methods or default_methods(with_decoders=False),
+        args.out,
+        metrics=args.metrics,
+        batch_size=args.batch_size,
+        max_length=args.max_length or _default_length(model, tokenizer),
+        device=args.device,
+        progress=_progress(args),
+    )
+    print(f"wrote {path}")
+    return 0
+
+
+def _default_length(model: Any, tokenizer: Any) -> int:
+    from captum_ext.evaluation.engine import default_max_length
+
+    return default_max_length(model, tokenizer)
+
+
+# ------------------------------------------------------------------ entry
+def _one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
+def _show_warning(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
+    print(f"captum-ext: notice: {_one_line(str(message))}", file=sys.stderr)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     r"""Entry point of the ``captum-ext`` console script."""
-    args = _parser().parse_args(argv)
-    # Models are local files only; set before transformers is first imported
-    # (the heavy imports happen inside the commands, which also keeps --help
-    # fast).
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    commands = {"explain": _explain, "benchmark": _benchmark}
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        return commands[args.command](args)
-    except (ValueError, OSError) as error:
-        print(f"captum-ext {args.command}: error: {error}", file=sys.stderr)
+        _check_utf8(argv)
+    except ValueError as error:
+        print(f"captum-ext: error: {error}", file=sys.stderr)
         return 2
+    args = _parser().parse_args(argv)
+    # Models are local files only; set before transformers is first imported.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    commands: Dict[str, Callable[[argparse.Namespace], int]] = {
+        "explain": _explain,
+        "benchmark": _benchmark,
+        "attribute": _attribute,
+    }
+    prefix = f"captum-ext {args.command}: error:"
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            return commands[args.command](args)
+    except KeyboardInterrupt:
+        print(f"captum-ext {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: B902 - the CLI's one-line contract
+        if args.debug:
+            traceback.print_exc()
+        known = isinstance(error, (ValueError, OSError, LookupError))
+        detail = _one_line(str(error)) or type(error).__name__
+        if not known:
+            detail = f"{type(error).__name__}: {detail} (rerun with --debug)"
+        print(f"{prefix} {detail}", file=sys.stderr)
+        return 2 if known else 1
 
 
 if __name__ == "__main__":

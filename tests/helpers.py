@@ -196,3 +196,56 @@ def tiny_mean_pool_classifier(seed: int = 0) -> nn.Module:
     config = _config("bert", 3)
     config._attn_implementation = "eager"
     return MeanPoolBertClassifier(config).eval()
+
+
+# ------------------------------------------------- tiny tokenizer and model dir
+# (shared by tests/evaluation, tests/test_cli.py and tests/test_explain.py)
+TINY_WORDS = (
+    "the a movie film good bad great awful not very fun boring plot acting it was "
+    "is and love hate script < > & ! ."
+).split()
+TINY_TEXTS = [
+    "the movie was great fun !",
+    "a boring plot and bad acting .",
+    "not very good",
+    "i love it",
+    "awful film , hate it",
+    "the acting is very good and the plot is fun",
+]
+TINY_LABEL_NAMES = ["negative", "positive", "<mixed>"]
+
+
+def tiny_tokenizer() -> "transformers.BertTokenizerFast":
+    r"""A WordPiece tokenizer whose ids match this module's (PAD 0, UNK 1, CLS 2,
+    SEP 3, MASK 4) and the tiny models' vocabulary size."""
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + TINY_WORDS
+    vocab += [f"w{i}" for i in range(VOCAB - len(vocab))]
+    tokenizer = transformers.BertTokenizerFast(
+        vocab={word: i for i, word in enumerate(vocab)}
+    )
+    assert (tokenizer.pad_token_id, tokenizer.cls_token_id) == (PAD_ID, CLS_ID)
+    assert tokenizer.sep_token_id == SEP_ID
+    return tokenizer
+
+
+def tiny_labelled_bert(num_labels: int = 3) -> nn.Module:
+    r"""A tiny random BERT classifier with named classes."""
+    model = tiny_classifier("bert", num_labels=num_labels)
+    model.config.id2label = dict(enumerate(TINY_LABEL_NAMES[:num_labels]))
+    model.config.label2id = {name: i for i, name in model.config.id2label.items()}
+    return model
+
+
+def save_tiny_model(directory: object) -> object:
+    r"""A local model directory as ``save_pretrained`` writes it."""
+    tiny_labelled_bert().save_pretrained(directory)  # type: ignore[arg-type]
+    tiny_tokenizer().save_pretrained(directory)  # type: ignore[arg-type]
+    return directory
+
+
+def embedding_decoders(model: nn.Module, tokenizer: object) -> list:
+    r"""Stands in for the fitted decoders, which would be fitted on real text
+    and cached: the tied input embeddings decode every layer."""
+    from captum_ext.attr import EmbeddingDecoder
+
+    return [EmbeddingDecoder(model)] * (model.config.num_hidden_layers + 1)

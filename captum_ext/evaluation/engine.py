@@ -1,0 +1,663 @@
+#!/usr/bin/env python3
+r"""The benchmark engine: chosen methods of the registry's ``METHODS`` scored
+by chosen metrics of its ``METRICS`` (:mod:`captum_ext.evaluation.registry`) on any
+Hugging Face sequence classifier and any labelled or unlabelled texts, each method
+timed against a forward pass on the same batch.
+
+Under ``torchrun`` the examples are dealt to the ranks
+(:meth:`DistributedContext.shard`), every rank scores its share and rank 0
+gathers the per-example values; means are taken over examples in row order, so
+the table equals a one-process run up to the batch composition (padding
+invariance, within 1e-6).
+"""
+
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+
+import torch
+from torch import nn, Tensor
+
+from captum_ext._utils.common import classifier_forward
+from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
+from captum_ext.evaluation.distributed import distributed_context, DistributedContext
+from captum_ext.evaluation.registry import (
+    check_names,
+    LAYER_MAPS,
+    MethodFn,
+    METHODS,
+    MethodSpec,
+    MetricContext,
+    METRICS,
+    MetricSpec,
+    use_decoder_texts,
+)
+from captum_ext.evaluation.results import BenchmarkResult, MethodResult
+from captum_ext.visualization import Explanation
+
+__all__ = ["ExampleData", "benchmark", "default_max_length"]
+
+# Longest input the engine feeds a model whose tokenizer states no limit.
+FALLBACK_MAX_LENGTH = 512
+
+
+class ExampleData(Protocol):
+    r"""What the engine reads from a dataset (``TextData`` of
+    :func:`captum_ext.evaluation.data.load_data`, or
+    :class:`captum_ext.datasets.TextDataset`): ``texts``, gold ``labels`` or
+    None, ``label_names`` or None, and optionally ``text_pairs``."""
+
+    @property
+    def texts(self) -> Sequence[str]: ...
+
+    def __len__(self) -> int: ...
+
+
+def default_max_length(model: nn.Module, tokenizer: Any) -> int:
+    r"""The most tokens both the tokenizer and the model's positions allow
+    (:data:`FALLBACK_MAX_LENGTH` when neither says)."""
+    limits = [getattr(tokenizer, "model_max_length", None)]
+    limits.append(getattr(model.config, "max_position_embeddings", None))
+    known = [int(n) for n in limits if isinstance(n, int) and 0 < n < 1_000_000]
+    return min(known, default=FALLBACK_MAX_LENGTH)
+
+
+# --------------------------------------------------------------- shared forward
+class _SharedForward:
+    r"""Logits memoised per input row, for all metrics of all methods on one
+    batch.
+
+    The default protocols perturb the same inputs more than once: AOPC, LOdds
+    and hiding delete the same top-ranked tokens, sufficiency and revealing keep
+    the same ones, every metric re-runs the unperturbed batch, and the extreme
+    levels (every content token removed or kept) are the same for every method.
+    Each distinct row runs once, which makes the metrics about 3x cheaper. A
+    row's key is its tokens, mask and segment ids up to its last attended
+    position: trailing padding, which the metrics trim differently per chunk,
+    does not change the logits.
+    """
+
+    def __init__(self, forward: Callable[..., Tensor]) -> None:
+        self.forward = forward
+        self.rows: Dict[Tuple[bytes, ...], Tensor] = {}
+
+    def remember(
+        self,
+        logits: Tensor,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        token_type_ids: Optional[Tensor] = None,
+    ) -> None:
+        keys = _row_keys(input_ids, attention_mask, token_type_ids)
+        self.rows.update(zip(keys, logits.detach()))
+
+    def __call__(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        token_type_ids: Optional[Tensor] = None,
+    ) -> Tensor:
+        keys = _row_keys(input_ids, attention_mask, token_type_ids)
+        missing = {key: row for row, key in enumerate(keys) if key not in self.rows}
+        if missing:
+            rows = torch.tensor(list(missing.values()), device=input_ids.device)
+            ids, mask = input_ids[rows], attention_mask[rows]
+            types = None if token_type_ids is None else token_type_ids[rows]
+            self.remember(self.forward(ids, mask, types), ids, mask, types)
+        return torch.stack([self.rows[key] for key in keys])
+
+
+def _row_keys(
+    input_ids: Tensor, attention_mask: Tensor, token_type_ids: Optional[Tensor] = None
+) -> List[Tuple[bytes, ...]]:
+    ends = (attention_mask.cumsum(-1) * attention_mask).argmax(-1) + 1  # [batch]
+    parts = [input_ids, attention_mask]
+    parts += [] if token_type_ids is None else [token_type_ids]
+    arrays = [part.cpu().numpy() for part in parts]
+    return [
+        tuple(array[row, :end].tobytes() for array in arrays)
+        for row, end in enumerate(ends.tolist())
+    ]
+
+
+# -------------------------------------------------------------------- timing
+_clock = time.perf_counter
+
+
+def _forward_for(model: nn.Module) -> Callable[..., Tensor]:
+    r"""The logits function every timing and metric uses (a seam for tests)."""
+    return classifier_forward(model)
+
+
+def _run_timed(fn: Callable[..., Tensor], *args: Any) -> Tuple[Tensor, float]:
+    start = _clock()
+    out = fn(*args)
+    return out, _clock() - start
+
+
+# ------------------------------------------------------------------- batches
+@dataclass
+class _Batch:
+    encoded: EncodedBatch
+    labels: Optional[Tensor]  # [batch] gold labels
+    target: Tensor = field(default_factory=lambda: torch.empty(0))  # [batch]
+    probs: Tensor = field(default_factory=lambda: torch.empty(0))  # [batch, C]
+    shared: Optional[_SharedForward] = None
+
+    @property
+    def inputs(self) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+        e = self.encoded
+        return e.input_ids, e.attention_mask, e.token_type_ids
+
+
+def _batches(
+    tokenizer: Any,
+    data: ExampleData,
+    rows: List[int],
+    batch_size: int,
+    max_length: int,
+    device: torch.device,
+) -> List[_Batch]:
+    pairs = getattr(data, "text_pairs", None)
+    labels = getattr(data, "labels", None)
+    encoded = bucketed_batches(
+        tokenizer,
+        [data.texts[r] for r in rows],
+        None if pairs is None else [pairs[r] for r in rows],
+        batch_size=batch_size,
+        max_length=max_length,
+    )
+    batches = []
+    for batch in encoded:
+        batch.rows = [rows[i] for i in batch.rows]  # positions in ``data``
+        gold = None if labels is None else torch.tensor([labels[r] for r in batch.rows])
+        batches.append(_Batch(batch.to(device), gold))
+    return batches
+
+
+@torch.no_grad()
+def _predict(forward: Callable[..., Tensor], batch: _Batch) -> None:
+    r"""Sets the batch's predicted class (the explained target)."""
+    logits = forward(*batch.inputs)  # [batch, C]
+    batch.probs = logits.float().softmax(-1)
+    batch.target = logits.argmax(-1)
+    batch.shared = _SharedForward(forward)
+    batch.shared.remember(logits, *batch.inputs)
+
+
+# ------------------------------------------------------------ one rank's work
+@dataclass
+class _MethodShard:
+    r"""One method on one rank's rows: values per example row, paired timings,
+    and the scores of the rows the report shows."""
+
+    values: Dict[str, Dict[int, float]] = field(default_factory=dict)
+    curves: Dict[str, Dict[int, List[float]]] = field(default_factory=dict)
+    grids: Dict[str, List[float]] = field(default_factory=dict)
+    ratios: List[float] = field(default_factory=list)
+    seconds: float = 0.0
+    forward_seconds: float = 0.0
+    kept: Dict[int, Tensor] = field(default_factory=dict)
+
+
+def _other_classes(
+    explain: MethodFn, batch: _Batch, scores: Tensor
+) -> Callable[[Tensor], Tensor]:
+    r"""``explain(target)`` for Kendall-tau: rows asking for the class already
+    explained reuse their scores; only the other rows run the method again."""
+
+    def explain_for(target: Tensor) -> Tensor:
+        out = scores.clone()
+        redo = (target != batch.target).nonzero().flatten()
+        if len(redo):
+            ids, mask, types = (None if t is None else t[redo] for t in batch.inputs)
+            out[redo] = explain(ids, mask, target[redo], types).detach().float()
+        return out
+
+    return explain_for
+
+
+def _score_batch(
+    explain: MethodFn,
+    forward: Callable[..., Tensor],
+    batch: _Batch,
+    tokenizer: Any,
+    metrics: Sequence[MetricSpec],
+    shard: _MethodShard,
+) -> Tensor:
+    r"""Runs the method on one batch, timed against a forward pass on the same
+    batch right before it (a burst of machine load then hits both), and adds
+    every metric's per-example values to ``shard``."""
+    with torch.no_grad():
+        _, forward_seconds = _run_timed(forward, *batch.inputs)
+    ids, mask, types = batch.inputs
+    scores, seconds = _run_timed(explain, ids, mask, batch.target, types)
+    scores = scores.detach().float()  # [batch, pos]
+    shard.seconds += seconds
+    shard.forward_seconds += forward_seconds
+    shard.ratios.append(seconds / max(forward_seconds, 1e-9))
+    assert batch.shared is not None
+    context = MetricContext(
+        batch.shared,
+        ids,
+        mask,
+        batch.target,
+        tokenizer,
+        _other_classes(explain, batch, scores),
+        types,
+        batch.labels,
+    )
+    for metric in metrics:
+        for column, value in metric.compute(context, scores).items():
+            per_example = value.per_example.reshape(-1).double().cpu().tolist()
+            shard.values.setdefault(column, {}).update(
+                zip(batch.encoded.rows, per_example)
+            )
+            if value.curve is not None:
+                curve = value.curve.double().cpu().tolist()
+                shard.curves.setdefault(column, {}).update(
+                    zip(batch.encoded.rows, curve)
+                )
+                shard.grids[column] = [float(g) for g in value.grid or []]
+    return scores
+
+
+class _Progress:
+    r"""A tqdm bar counting examples on a terminal; one plain line per method
+    when stderr is a log file (no carriage returns or cursor moves there)."""
+
+    def __init__(self, total: int, label: str, enabled: bool) -> None:
+        self.label, self.total, self.enabled = label, total, enabled
+        self.start = time.perf_counter()
+        self.bar: Any = None
+        if enabled and sys.stderr.isatty():
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc=label, unit="example", leave=False)
+
+    def update(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.enabled:
+            seconds = time.perf_counter() - self.start
+            print(
+                f"{self.label}: {self.total} examples in {seconds:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
+def _score_method(
+    spec: MethodSpec,
+    model: nn.Module,
+    tokenizer: Any,
+    batches: List[_Batch],
+    metrics: Sequence[MetricSpec],
+    keep: Sequence[int],
+    progress: _Progress,
+) -> _MethodShard:
+    explain = spec.factory(model, tokenizer)
+    forward = _forward_for(model)
+    shard = _MethodShard()
+    for batch in batches:
+        scores = _score_batch(explain, forward, batch, tokenizer, metrics, shard)
+        mask = batch.encoded.attention_mask
+        for position, row in enumerate(batch.encoded.rows):
+            if row in keep:
+                shard.kept[row] = scores[position, mask[position].bool()].cpu()
+        progress.update(len(batch.encoded.rows))
+    progress.close()
+    return shard
+
+
+@dataclass
+class _RankOutput:
+    r"""What a rank sends to rank 0."""
+
+    methods: Dict[str, _MethodShard]
+    predictions: Dict[int, Tuple[int, float]]  # row -> (target, probability)
+    kept_ids: Dict[int, List[int]]  # row -> attended token ids
+    truncated: int
+
+
+def _predictions(batches: List[_Batch], keep: Sequence[int]) -> _RankOutput:
+    r"""Each row's explained class and its probability, the tokens of the rows
+    the report shows, and how many texts were cut."""
+    output = _RankOutput({}, {}, {}, 0)
+    for batch in batches:
+        mask = batch.encoded.attention_mask.bool()  # [batch, pos]
+        for position, row in enumerate(batch.encoded.rows):
+            target = int(batch.target[position])
+            output.predictions[row] = (target, float(batch.probs[position, target]))
+            if row in keep:
+                ids = batch.encoded.input_ids[position, mask[position]]
+                output.kept_ids[row] = ids.tolist()
+        output.truncated += sum(batch.encoded.truncated)
+    return output
+
+
+def _run_shard(
+    model: nn.Module,
+    tokenizer: Any,
+    data: ExampleData,
+    specs: Tuple[List[MethodSpec], List[MetricSpec]],
+    options: Dict[str, Any],
+    ctx: DistributedContext,
+) -> _RankOutput:
+    methods, metrics = specs
+    rows = ctx.shard(list(range(len(data))))
+    batches = _batches(
+        tokenizer,
+        data,
+        rows,
+        options["batch_size"],
+        options["max_length"],
+        ctx.device,
+    )
+    forward = _forward_for(model)
+    for batch in batches:
+        _predict(forward, batch)
+    keep = list(range(min(options["n_examples"], len(data))))
+    output = _predictions(batches, keep)
+    for spec in methods:
+        label = f"{options['task']}: {spec.name}"
+        if ctx.is_distributed:
+            label += f" (rank {ctx.rank})"
+        progress = _Progress(len(rows), label, options["progress"])
+        output.methods[spec.name] = _score_method(
+            spec, model, tokenizer, batches, metrics, keep, progress
+        )
+    return output
+
+
+# ---------------------------------------------------------------- rank 0 merge
+def _mean(values: Dict[int, Any]) -> Any:
+    r"""Mean over examples in row order that skips NaN (an example a metric's
+    protocol leaves out), per value or per curve point; NaN where none counts."""
+    stacked = torch.tensor([values[row] for row in sorted(values)], dtype=torch.double)
+    counted = ~stacked.isnan()
+    total = torch.where(counted, stacked, 0.0).sum(0)
+    return (total / counted.sum(0)).tolist()
+
+
+def _merge_method(
+    spec: MethodSpec, shards: List[_MethodShard], task: str, columns: Sequence[str]
+) -> MethodResult:
+    values: Dict[str, Dict[int, float]] = {c: {} for c in columns}
+    curves: Dict[str, Dict[int, List[float]]] = {}
+    grids: Dict[str, List[float]] = {}
+    for shard in shards:
+        for column, by_value in shard.values.items():
+            values[column].update(by_value)
+        for column, by_curve in shard.curves.items():
+            curves.setdefault(column, {}).update(by_curve)
+        grids.update(shard.grids)
+    rows = sorted({row for by_row in values.values() for row in by_row})
+    ratios = [ratio for shard in shards for ratio in shard.ratios]
+    return MethodResult(
+        task=task,
+        method=spec.name,
+        family=spec.family,
+        n=len(rows),
+        metrics={c: float(_mean(values[c])) for c in columns if values[c]},
+        curves={c: (grids[c], _mean(by_row)) for c, by_row in curves.items()},
+        seconds=sum(shard.seconds for shard in shards),
+        forward_seconds=sum(shard.forward_seconds for shard in shards),
+        ratios=ratios,
+        rows=rows,
+        per_example={c: [values[c][row] for row in rows] for c in columns if values[c]},
+    )
+
+
+def _label_names(model: nn.Module, data: ExampleData) -> List[str]:
+    r"""The data's class names, else the model's ``id2label``."""
+    names = getattr(data, "label_names", None)
+    if names:
+        return list(names)
+    config: Any = model.config
+    id2label = getattr(config, "id2label", None) or {}
+    return [str(id2label.get(i, i)) for i in range(config.num_labels)]
+
+
+def _examples(
+    model: nn.Module, tokenizer: Any, data: ExampleData, outputs: List[_RankOutput]
+) -> List[Explanation]:
+    labels = getattr(data, "labels", None)
+    names = _label_names(model, data)
+    examples = []
+    kept_ids = {row: ids for out in outputs for row, ids in out.kept_ids.items()}
+    predictions = {row: p for out in outputs for row, p in out.predictions.items()}
+    for row in sorted(kept_ids):
+        target, prob = predictions[row]
+        scores = {
+            name: shard.kept[row]
+            for out in outputs
+            for name, shard in out.methods.items()
+            if row in shard.kept
+        }
+        examples.append(
+            Explanation(
+                tokens=tokenizer.convert_ids_to_tokens(kept_ids[row]),
+                scores=scores,
+                label_names=names,
+                pred_class=target,
+                pred_prob=prob,
+                target=target,
+                true_class=None if labels is None else int(labels[row]),
+            )
+        )
+    return examples
+
+
+def _layer_maps(
+    model: nn.Module,
+    tokenizer: Any,
+    example: Explanation,
+    methods: Sequence[MethodSpec],
+    device: torch.device,
+) -> Dict[str, Tuple[List[str], Tensor]]:
+    r"""The :data:`LAYER_MAPS` entries of the chosen methods on one example
+    (none fitted or run for a method that was not chosen)."""
+    chosen = {spec.name for spec in methods}
+    ids = tokenizer.convert_tokens_to_ids(example.tokens)
+    input_ids = torch.tensor([ids], device=device)
+    mask = torch.ones_like(input_ids)
+    target = torch.tensor([example.target], device=device)
+    return {
+        name: (
+            example.tokens,
+            spec.factory(model, tokenizer)(input_ids, mask, target)[0].cpu(),
+        )
+        for name, spec in LAYER_MAPS.items()
+        if name in chosen
+    }
+
+
+def _check_labels(metrics: Sequence[MetricSpec], data: ExampleData) -> None:
+    needing = [m.name for m in metrics if m.needs_labels]
+    if needing and getattr(data, "labels", None) is None:
+        raise ValueError(
+            f"metric(s) {needing} score against gold labels and the data has none: "
+            "give a label column (--label-column) or choose other metrics"
+        )
+
+
+def _check_options(batch_size: int, n_examples: int, data: ExampleData) -> None:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if n_examples < 0:
+        raise ValueError(f"n_examples must be >= 0, got {n_examples}")
+    if len(data) == 0:
+        raise ValueError("the data has no examples")
+
+
+def _config(
+    data: ExampleData,
+    task: str,
+    methods: Sequence[MethodSpec],
+    options: Dict[str, Any],
+    ctx: DistributedContext,
+    truncated: int,
+) -> Dict[str, Any]:
+    import captum
+    import transformers
+
+    from captum_ext.evaluation.registry import IG_STEPS
+
+    return {
+        "tasks": {task: len(data)},
+        "data": {task: str(getattr(data, "source", task))},
+        "methods": [m.name for m in methods],
+        "batch_size": options["batch_size"],
+        "max_length": {task: options["max_length"]},
+        "truncated": {task: truncated},
+        "ig_steps": IG_STEPS,
+        "device": str(ctx.device),
+        "world_size": ctx.world_size,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "captum": captum.__version__,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def benchmark(
+    model: nn.Module,
+    tokenizer: Any,
+    data: ExampleData,
+    methods: Optional[Sequence[str]] = None,
+    metrics: Optional[Sequence[str]] = None,
+    *,
+    task: str = "data",
+    batch_size: int = 16,
+    max_length: Optional[int] = None,
+    device: Optional[Any] = None,
+    progress: bool = True,
+    n_examples: int = 3,
+    decoder_texts: Optional[Sequence[str]] = None,
+) -> BenchmarkResult:
+    r"""Scores ``methods`` with ``metrics`` on ``data``: the faithfulness of each
+    method's token attributions for ``model``'s predicted class, averaged over
+    examples, and each method's cost as a ratio to one forward pass.
+
+    The time ratio of a method is the median over batches of
+    ``t_method(batch) / t_forward(batch)``, the forward pass being timed right
+    before the method on the same batch.
+
+    Under ``torchrun`` every rank must call it with the same arguments; the
+    examples are dealt to the ranks and rank 0 gathers the values. Every rank
+    returns the full result.
+
+    Args:
+        model (nn.Module): a Hugging Face sequence classifier (see
+            :func:`captum_ext.evaluation.load_classifier`); it is moved to
+            ``device``.
+        tokenizer: its tokenizer.
+        data: texts (and optional ``text_pairs``, gold ``labels`` and
+            ``label_names``), e.g. from :func:`captum_ext.evaluation.data.load_data`.
+        methods (Sequence[str], optional): names in ``METHODS``. Default: all.
+        metrics (Sequence[str], optional): names in ``METRICS``. Default: all.
+        task (str, optional): the label of the result rows. Default: ``"data"``.
+        batch_size (int, optional): examples per attribution call. Default: 16.
+        max_length (int, optional): tokens per example; longer texts are cut
+            (a warning counts them). Default: :func:`default_max_length`.
+        device (str or torch.device, optional): where the model and inputs go.
+            Default: the model's device (``cuda:LOCAL_RANK`` under ``torchrun``
+            with ``"cuda"``).
+        progress (bool, optional): progress on stderr. Default: True.
+        n_examples (int, optional): first rows kept with every method's scores
+            for the report's highlights. Default: 3.
+        decoder_texts (Sequence[str], optional): texts to fit Decoded
+            Grad-CAM's decoders on (only when that method is chosen). Default:
+            the data's texts.
+
+    Returns:
+        BenchmarkResult: one row per method, with per-example values
+        (``MethodResult.per_example``), ``to_csv``/``to_json``.
+    """
+    start = time.perf_counter()
+    method_specs = [METHODS[n] for n in check_names(methods, METHODS, "method")]
+    metric_specs = [METRICS[n] for n in check_names(metrics, METRICS, "metric")]
+    _check_options(batch_size, n_examples, data)
+    _check_labels(metric_specs, data)
+    if any(spec.needs_decoders for spec in method_specs):
+        use_decoder_texts(model, decoder_texts or list(data.texts))
+    options = dict(
+        task=task,
+        batch_size=batch_size,
+        max_length=max_length or default_max_length(model, tokenizer),
+        n_examples=n_examples,
+        progress=progress,
+    )
+    default_device = next(model.parameters()).device
+    with distributed_context(str(device or default_device)) as ctx:
+        model.to(ctx.device)
+        output = _run_shard(
+            model, tokenizer, data, (method_specs, metric_specs), options, ctx
+        )
+        gathered = ctx.gather(output)
+        result = None
+        if gathered is not None:
+            result = _merge(
+                model,
+                tokenizer,
+                data,
+                gathered,
+                method_specs,
+                metric_specs,
+                options,
+                ctx,
+            )
+            result.wall_seconds = time.perf_counter() - start
+        result = ctx.broadcast(result)
+    truncated = result.config["truncated"][task]
+    if truncated:
+        warnings.warn(
+            f"{truncated} of {len(data)} texts were cut to max_length="
+            f"{options['max_length']} tokens; their attributions cover the kept "
+            "tokens only",
+            stacklevel=2,
+        )
+    return result
+
+
+def _merge(
+    model: nn.Module,
+    tokenizer: Any,
+    data: ExampleData,
+    outputs: List[_RankOutput],
+    methods: List[MethodSpec],
+    metrics: List[MetricSpec],
+    options: Dict[str, Any],
+    ctx: DistributedContext,
+) -> BenchmarkResult:
+    task = options["task"]
+    columns = {c: up for m in metrics for c, up in m.columns.items()}
+    rows = [
+        _merge_method(
+            spec, [out.methods[spec.name] for out in outputs], task, list(columns)
+        )
+        for spec in methods
+    ]
+    ids = getattr(data, "rows", None)
+    if ids:  # positions -> the data's own row ids (e.g. rows of the file)
+        for row in rows:
+            row.rows = [ids[position] for position in row.rows]
+    examples = _examples(model, tokenizer, data, outputs)
+    maps = {}
+    if examples:
+        maps = _layer_maps(model, tokenizer, examples[0], methods, ctx.device)
+    truncated = sum(out.truncated for out in outputs)
+    return BenchmarkResult(
+        rows=rows,
+        metrics=columns,
+        examples={task: examples},
+        config=_config(data, task, methods, options, ctx, truncated),
+        layer_maps={task: maps},
+    )

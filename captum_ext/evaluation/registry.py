@@ -1,0 +1,613 @@
+#!/usr/bin/env python3
+r"""The registries of the evaluation engine: every attribution method and every
+metric it can run, by name. Adding to the benchmark is one entry each:
+
+- :data:`METHODS`: name -> :class:`MethodSpec`, whose ``factory(model, tokenizer)``
+  returns ``explain(input_ids, attention_mask, target, token_type_ids=None)
+  -> [batch, pos]``;
+- :data:`METRICS`: name -> :class:`MetricSpec`, whose ``compute(context, scores)``
+  returns a :class:`MetricValue` (a value per example, optionally a curve) for
+  each of its table columns;
+- :data:`LAYER_MAPS`: per-layer scores ``[batch, layers, pos]`` drawn as heatmaps.
+
+Captum's own baselines sit in :data:`METHODS` next to the captum_ext methods, so
+the table answers "what would a user pick instead". They work on the
+word-embedding layer (``get_input_embeddings()``), which every Hugging Face model
+has:
+
+- ``Saliency``: L2 norm of the gradient w.r.t. each token's word embedding
+  (``LayerGradientXActivation(..., multiply_by_inputs=False)``);
+- ``InputXGradient``: gradient x embedding, summed over features
+  (``LayerGradientXActivation``);
+- ``IntegratedGradients``: ``LayerIntegratedGradients`` from a reference where
+  every non-special token is [PAD], with :data:`IG_STEPS` steps instead of
+  Captum's default 50 to keep the benchmark affordable on a CPU;
+- ``FeatureAblation``: each position replaced by [PAD] in turn, one forward pass
+  per position, :data:`ABLATION_ROWS` rows per pass;
+- ``Random``: uniform scores, seeded; the floor every method should beat.
+
+Methods that need fitted decoders (``Decoded Grad-CAM``) say so in
+:attr:`MethodSpec.needs_decoders`; their decoders are fitted on the texts given
+to :func:`use_decoder_texts`, and only when such a method is chosen.
+"""
+
+import inspect
+import weakref
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+from captum.attr import (
+    FeatureAblation,
+    LayerGradientXActivation,
+    LayerIntegratedGradients,
+)
+from torch import nn, Tensor
+
+from captum_ext._utils.common import classifier_forward, parse_token_batch, run_model
+from captum_ext.adapters import get_adapter, ModelAdapter
+from captum_ext.attr import (
+    AttCAT,
+    CAT,
+    DecodedLayerGradCam,
+    GlobEnc,
+    load_fitted_decoders,
+    LogAt,
+    NormXLogit,
+)
+from captum_ext.metrics import (
+    aopc,
+    hiding_revealing,
+    kendall_tau,
+    log_odds,
+    MetricResult,
+    sufficiency,
+)
+
+__all__ = [
+    "ABLATION_ROWS",
+    "IG_ROWS",
+    "IG_STEPS",
+    "LAYER_MAPS",
+    "METHODS",
+    "METRICS",
+    "METRIC_ROWS",
+    "MethodFn",
+    "MethodSpec",
+    "MetricContext",
+    "MetricSpec",
+    "MetricValue",
+    "check_names",
+    "decoded_layer",
+    "decoders_for",
+    "register_method",
+    "register_metric",
+    "use_decoder_texts",
+]
+
+# explain(input_ids, attention_mask, target, token_type_ids=None) -> [batch, pos]
+MethodFn = Callable[..., Tensor]
+MethodFactory = Callable[[nn.Module, Any], MethodFn]
+
+IG_STEPS = 16
+# Rows per forward pass of FeatureAblation, of IntegratedGradients' path points
+# and of the metrics' perturbed inputs: enough to keep the cores busy, far from
+# memory limits at 64 tokens.
+ABLATION_ROWS = 128
+IG_ROWS = 256
+METRIC_ROWS = 128
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    r"""An attribution method as the engine runs it.
+
+    Args:
+        name (str): column/row label.
+        factory (MethodFactory): ``factory(model, tokenizer)`` returns
+            ``explain(input_ids, attention_mask, target, token_type_ids=None)
+            -> [batch, pos]``.
+        family (str): ``"captum_ext"``, ``"captum"`` (a baseline a user would
+            pick instead), ``"baseline"`` (the simple baselines the papers beat:
+            attention, attention rollout, embedding norm) or ``"control"``
+            (random, which runs no forward pass).
+        needs_decoders (bool): True when the factory fits decoders (costly, and
+            it needs real text: see :func:`use_decoder_texts`).
+    """
+
+    name: str
+    factory: MethodFactory
+    family: str
+    needs_decoders: bool = False
+
+
+METHODS: Dict[str, MethodSpec] = {}
+
+
+def register_method(
+    name: str, factory: MethodFactory, family: str, needs_decoders: bool = False
+) -> None:
+    r"""Adds a method to :data:`METHODS` (benchmark, attribute and ``explain``)."""
+    if name in METHODS:
+        raise ValueError(f"method {name!r} is already registered")
+    METHODS[name] = MethodSpec(name, factory, family, needs_decoders)
+
+
+def check_names(
+    names: Optional[Sequence[str]], registry: Dict[str, Any], kind: str
+) -> List[str]:
+    r"""``names`` validated against ``registry`` (all of it when None)."""
+    if names is None:
+        return list(registry)
+    unknown = [name for name in names if name not in registry]
+    if unknown:
+        raise ValueError(
+            f"unknown {kind}(s) {unknown}; available: {', '.join(registry)}"
+        )
+    if not names:
+        raise ValueError(f"no {kind} chosen; available: {', '.join(registry)}")
+    return list(names)
+
+
+def _forward_args(attention_mask: Tensor, token_type_ids: Optional[Tensor]) -> tuple:
+    if token_type_ids is None:
+        return (attention_mask,)
+    return (attention_mask, token_type_ids)
+
+
+# ----------------------------------------------------------- captum_ext methods
+def _captum_ext(method: Callable[[nn.Module], Any], **options: Any) -> MethodFactory:
+    r"""Factory for a captum_ext ``Attribution``: ``method(model).attribute(...)``
+    with the engine's call convention and fixed keyword ``options``."""
+
+    def factory(model: nn.Module, tokenizer: Any) -> MethodFn:
+        attribution = method(model)
+
+        def explain(
+            input_ids: Tensor,
+            attention_mask: Tensor,
+            target: Tensor,
+            token_type_ids: Optional[Tensor] = None,
+        ) -> Tensor:
+            scores = attribution.attribute(
+                input_ids,
+                target=target,
+                additional_forward_args=_forward_args(attention_mask, token_type_ids),
+                **options,
+            )
+            return scores.detach()
+
+        return explain
+
+    return factory
+
+
+register_method("NormXLogit", _captum_ext(NormXLogit), "captum_ext")
+register_method("LogAt", _captum_ext(LogAt), "captum_ext")
+register_method("AttCAT", _captum_ext(AttCAT), "captum_ext")
+register_method("CAT", _captum_ext(CAT), "captum_ext")
+register_method("GlobEnc", _captum_ext(GlobEnc, variant="N_enc"), "captum_ext")
+register_method("GlobEnc N_res", _captum_ext(GlobEnc, variant="N_res"), "captum_ext")
+register_method("GlobEnc N", _captum_ext(GlobEnc, variant="N"), "captum_ext")
+
+
+# Texts the decoders of each model are fitted on; weak keys so a dropped model
+# takes its entry with it.
+_DECODER_TEXTS: "weakref.WeakKeyDictionary[nn.Module, List[str]]" = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def use_decoder_texts(model: nn.Module, texts: Sequence[str]) -> None:
+    r"""Sets the real texts :func:`decoders_for` fits ``model``'s decoders on:
+    the default task's training texts for the default models, the user's data
+    otherwise."""
+    _DECODER_TEXTS[model] = list(texts)
+
+
+def decoders_for(model: nn.Module, tokenizer: Any) -> List[nn.Module]:
+    r"""One decoder per ``hidden_states`` index for Decoded Grad-CAM: fitted on
+    the frozen encoder and cached (a sequence classifier has no masked-LM head;
+    see :func:`captum_ext.attr.load_fitted_decoders`)."""
+    texts = _DECODER_TEXTS.get(model)
+    if not texts:
+        raise ValueError(
+            "Decoded Grad-CAM fits decoders on real text, and none was given for "
+            "this model: call captum_ext.evaluation.registry.use_decoder_texts("
+            "model, texts) first"
+        )
+    return list(load_fitted_decoders(model, tokenizer, texts).heads)
+
+
+def decoded_layer(model: nn.Module) -> int:
+    r"""The ``hidden_states`` index the benchmark decodes: 7/12 of the depth,
+    where Hou & Castanon report the best layer on SST-2 (l7 of RoBERTa-base's
+    12); l4 of the default models' 6."""
+    return round(7 * get_adapter(model).num_layers / 12)
+
+
+def _decoded(all_layers: bool) -> MethodFactory:
+    r"""Decoded Grad-CAM at :func:`decoded_layer`, or at every layer
+    (``[batch, L + 1, pos]``) from one backward pass."""
+
+    def factory(model: nn.Module, tokenizer: Any) -> MethodFn:
+        decoders = decoders_for(model, tokenizer)
+        layer = decoded_layer(model)
+        method = DecodedLayerGradCam(model, layer, decoders[layer])
+
+        def explain(
+            input_ids: Tensor,
+            attention_mask: Tensor,
+            target: Tensor,
+            token_type_ids: Optional[Tensor] = None,
+        ) -> Tensor:
+            args = dict(
+                target=target,
+                additional_forward_args=_forward_args(attention_mask, token_type_ids),
+            )
+            if all_layers:
+                return method.attribute_all_layers(
+                    input_ids, decoders=decoders, **args
+                ).detach()
+            return method.attribute(input_ids, **args).detach()
+
+        return explain
+
+    return factory
+
+
+register_method(
+    "Decoded Grad-CAM", _decoded(all_layers=False), "captum_ext", needs_decoders=True
+)
+
+
+# ----------------------------------------------------------- captum baselines
+def _special_ids(tokenizer: Any) -> Tensor:
+    return torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+
+
+def _embedding_gradients(model: nn.Module, times_input: bool) -> MethodFn:
+    layer = LayerGradientXActivation(
+        classifier_forward(model),
+        get_adapter(model).word_embeddings(),
+        multiply_by_inputs=times_input,
+    )
+
+    def explain(
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        target: Tensor,
+        token_type_ids: Optional[Tensor] = None,
+    ) -> Tensor:
+        grads = layer.attribute(
+            input_ids,
+            target=target,
+            additional_forward_args=_forward_args(attention_mask, token_type_ids),
+        )  # [batch, pos, d_model]
+        scores = grads.sum(-1) if times_input else grads.norm(dim=-1)
+        return scores.detach() * attention_mask
+
+    return explain
+
+
+def _saliency(model: nn.Module, tokenizer: Any) -> MethodFn:
+    return _embedding_gradients(model, times_input=False)
+
+
+def _input_x_gradient(model: nn.Module, tokenizer: Any) -> MethodFn:
+    return _embedding_gradients(model, times_input=True)
+
+
+def _integrated_gradients(model: nn.Module, tokenizer: Any) -> MethodFn:
+    ig = LayerIntegratedGradients(
+        classifier_forward(model), get_adapter(model).word_embeddings()
+    )
+    special = _special_ids(tokenizer)
+
+    def explain(
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        target: Tensor,
+        token_type_ids: Optional[Tensor] = None,
+    ) -> Tensor:
+        # Keep [CLS]/[SEP]/pads so only the content moves along the path.
+        keep = torch.isin(input_ids, special.to(input_ids.device))
+        reference = torch.where(keep, input_ids, tokenizer.pad_token_id)
+        attributions = ig.attribute(
+            input_ids,
+            baselines=reference,
+            target=target,
+            additional_forward_args=_forward_args(attention_mask, token_type_ids),
+            n_steps=IG_STEPS,
+            internal_batch_size=max(IG_ROWS, len(input_ids)),
+        )  # [batch, pos, d_model]
+        return attributions.sum(-1) * attention_mask
+
+    return explain
+
+
+def _feature_ablation(model: nn.Module, tokenizer: Any) -> MethodFn:
+    ablation = FeatureAblation(classifier_forward(model))
+
+    def explain(
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        target: Tensor,
+        token_type_ids: Optional[Tensor] = None,
+    ) -> Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        attributions = ablation.attribute(
+            input_ids,
+            baselines=tokenizer.pad_token_id,
+            target=target,
+            additional_forward_args=_forward_args(attention_mask, token_type_ids),
+            feature_mask=positions.expand_as(input_ids),
+            perturbations_per_eval=max(1, ABLATION_ROWS // len(input_ids)),
+        )
+        return attributions.float() * attention_mask
+
+    return explain
+
+
+def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
+    r"""Uniform scores seeded by each row's tokens and target, so an example
+    gets the same scores in any batch, on any rank, and other scores for
+    another class (Kendall-tau asks for them)."""
+
+    def explain(
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        target: Tensor,
+        token_type_ids: Optional[Tensor] = None,
+    ) -> Tensor:
+        scores = torch.zeros(input_ids.shape)  # [batch, pos]
+        targets = [None] * len(input_ids)
+        if target is not None:
+            targets = torch.as_tensor(target).expand(len(input_ids)).tolist()
+        for row, label in enumerate(targets):
+            valid = attention_mask[row].bool().cpu()
+            kept = input_ids[row].cpu()[valid].tolist()
+            seed = zlib.crc32(repr((kept, label)).encode())
+            generator = torch.Generator().manual_seed(seed)
+            scores[row, valid] = torch.rand(len(kept), generator=generator)
+        return scores.to(input_ids.device) * attention_mask
+
+    return explain
+
+
+# ------------------------------------------------------------ paper baselines
+# TO BE REPLACED by captum_ext.attr.LastLayerAttention / AttentionRollout /
+# EmbeddingNorm (helper "baselines") when merged; same names, same scores.
+def _head_mean_attentions(
+    adapter: ModelAdapter,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    token_type_ids: Optional[Tensor],
+) -> List[Tensor]:
+    r"""Every layer's attention averaged over heads, ``L x [batch, query, key]``."""
+    args = _forward_args(attention_mask, token_type_ids)
+    batch = parse_token_batch(adapter, input_ids, args)
+    with torch.no_grad():
+        output = run_model(adapter, batch, attentions=True)
+    return [layer.mean(1) for layer in output.attentions]
+
+
+def _raw_attention(rollout: bool) -> MethodFactory:
+    r"""The row of the classification position in the last layer's head-averaged
+    attention (AttCAT's "Attention" baseline), or in the plain product
+    ``W^L ... W^1`` of all layers without residual or renormalisation (GlobEnc's
+    raw attention rollout)."""
+
+    def factory(model: nn.Module, tokenizer: Any) -> MethodFn:
+        adapter = get_adapter(model)
+        adapter.require_attention_weights(
+            "Attention rollout" if rollout else "Attention"
+        )
+
+        def explain(
+            input_ids: Tensor,
+            attention_mask: Tensor,
+            target: Tensor,
+            token_type_ids: Optional[Tensor] = None,
+        ) -> Tensor:
+            weights = _head_mean_attentions(
+                adapter, input_ids, attention_mask, token_type_ids
+            )
+            position = adapter.classification_position(input_ids, attention_mask)
+            rows = torch.arange(len(position), device=position.device)
+            row = weights[-1][rows, position]  # [batch, key]
+            for layer in reversed(weights[:-1] if rollout else []):
+                row = torch.einsum("bq,bqk->bk", row, layer)
+            return row * attention_mask
+
+        return explain
+
+    return factory
+
+
+def _embedding_norm(model: nn.Module, tokenizer: Any) -> MethodFn:
+    r"""``||hidden_states[0]_i||_2``: the norm NormXLogit multiplies LogAt by,
+    alone (the NormXLogit paper's "Norm" baseline)."""
+    adapter = get_adapter(model)
+
+    def explain(
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        target: Tensor,
+        token_type_ids: Optional[Tensor] = None,
+    ) -> Tensor:
+        args = _forward_args(attention_mask, token_type_ids)
+        batch = parse_token_batch(adapter, input_ids, args)
+        with torch.no_grad():
+            output = run_model(adapter, batch, hidden_states=True)
+        # [batch, pos, d_model] -> [batch, pos]
+        return output.hidden_states[0].norm(dim=-1) * attention_mask
+
+    return explain
+
+
+register_method("Attention", _raw_attention(rollout=False), "baseline")
+register_method("Attention rollout", _raw_attention(rollout=True), "baseline")
+register_method("Embedding norm", _embedding_norm, "baseline")
+register_method("Saliency", _saliency, "captum")
+register_method("InputXGradient", _input_x_gradient, "captum")
+register_method("IntegratedGradients", _integrated_gradients, "captum")
+register_method("FeatureAblation", _feature_ablation, "captum")
+register_method("Random", _random, "control")
+
+
+# ------------------------------------------------------------------ layer maps
+@dataclass(frozen=True)
+class LayerMapSpec:
+    r"""``factory(model, tokenizer)`` returns ``fn(input_ids, attention_mask,
+    target, token_type_ids=None) -> [batch, layers, pos]``: the report draws one
+    heatmap per entry. ``needs_decoders`` as in :class:`MethodSpec`."""
+
+    factory: MethodFactory
+    needs_decoders: bool = False
+
+
+LAYER_MAPS: Dict[str, LayerMapSpec] = {
+    "AttCAT": LayerMapSpec(_captum_ext(AttCAT, return_layers=True)),
+    "Decoded Grad-CAM": LayerMapSpec(_decoded(all_layers=True), needs_decoders=True),
+}
+
+
+# -------------------------------------------------------------------- metrics
+@dataclass
+class MetricContext:
+    r"""What a metric gets besides the scores: one padded batch and a way to
+    explain other classes (Kendall-tau needs them)."""
+
+    forward: Callable[..., Tensor]
+    input_ids: Tensor  # [batch, pos]
+    attention_mask: Tensor  # [batch, pos]
+    target: Tensor  # [batch]
+    tokenizer: Any
+    explain: Callable[[Tensor], Tensor]
+    token_type_ids: Optional[Tensor] = None  # [batch, pos], text pairs only
+    labels: Optional[Tensor] = None  # [batch] gold labels, when the data has them
+
+
+@dataclass
+class MetricValue:
+    r"""``per_example`` ``[batch]``; ``curve`` ``[batch, len(grid)]`` when the
+    metric is an area under a curve."""
+
+    per_example: Tensor
+    curve: Optional[Tensor] = None
+    grid: Optional[Sequence[float]] = None
+
+
+MetricCompute = Callable[[MetricContext, Tensor], Dict[str, MetricValue]]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    r"""A metric as the engine runs it; one call may fill several columns
+    (hiding and revealing come from one pass).
+
+    Args:
+        name (str): registry name (what ``--metrics`` selects).
+        compute (Callable): ``compute(context, scores)`` returns a
+            :class:`MetricValue` per column.
+        columns (dict[str, bool]): column label -> higher is better.
+        needs_labels (bool): True when the metric scores against gold labels
+            (the engine refuses it on data without labels).
+    """
+
+    name: str
+    compute: MetricCompute
+    columns: Dict[str, bool]
+    needs_labels: bool = False
+
+
+METRICS: Dict[str, MetricSpec] = {}
+
+
+def register_metric(
+    name: str,
+    compute: MetricCompute,
+    columns: Dict[str, bool],
+    needs_labels: bool = False,
+) -> None:
+    r"""Adds a metric to :data:`METRICS`."""
+    if name in METRICS:
+        raise ValueError(f"metric {name!r} is already registered")
+    METRICS[name] = MetricSpec(name, compute, dict(columns), needs_labels)
+
+
+def _call_metric(
+    metric: Callable[..., Any], context: MetricContext, explanation: Any
+) -> Any:
+    r"""THE one place the engine calls a captum_ext metric: ``explanation`` is
+    the scores, or the explain function for Kendall-tau. Every metric runs
+    with its default protocol against the explained target."""
+    return metric(
+        context.forward,
+        context.input_ids,
+        explanation,
+        target=context.target,
+        additional_forward_args=_forward_args(
+            context.attention_mask, context.token_type_ids
+        ),
+        **_token_options(context.tokenizer, metric),
+    )
+
+
+def _token_options(tokenizer: Any, metric: Callable[..., Any]) -> Dict[str, Any]:
+    r"""The metrics' token options in their new form (``tokens=TokenOptions``,
+    ``internal_batch_size``). TEMPORARY SHIM, to delete at the merge with
+    helper "core": until ``TokenOptions`` lands, the old keyword form."""
+    try:
+        from captum_ext.metrics import TokenOptions  # type: ignore[attr-defined]
+    except ImportError:
+        old = {
+            "special_token_ids": tokenizer.all_special_ids,
+            "pad_token_id": tokenizer.pad_token_id,
+            "mask_token_id": tokenizer.mask_token_id,
+            "max_examples_per_batch": METRIC_ROWS,
+        }
+        accepted = inspect.signature(metric).parameters
+        return {key: value for key, value in old.items() if key in accepted}
+    return {
+        "tokens": TokenOptions.from_tokenizer(tokenizer),
+        "internal_batch_size": METRIC_ROWS,
+    }
+
+
+def _value(result: MetricResult) -> MetricValue:
+    return MetricValue(result.score, result.curve, result.levels.tolist())
+
+
+def _curve_metric(metric: Callable[..., MetricResult], column: str) -> MetricCompute:
+    r"""AOPC, LOdds and sufficiency share a signature and a result type."""
+
+    def compute(context: MetricContext, scores: Tensor) -> Dict[str, MetricValue]:
+        return {column: _value(_call_metric(metric, context, scores))}
+
+    return compute
+
+
+def _kendall_tau(context: MetricContext, scores: Tensor) -> Dict[str, MetricValue]:
+    # Re-explains the batch for every class: part of the metric, not timed.
+    return {
+        "Kendall-tau": MetricValue(_call_metric(kendall_tau, context, context.explain))
+    }
+
+
+def _hiding_revealing(context: MetricContext, scores: Tensor) -> Dict[str, MetricValue]:
+    # Default protocol: accuracy against the unperturbed prediction, which is
+    # what the explained target is; the "decoded" preset uses gold labels.
+    result = _call_metric(hiding_revealing, context, scores)
+    return {"Hide": _value(result.hiding), "Reveal": _value(result.revealing)}
+
+
+register_metric("aopc", _curve_metric(aopc, "AOPC"), {"AOPC": True})
+register_metric("log_odds", _curve_metric(log_odds, "LOdds"), {"LOdds": False})
+register_metric("kendall_tau", _kendall_tau, {"Kendall-tau": False})
+register_metric("hiding_revealing", _hiding_revealing, {"Hide": False, "Reveal": True})
+register_metric(
+    "sufficiency", _curve_metric(sufficiency, "Sufficiency"), {"Sufficiency": False}
+)

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+r"""The two built-in tasks as plain inputs of the engine: a default fine-tuned
+model (:mod:`captum_ext.default_models`) and the first examples of its held-out
+split (:mod:`captum_ext.datasets`). Nothing about them is special to the engine.
+"""
+
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence
+
+from torch import nn
+
+from captum_ext.datasets import load_split, TASKS, TextDataset
+from captum_ext.default_models import load_default_model, MAX_LENGTH
+from captum_ext.evaluation.engine import benchmark
+from captum_ext.evaluation.registry import check_names, METHODS
+from captum_ext.evaluation.results import BenchmarkResult
+
+__all__ = [
+    "DefaultTask",
+    "benchmark_default_tasks",
+    "default_decoder_texts",
+    "default_task",
+]
+
+# The decoders of both default models are fitted on the sentiment training
+# texts (the fitted-decoder cache is keyed by them).
+DECODER_TASK = "sentiment"
+
+
+@dataclass
+class DefaultTask:
+    r"""A default model, its tokenizer, ``n`` held-out examples and the texts
+    its decoders are fitted on."""
+
+    name: str
+    model: nn.Module
+    tokenizer: Any
+    data: TextDataset
+    max_length: int = MAX_LENGTH
+
+    def decoder_texts(self) -> List[str]:
+        return default_decoder_texts()
+
+
+def default_decoder_texts() -> List[str]:
+    r"""The texts the default models' decoders are fitted on."""
+    return list(load_split(DECODER_TASK, "train").texts)
+
+
+def default_task(name: str, n: int, device: Any = None) -> DefaultTask:
+    r"""Task ``name`` (``"sentiment"`` or ``"source"``) with its first ``n``
+    held-out examples."""
+    if name not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {name!r}")
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    model, tokenizer = load_default_model(name, device=device)
+    return DefaultTask(name, model, tokenizer, load_split(name).head(n))
+
+
+def benchmark_default_tasks(
+    n: int,
+    tasks: Sequence[str] = TASKS,
+    methods: Optional[Sequence[str]] = None,
+    metrics: Optional[Sequence[str]] = None,
+    **options: Any,
+) -> BenchmarkResult:
+    r""":func:`~captum_ext.evaluation.benchmark` on each built-in task, one
+    result. ``options`` go to it (``batch_size``, ``device``, ``progress``)."""
+    results = []
+    for name in tasks:
+        task = default_task(name, n, device=options.get("device"))
+        chosen = check_names(methods, METHODS, "method")
+        decoder_texts = None
+        if any(METHODS[m].needs_decoders for m in chosen):
+            decoder_texts = task.decoder_texts()
+        results.append(
+            benchmark(
+                task.model,
+                task.tokenizer,
+                task.data,
+                methods,
+                metrics,
+                task=name,
+                max_length=task.max_length,
+                decoder_texts=decoder_texts,
+                **options,
+            )
+        )
+    return BenchmarkResult.combine(results)

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+r"""``benchmark`` under ``torchrun``: 2 CPU processes (gloo on loopback) give the
+one-process table and per-example values."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = """
+import json, sys
+import torch
+from captum_ext.evaluation.engine import benchmark
+from tests.evaluation.text_data import tiny_data
+from tests.helpers import tiny_labelled_bert, tiny_tokenizer
+
+torch.set_num_threads(1)
+result = benchmark(
+    tiny_labelled_bert(), tiny_tokenizer(), tiny_data(6),
+    ["AttCAT", "NormXLogit", "Random"], ["aopc", "kendall_tau"],
+    task="tiny", batch_size=2, max_length=16, progress=False,
+)
+if int(__import__("os").environ.get("RANK", "0")) == 0:
+    json.dump({
+        "world": result.config["world_size"],
+        "rows": [[r.method, r.n, r.rows, r.metrics, r.per_example, len(r.ratios)]
+                 for r in result.rows],
+        "examples": [e.tokens for e in result.examples["tiny"]],
+        "scores": [e.scores["AttCAT"].tolist() for e in result.examples["tiny"]],
+    }, open(sys.argv[1], "w"))
+"""
+
+
+def _run(command, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GLOO_SOCKET_IFNAME": "lo"}
+    env.pop("WORLD_SIZE", None)
+    result = subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_two_ranks_equal_one_process(tmp_path):
+    script = tmp_path / "bench.py"
+    script.write_text(SCRIPT)
+    single, double = tmp_path / "one.json", tmp_path / "two.json"
+    _run([sys.executable, str(script), str(single)], tmp_path)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    torchrun += ["--nnodes", "1", "--nproc-per-node", "2"]
+    _run(torchrun + [str(script), str(double)], tmp_path)
+    one, two = json.loads(single.read_text()), json.loads(double.read_text())
+    assert (one["world"], two["world"]) == (1, 2)
+    assert one["examples"] == two["examples"]
+    for a, b in zip(one["scores"], two["scores"]):
+        torch.testing.assert_close(
+            torch.tensor(a), torch.tensor(b), rtol=1e-4, atol=1e-9
+        )
+    for a, b in zip(one["rows"], two["rows"]):
+        assert a[:3] == b[:3]  # method, n, rows 0..5
+        assert a[3] == pytest.approx(b[3], abs=1e-6, nan_ok=True)
+        for column in a[4]:
+            assert a[4][column] == pytest.approx(b[4][column], abs=1e-6, nan_ok=True)
+        assert (a[5], b[5]) == (3, 4)  # 3 batches of 2; 2 ranks x 2 batches (2 + 1)

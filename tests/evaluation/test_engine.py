@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+r"""The benchmark engine on a tiny random BERT and a tiny WordPiece tokenizer."""
+
+import json
+import math
+import warnings
+
+import pytest
+import torch
+from captum_ext import classifier_forward
+from captum_ext.evaluation import engine, registry
+from captum_ext.evaluation.engine import benchmark
+from captum_ext.evaluation.registry import (
+    METHODS,
+    MethodSpec,
+    METRICS,
+    MetricSpec,
+    MetricValue,
+)
+from captum_ext.metrics import aopc
+
+from tests.evaluation.text_data import TextData, tiny_data
+from tests.helpers import (
+    embedding_decoders,
+    PAD_ID,
+    tiny_labelled_bert,
+    TINY_TEXTS,
+    tiny_tokenizer,
+)
+
+FAST = ["NormXLogit", "AttCAT", "Saliency", "Attention", "Random"]
+
+
+@pytest.fixture(autouse=True)
+def no_decoder_fitting(monkeypatch):
+    monkeypatch.setattr(registry, "decoders_for", embedding_decoders)
+
+
+def run(data=None, **kwargs):
+    kwargs.setdefault("progress", False)
+    kwargs.setdefault("max_length", 16)
+    model, tokenizer = tiny_labelled_bert(), tiny_tokenizer()
+    return benchmark(model, tokenizer, data or tiny_data(4), task="tiny", **kwargs)
+
+
+@pytest.fixture(scope="module")
+def full_result():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(registry, "decoders_for", embedding_decoders)
+        return run(batch_size=4)
+
+
+def test_every_method_and_metric_gives_finite_values_and_timings(full_result):
+    rows = full_result.rows
+    assert [row.method for row in rows] == list(METHODS)
+    columns = [c for spec in METRICS.values() for c in spec.columns]
+    assert list(full_result.metrics) == columns
+    for row in rows:
+        assert row.n == 4 and row.task == "tiny" and row.rows == [0, 1, 2, 3]
+        assert list(row.metrics) == columns
+        assert all(math.isfinite(v) for v in row.metrics.values()), row
+        assert math.isfinite(row.time_ratio) and row.time_ratio > 0
+        assert len(row.ratios) == 1  # one batch of 4
+        assert row.forward_seconds > 0
+    assert full_result.wall_seconds > 0
+
+
+def test_means_are_the_means_of_the_per_example_values(full_result):
+    for row in full_result.rows:
+        for column, values in row.per_example.items():
+            assert len(values) == 4
+            kept = [v for v in values if not math.isnan(v)]
+            assert row.metrics[column] == pytest.approx(sum(kept) / len(kept))
+
+
+def test_curves_examples_and_layer_maps(full_result):
+    row = full_result.rows[0]
+    assert set(row.curves) == {"AOPC", "LOdds", "Hide", "Reveal", "Sufficiency"}
+    grid, values = row.curves["AOPC"]
+    assert len(grid) == len(values) > 1 and grid == sorted(grid)
+    examples = full_result.examples["tiny"]
+    assert len(examples) == 3
+    assert examples[0].tokens == [
+        "[CLS]",
+        "the",
+        "movie",
+        "was",
+        "great",
+        "fun",
+        "!",
+        "[SEP]",
+    ]
+    assert examples[1].true_class == 1
+    assert set(examples[0].scores) == set(METHODS)
+    assert all(len(s) == len(examples[0].tokens) for s in examples[0].scores.values())
+    tokens, scores = full_result.layer_maps["tiny"]["AttCAT"]
+    assert scores.shape == (2, len(tokens))  # blocks 1..L
+    tokens, scores = full_result.layer_maps["tiny"]["Decoded Grad-CAM"]
+    assert scores.shape == (3, len(tokens))  # hidden_states 0..L
+
+
+def test_values_do_not_depend_on_batching():
+    # Padding invariance: one batch of 6 or batches of 2 give the same values.
+    data = tiny_data(6)
+    options = dict(methods=["NormXLogit", "AttCAT"], metrics=["aopc", "sufficiency"])
+    one = run(data, batch_size=6, **options)
+    pairs = run(data, batch_size=2, **options)
+    for a, b in zip(one.rows, pairs.rows):
+        for column in a.per_example:
+            torch.testing.assert_close(
+                torch.tensor(a.per_example[column]),
+                torch.tensor(b.per_example[column]),
+                atol=1e-5,
+                rtol=1e-5,
+                equal_nan=True,
+            )
+        assert len(b.ratios) == 3
+
+
+def test_subsets_fit_nothing_unneeded_and_reject_unknown_names(monkeypatch):
+    def no_decoders(model, tokenizer):
+        raise AssertionError("decoders fitted for methods that need none")
+
+    monkeypatch.setattr(registry, "decoders_for", no_decoders)
+    result = run(tiny_data(2), methods=["Random"], metrics=["hiding_revealing"])
+    assert [row.method for row in result.rows] == ["Random"]
+    assert list(result.rows[0].metrics) == ["Hide", "Reveal"]
+    assert result.layer_maps["tiny"] == {}  # no map of a method not chosen
+    with pytest.raises(ValueError, match="unknown method"):
+        run(tiny_data(2), methods=["Nope"])
+    with pytest.raises(ValueError, match="unknown metric"):
+        run(tiny_data(2), metrics=["Nope"])
+    with pytest.raises(ValueError, match="no method chosen"):
+        run(tiny_data(2), methods=[])
+
+
+def first_token_id(context, scores):
+    values = context.input_ids[:, 1].double()
+    values[0] = math.nan  # a skipped example must not count
+    return {"first": MetricValue(values)}
+
+
+def test_metric_means_weight_examples_and_skip_nan(monkeypatch):
+    monkeypatch.setitem(
+        METRICS, "first", MetricSpec("first", first_token_id, {"first": True})
+    )
+    data = tiny_data(5)
+    result = run(data, methods=["Random"], metrics=["first"], batch_size=2)
+    ids = tiny_tokenizer()(data.texts)["input_ids"]
+    order = sorted(range(5), key=lambda i: len(ids[i]))
+    # Batches of 2 by length; the first row of each batch is NaN.
+    counted = [ids[i][1] for k, i in enumerate(order) if k % 2 == 1]
+    assert result.rows[0].metrics["first"] == pytest.approx(sum(counted) / len(counted))
+
+
+def test_gold_label_metrics_say_when_the_data_has_no_labels(monkeypatch):
+    spec = MetricSpec("gold", first_token_id, {"gold": True}, needs_labels=True)
+    monkeypatch.setitem(METRICS, "gold", spec)
+    with pytest.raises(ValueError, match="gold labels and the data has none"):
+        run(tiny_data(2, labels=False), methods=["Random"], metrics=["gold"])
+    unlabelled = run(tiny_data(2, labels=False), methods=["Random"], metrics=["aopc"])
+    assert unlabelled.examples["tiny"][0].true_class is None
+
+
+class FakeClock:
+    r"""Time that moves only when the fake forward or method runs."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_paired_timings_survive_a_slow_forward_on_one_batch(monkeypatch):
+    clock = FakeClock()
+    forward = classifier_forward(tiny_labelled_bert())
+    slow_width = 9  # only "a boring plot and bad acting ." has 9 tokens
+
+    def timed_forward(input_ids, attention_mask=None, token_type_ids=None):
+        clock.now += 100.0 if input_ids.shape[1] == slow_width else 1.0
+        return forward(input_ids, attention_mask)
+
+    def method_costing(units):
+        def factory(model, tokenizer):
+            def explain(input_ids, attention_mask, target, token_type_ids=None):
+                clock.now += units
+                return attention_mask.float()
+
+            return explain
+
+        return factory
+
+    monkeypatch.setattr(engine, "_clock", clock)
+    monkeypatch.setattr(engine, "_forward_for", lambda model: timed_forward)
+    monkeypatch.setitem(
+        METHODS, "Three", MethodSpec("Three", method_costing(3.0), "captum")
+    )
+    monkeypatch.setitem(
+        METHODS, "Half", MethodSpec("Half", method_costing(0.5), "captum")
+    )
+    monkeypatch.setitem(
+        METRICS, "first", MetricSpec("first", first_token_id, {"first": True})
+    )
+    result = run(
+        tiny_data(5), methods=["Three", "Half"], metrics=["first"], batch_size=1
+    )
+    three, half = result.rows
+    assert sorted(three.ratios) == [0.03, 3.0, 3.0, 3.0, 3.0]
+    assert three.time_ratio == 3.0 and not three.timing_suspect
+    assert three.seconds / three.forward_seconds < 0.2  # what totals would say
+    assert half.time_ratio == 0.5 and half.timing_suspect  # flagged, not a cost
+
+
+def test_text_pairs_are_encoded_with_segments():
+    data = tiny_data(3, pairs=True)
+    result = run(data, methods=["AttCAT", "Saliency"], metrics=["aopc"], max_length=32)
+    tokens = result.examples["tiny"][0].tokens
+    assert tokens.count("[SEP]") == 2
+    assert all(math.isfinite(row.metrics["AOPC"]) for row in result.rows)
+
+
+def test_truncation_is_counted_and_warned():
+    long = TextData([" ".join(["good"] * 40), "bad"], [1, 0], ["negative", "positive"])
+    with pytest.warns(UserWarning, match="1 of 2 texts were cut to max_length=8"):
+        result = run(long, methods=["Random"], metrics=["aopc"], max_length=8)
+    assert result.config["truncated"] == {"tiny": 1}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(tiny_data(2), methods=["Random"], metrics=["aopc"])
+
+
+def test_rows_are_the_data_row_ids_and_label_names_fall_back_to_the_model():
+    data = tiny_data(3, labels=False)
+    data.rows, data.label_names = [10, 11, 15], None
+    result = run(data, methods=["Random"], metrics=["aopc"])
+    assert result.rows[0].rows == [10, 11, 15]
+    assert [r["row"] for r in result.per_example()] == [10, 11, 15]
+    assert result.examples["tiny"][0].label_names == ["negative", "positive", "<mixed>"]
+
+
+def test_results_write_csv_and_json(tmp_path):
+    result = run(tiny_data(3), methods=["NormXLogit", "Random"], metrics=["aopc"])
+    table = result.to_csv(tmp_path / "table.csv").read_text().splitlines()
+    assert table[0] == "task,method,family,n,AOPC,time_ratio,timing_suspect"
+    assert len(table) == 3
+    per_example = result.to_csv(tmp_path / "rows.csv", per_example=True)
+    assert len(per_example.read_text().splitlines()) == 1 + 2 * 3
+    document = json.loads(result.to_json(tmp_path / "r.json").read_text())
+    assert [r["method"] for r in document["table"]] == ["NormXLogit", "Random"]
+    assert {r["row"] for r in document["per_example"]} == {0, 1, 2}
+    assert document["table"][0]["AOPC"] == pytest.approx(result.rows[0].metrics["AOPC"])
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_shared_forward_reuses_rows_and_matches_the_model():
+    tokenizer = tiny_tokenizer()
+    encoded = tokenizer(TINY_TEXTS[:3], padding=True, return_tensors="pt")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    forward = classifier_forward(tiny_labelled_bert())
+    calls = []
+
+    def counting(input_ids, attention_mask, token_type_ids=None):
+        calls.append(len(input_ids))
+        return forward(input_ids, attention_mask)
+
+    shared = engine._SharedForward(counting)
+    with torch.no_grad():
+        expected = forward(ids, mask)
+        assert torch.allclose(shared(ids, mask), expected, atol=1e-6)
+        # Extra trailing padding is the same row; nothing runs again.
+        wider = torch.nn.functional.pad(ids, (0, 2), value=PAD_ID)
+        assert torch.allclose(shared(wider, (wider != PAD_ID).long()), expected)
+    assert calls == [3]
+    scores = torch.rand(ids.shape) * mask
+    kwargs = dict(target=0, additional_forward_args=(mask,), special_token_ids=[0, 2])
+    plain = aopc(forward, ids, scores, **kwargs)
+    cached = aopc(shared, ids, scores, **kwargs)
+    assert torch.allclose(plain.curve, cached.curve, atol=1e-6, equal_nan=True)

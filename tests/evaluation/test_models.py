@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+r"""Loading the user's classifier from a local directory, and the errors for
+everything that is not one."""
+
+import json
+
+import pytest
+import torch
+import transformers
+from captum_ext import UnsupportedModelError
+from captum_ext.evaluation.models import load_classifier, resolve_device
+
+from tests.helpers import save_tiny_model, tiny_masked_lm, tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+def test_loads_a_classifier_eager_in_eval_mode_in_the_asked_dtype(model_dir):
+    model, tokenizer = load_classifier(model_dir, dtype="bfloat16", max_length=12)
+    assert not model.training
+    assert model.config._attn_implementation == "eager"
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert tokenizer.model_max_length == 12
+    assert model.config.id2label[2] == "<mixed>"
+
+
+def test_a_separate_tokenizer_directory(model_dir, tmp_path):
+    tiny_tokenizer().save_pretrained(tmp_path)
+    _, tokenizer = load_classifier(model_dir, tokenizer=tmp_path)
+    assert tokenizer.pad_token_id == 0
+
+
+def test_a_missing_directory_is_named(tmp_path):
+    with pytest.raises(ValueError, match="does not exist") as error:
+        load_classifier(tmp_path / "missing")
+    assert "Repo id" not in str(error.value)
+    with pytest.raises(ValueError, match="no config.json"):
+        load_classifier(tmp_path)
+
+
+def test_a_masked_lm_directory_is_refused(tmp_path):
+    tiny_masked_lm("bert").save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedModelError, match="BertForMaskedLM, not a sequence"):
+        load_classifier(tmp_path)
+
+
+def test_a_bare_encoder_directory_is_refused(tmp_path):
+    config = transformers.BertConfig(
+        vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4
+    )
+    transformers.BertModel(config).save_pretrained(tmp_path)
+    tiny_tokenizer().save_pretrained(tmp_path)
+    with pytest.raises(UnsupportedModelError, match="BertModel, not a sequence"):
+        load_classifier(tmp_path)
+    # The same weights declared as a classifier: the head would be random.
+    path = tmp_path / "config.json"
+    declared = json.loads(path.read_text())
+    declared["architectures"] = ["BertForSequenceClassification"]
+    path.write_text(json.dumps(declared))
+    with pytest.raises(UnsupportedModelError, match="randomly initialised"):
+        load_classifier(tmp_path)
+
+
+def test_bad_devices_and_dtypes_are_named(model_dir):
+    with pytest.raises(ValueError, match="unknown device 'nope'"):
+        resolve_device("nope")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            resolve_device("cuda")
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        load_classifier(model_dir, dtype="float8")
+    assert resolve_device(None) == torch.device("cpu")

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+r"""The method and metric registries: names, families, call convention, and the
+paper baselines' equations on a tiny random BERT."""
+
+import pytest
+import torch
+from captum_ext.evaluation import registry
+from captum_ext.evaluation.registry import (
+    check_names,
+    METHODS,
+    METRICS,
+    register_method,
+    use_decoder_texts,
+)
+
+from tests.helpers import (
+    CLS_ID,
+    embedding_decoders,
+    PAD_ID,
+    SEP_ID,
+    tiny_labelled_bert,
+    TINY_TEXTS,
+    tiny_tokenizer,
+)
+
+
+def test_registries_hold_the_new_methods_and_captum_baselines():
+    for name in ("NormXLogit", "LogAt", "AttCAT", "CAT", "GlobEnc", "GlobEnc N_res"):
+        assert METHODS[name].family == "captum_ext"
+    assert METHODS["GlobEnc N"].family == "captum_ext"
+    assert METHODS["Decoded Grad-CAM"].family == "captum_ext"
+    for name in ("Saliency", "InputXGradient", "IntegratedGradients"):
+        assert METHODS[name].family == "captum"
+    assert METHODS["FeatureAblation"].family == "captum"
+    assert METHODS["Random"].family == "control"
+    for name in ("Attention", "Attention rollout", "Embedding norm"):
+        assert METHODS[name].family == "baseline"
+    assert [n for n, s in METHODS.items() if s.needs_decoders] == ["Decoded Grad-CAM"]
+    names = ["aopc", "log_odds", "kendall_tau", "hiding_revealing", "sufficiency"]
+    assert list(METRICS) == names
+    columns = [c for name in names for c in METRICS[name].columns]
+    assert columns == ["AOPC", "LOdds", "Kendall-tau", "Hide", "Reveal", "Sufficiency"]
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_every_method_returns_one_score_per_position_zero_on_padding(
+    monkeypatch, pairs
+):
+    monkeypatch.setattr(registry, "decoders_for", embedding_decoders)
+    model, tokenizer = tiny_labelled_bert(), tiny_tokenizer()
+    second = TINY_TEXTS[3:6] if pairs else None
+    encoded = tokenizer(TINY_TEXTS[:3], second, padding=True, return_tensors="pt")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    types = encoded["token_type_ids"] if pairs else None
+    target = torch.tensor([0, 1, 2])
+    for name, spec in METHODS.items():
+        scores = spec.factory(model, tokenizer)(ids, mask, target, types)
+        assert scores.shape == ids.shape, name
+        assert torch.isfinite(scores).all(), name
+        assert (scores[mask == 0] == 0).all(), name
+
+
+def test_segment_ids_reach_the_model():
+    model, tokenizer = tiny_labelled_bert(), tiny_tokenizer()
+    encoded = tokenizer(TINY_TEXTS[:1], TINY_TEXTS[1:2], return_tensors="pt")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    explain = METHODS["NormXLogit"].factory(model, tokenizer)
+    with_types = explain(ids, mask, torch.tensor([0]), encoded["token_type_ids"])
+    without = explain(ids, mask, torch.tensor([0]))
+    assert not torch.allclose(with_types, without)
+
+
+def test_register_and_check_names_reject_bad_names():
+    with pytest.raises(ValueError, match="already registered"):
+        register_method("Random", METHODS["Random"].factory, "control")
+    with pytest.raises(ValueError, match=r"unknown method\(s\) \['No'\]"):
+        check_names(["No"], METHODS, "method")
+    assert check_names(None, METRICS, "metric") == list(METRICS)
+
+
+def test_decoders_are_fitted_on_the_given_texts_only(monkeypatch):
+    model, tokenizer = tiny_labelled_bert(), tiny_tokenizer()
+    with pytest.raises(ValueError, match="fits decoders on real text"):
+        registry.decoders_for(model, tokenizer)
+    seen = []
+
+    class Fitted:
+        heads = ["h0", "h1", "h2"]
+
+    def fake_fit(model, tokenizer, texts):
+        seen.append(texts)
+        return Fitted()
+
+    monkeypatch.setattr(registry, "load_fitted_decoders", fake_fit)
+    use_decoder_texts(model, ["one text", "another"])
+    assert registry.decoders_for(model, tokenizer) == ["h0", "h1", "h2"]
+    assert seen == [["one text", "another"]]
+
+
+def paper_baseline(name: str, ids: torch.Tensor, mask: torch.Tensor):
+    model = tiny_labelled_bert()
+    scores = METHODS[name].factory(model, tiny_tokenizer())(ids, mask, None)
+    output = model(
+        input_ids=ids,
+        attention_mask=mask,
+        output_attentions=True,
+        output_hidden_states=True,
+    )
+    return scores, output
+
+
+def test_attention_baselines_are_the_cls_row_of_head_averaged_weights():
+    ids = torch.tensor([[CLS_ID, 7, 8, 9, SEP_ID], [CLS_ID, 10, SEP_ID, PAD_ID, 0]])
+    mask = (torch.arange(5) < torch.tensor([[5], [3]])).long()
+    last, output = paper_baseline("Attention", ids, mask)
+    weights = [layer.mean(1).detach() for layer in output.attentions]
+    torch.testing.assert_close(last, weights[-1][:, 0] * mask)
+    rollout, _ = paper_baseline("Attention rollout", ids, mask)
+    for b in range(2):  # naive: row 0 of W^L @ ... @ W^1, one example at a time
+        product = torch.eye(5)
+        for layer in weights:
+            product = layer[b] @ product
+        torch.testing.assert_close(rollout[b], product[0] * mask[b])
+    assert rollout[1, 3:].abs().max() == 0  # pads get nothing
+
+
+def test_embedding_norm_is_the_norm_of_hidden_states_0():
+    ids = torch.tensor([[CLS_ID, 7, 8, SEP_ID]])
+    scores, output = paper_baseline("Embedding norm", ids, torch.ones_like(ids))
+    expected = output.hidden_states[0].norm(dim=-1).detach()
+    torch.testing.assert_close(scores, expected)
+    assert scores.min() > 0
+
+
+def test_random_scores_depend_on_the_example_and_class_not_the_batch():
+    tokenizer = tiny_tokenizer()
+    explain = METHODS["Random"].factory(tiny_labelled_bert(), tokenizer)
+    encoded = tokenizer(TINY_TEXTS[:3], padding=True, return_tensors="pt")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    batch = explain(ids, mask, torch.tensor([0, 1, 2]))
+    alone = tokenizer(TINY_TEXTS[2:3], return_tensors="pt")
+    single = explain(alone["input_ids"], alone["attention_mask"], torch.tensor([2]))
+    torch.testing.assert_close(batch[2, : single.shape[1]], single[0])
+    assert (batch[mask == 0] == 0).all() and (batch[mask == 1] > 0).all()
+    other = explain(alone["input_ids"], alone["attention_mask"], torch.tensor([1]))
+    assert not torch.equal(other, single)

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+r"""``captum_ext.explain.explain``: one text, several methods."""
+
+import pytest
+import torch
+from captum_ext.evaluation import registry
+from captum_ext.evaluation.registry import METHODS
+from captum_ext.explain import default_methods, explain
+
+from tests.helpers import (
+    embedding_decoders,
+    TINY_LABEL_NAMES,
+    tiny_labelled_bert,
+    tiny_tokenizer,
+)
+
+
+@pytest.fixture(autouse=True)
+def no_decoder_fitting(monkeypatch):
+    monkeypatch.setattr(registry, "decoders_for", embedding_decoders)
+
+
+def test_scores_every_non_control_method_without_decoders_by_default():
+    model = tiny_labelled_bert()
+    explanation = explain(model, tiny_tokenizer(), "the movie was fun")
+    assert explanation.tokens == ["[CLS]", "the", "movie", "was", "fun", "[SEP]"]
+    expected = [
+        n
+        for n, s in METHODS.items()
+        if s.family != "control" and n != "Decoded Grad-CAM"
+    ]
+    assert list(explanation.scores) == expected == default_methods(False)
+    assert explanation.target == explanation.pred_class
+    assert explanation.label_names == TINY_LABEL_NAMES
+    with torch.no_grad():
+        ids = torch.tensor([tiny_tokenizer()("the movie was fun")["input_ids"]])
+        probs = model(input_ids=ids).logits.softmax(-1)[0]
+    assert explanation.pred_prob == pytest.approx(float(probs.max()))
+
+
+def test_scores_equal_the_registry_method_and_follow_the_target():
+    model, tokenizer = tiny_labelled_bert(), tiny_tokenizer()
+    explanation = explain(model, tokenizer, "not very good", ["AttCAT"], target=2)
+    assert explanation.target == 2
+    ids = torch.tensor([tokenizer("not very good")["input_ids"]])
+    direct = METHODS["AttCAT"].factory(model, tokenizer)(
+        ids, torch.ones_like(ids), torch.tensor([2])
+    )[0]
+    torch.testing.assert_close(explanation.scores["AttCAT"], direct)
+
+
+def test_decoder_texts_bring_in_decoded_grad_cam():
+    explanation = explain(
+        tiny_labelled_bert(), tiny_tokenizer(), "good", decoder_texts=["some text"]
+    )
+    assert "Decoded Grad-CAM" in explanation.scores
+
+
+def test_bad_input_is_refused_and_truncation_is_told():
+    model, tokenizer = tiny_labelled_bert(), tiny_tokenizer()
+    with pytest.raises(
+        ValueError, match="not a class of this model: choose one in 0..2"
+    ):
+        explain(model, tokenizer, "good", ["Random"], target=7)
+    with pytest.raises(ValueError, match="the text is empty"):
+        explain(model, tokenizer, "  \n", ["Random"])
+    with pytest.raises(ValueError, match="unknown method"):
+        explain(model, tokenizer, "good", ["Nope"])
+    with pytest.warns(UserWarning, match="has 12 tokens and was cut to max_length=6"):
+        explanation = explain(model, tokenizer, "good " * 10, ["Random"], max_length=6)
+    assert len(explanation.tokens) == 6
+
+
+def test_text_pairs():
+    explanation = explain(
+        tiny_labelled_bert(), tiny_tokenizer(), "good", ["Saliency"], text_pair="bad"
+    )
+    assert explanation.tokens == ["[CLS]", "good", "[SEP]", "bad", "[SEP]"]
