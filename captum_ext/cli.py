@@ -173,6 +173,19 @@ def _parser() -> argparse.ArgumentParser:
     attribute.add_argument("--model", type=Path, required=True)
     _data_options(attribute)
     attribute.add_argument("--out", type=Path, required=True, help="output directory")
+    attribute.add_argument(
+        "--shard-size",
+        type=int,
+        default=1000,
+        help="rows per Parquet shard (the unit of resume); default: 1000",
+    )
+    attribute.add_argument(
+        "--target",
+        choices=("predicted", "label"),
+        default="predicted",
+        help="class to explain: the prediction or the gold label (needs "
+        "--label-column); default: predicted",
+    )
     _common(attribute)
     return parser
 
@@ -384,18 +397,12 @@ def _benchmark(args: argparse.Namespace) -> int:
 def _attribute(args: argparse.Namespace) -> int:
     _check_names(args.methods, METHOD_NAMES, "method")
     _check_names(args.metrics, METRIC_NAMES, "metric")
-    _check_positive(args, "batch_size", "limit", "max_length")
+    _check_positive(args, "batch_size", "limit", "max_length", "shard_size")
     if args.data is None:
         raise ValueError("give --data FILE: the texts to attribute")
     if os.environ.get("RANK", "0") == "0":
         _check_writable_dir(args.out)
-    try:
-        from captum_ext.evaluation.attribute import attribute_dataset
-    except ImportError:
-        raise ValueError(
-            "attribute needs captum_ext.evaluation.attribute, which this "
-            "installation lacks"
-        ) from None
+    from captum_ext.evaluation.attribute import attribute_dataset
     from captum_ext.evaluation.models import resolve_device
     from captum_ext.explain import default_methods
 
@@ -413,6 +420,8 @@ def _attribute(args: argparse.Namespace) -> int:
         max_length=args.max_length or _default_length(model, tokenizer),
         device=args.device,
         progress=_progress(args),
+        shard_size=args.shard_size,
+        target=args.target,
     )
     print(f"wrote {path}")
     return 0

@@ -19,9 +19,10 @@ import torch
 from torch import nn
 
 from captum_ext._utils.common import classifier_forward
+from captum_ext._utils.hooks import eval_semantics
 from captum_ext.evaluation.engine import default_max_length
 from captum_ext.evaluation.registry import check_names, METHODS, use_decoder_texts
-from captum_ext.visualization import Explanation
+from captum_ext.visualization import Explanation, special_token_mask
 
 __all__ = ["default_methods", "explain"]
 
@@ -94,7 +95,7 @@ def explain(
     mask = torch.ones_like(input_ids)
     types = encoded.get("token_type_ids") if text_pair is not None else None
     type_ids = None if types is None else torch.tensor([types], device=device)
-    with torch.no_grad():
+    with torch.no_grad(), eval_semantics(model):
         logits = classifier_forward(model)(input_ids, mask, type_ids)
     probs = logits.float().softmax(-1)[0]  # [classes]
     predicted = int(probs.argmax())
@@ -121,4 +122,6 @@ def explain(
         pred_class=predicted,
         pred_prob=float(probs[predicted]),
         target=chosen,
+        special_mask=special_token_mask(tokenizer, encoded["input_ids"]),
+        text=text if text_pair is None else f"{text} / {text_pair}",
     )

@@ -25,7 +25,7 @@ import torch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from captum_ext.evaluation.results import BenchmarkResult, MethodResult
+from captum_ext.evaluation.results import BenchmarkResult, MethodResult, SUSPECT_RATIO
 from captum_ext.visualization import (
     display_texts,
     Explanation,
@@ -49,9 +49,6 @@ __all__ = [
 TIME_COLUMN = "time (x forward)"
 KENDALL = "Kendall-tau"
 NOT_APPLICABLE = "n/a (class-agnostic)"
-# Every method but the random control runs at least one forward pass, so a
-# ratio below this means the timing was disturbed (flagged, never plain).
-MIN_PLAUSIBLE_RATIO = 0.9
 TIMING_FLAG = "⚠"
 
 # What each metric column measures; the better direction comes from the
@@ -79,7 +76,7 @@ DEFINITIONS = {
 TIME_DEFINITION = (
     "attribution time divided by one inference forward pass timed right before "
     "it on the same batch (median over batches). Every method but the random "
-    f"control runs a forward pass, so a ratio below {MIN_PLAUSIBLE_RATIO} is "
+    f"control runs a forward pass, so a ratio below {SUSPECT_RATIO} is "
     f"impossible: it is flagged {TIMING_FLAG} (disturbed timing; rerun)."
 )
 # The y axis of each metric's per-level curve, and its x axis.
@@ -121,21 +118,8 @@ class Cell(NamedTuple):
     kind: str = ""
 
 
-def _class_agnostic(row: MethodResult) -> bool:
-    r"""Whether the method's scores ignore the target class; the engine's
-    method registry sets it (``MethodResult.class_agnostic``, default False)."""
-    return bool(getattr(row, "class_agnostic", False))
-
-
-def _timing_flagged(row: MethodResult) -> bool:
-    r"""A ratio below :data:`MIN_PLAUSIBLE_RATIO` (or not finite) for a method
-    that runs a forward pass."""
-    ratio = row.time_ratio
-    return row.family != "control" and not ratio >= MIN_PLAUSIBLE_RATIO
-
-
 def _applies(row: MethodResult, metric: str) -> bool:
-    return not (metric == KENDALL and _class_agnostic(row))
+    return not (metric == KENDALL and row.class_agnostic)
 
 
 def _header(name: str, higher_is_better: bool) -> str:
@@ -172,7 +156,7 @@ def _metric_cell(row: MethodResult, metric: str, best: float) -> Cell:
 
 
 def _time_cell(row: MethodResult) -> Cell:
-    if _timing_flagged(row):
+    if row.timing_suspect:
         return Cell(f"{TIMING_FLAG} {row.time_ratio:.1f}", TIME_DEFINITION, "flag")
     return Cell(f"{row.time_ratio:.1f}")
 
@@ -249,7 +233,7 @@ def write_csv(result: BenchmarkResult, path: Path) -> None:
         writer.writerow(
             [row.task, row.method, row.family, row.n]
             + [repr(row.metrics[m]) for m in metrics]
-            + [_class_agnostic(row), repr(row.time_ratio), _timing_flagged(row)]
+            + [row.class_agnostic, repr(row.time_ratio), row.timing_suspect]
             + [repr(row.seconds), repr(row.forward_seconds)]
         )
     _write_text(path, handle.getvalue())
@@ -266,10 +250,10 @@ def _row_json(row: MethodResult) -> Dict[str, Any]:
         "method": row.method,
         "family": row.family,
         "n": row.n,
-        "class_agnostic": _class_agnostic(row),
+        "class_agnostic": row.class_agnostic,
         "metrics": {k: _finite(v) for k, v in row.metrics.items()},
         "time_ratio": _finite(row.time_ratio),
-        "time_ratio_flagged": _timing_flagged(row),
+        "time_ratio_flagged": row.timing_suspect,
         "seconds": row.seconds,
         "forward_seconds": row.forward_seconds,
         "curves": {

@@ -16,7 +16,10 @@ from typing import Any, List
 
 __all__ = [
     "BenchmarkResult",
+    "DataError",
+    "ManifestMismatchError",
     "MethodResult",
+    "TextData",
     "attribute_dataset",
     "benchmark",
     "benchmark_default_tasks",
@@ -26,7 +29,10 @@ __all__ = [
 
 _WHERE = {
     "BenchmarkResult": "results",
+    "DataError": "data",
+    "ManifestMismatchError": "attribute",
     "MethodResult": "results",
+    "TextData": "data",
     "attribute_dataset": "attribute",
     "benchmark": "engine",
     "benchmark_default_tasks": "tasks",

@@ -91,9 +91,9 @@ class ManifestMismatchError(ValueError):
 def _registry() -> Tuple[Dict[str, Any], Dict[str, Any], Callable[..., Any]]:
     r"""``METHODS``, ``METRICS`` and ``MetricContext`` of the method/metric
     registry (the one place that names its module)."""
-    from captum_ext import benchmark
+    from captum_ext.evaluation import registry
 
-    return benchmark.METHODS, benchmark.METRICS, benchmark.MetricContext
+    return registry.METHODS, registry.METRICS, registry.MetricContext
 
 
 def attribute_dataset(

@@ -35,7 +35,7 @@ from captum_ext.evaluation.registry import (
     use_decoder_texts,
 )
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
-from captum_ext.visualization import Explanation
+from captum_ext.visualization import Explanation, special_token_mask
 
 __all__ = ["ExampleData", "benchmark", "default_max_length"]
 
@@ -404,6 +404,7 @@ def _merge_method(
         task=task,
         method=spec.name,
         family=spec.family,
+        class_agnostic=spec.class_agnostic,
         n=len(rows),
         metrics={c: float(_mean(values[c])) for c in columns if values[c]},
         curves={c: (grids[c], _mean(by_row)) for c, by_row in curves.items()},
@@ -450,9 +451,18 @@ def _examples(
                 pred_prob=prob,
                 target=target,
                 true_class=None if labels is None else int(labels[row]),
+                special_mask=special_token_mask(tokenizer, kept_ids[row]),
+                text=data.texts[row],
             )
         )
     return examples
+
+
+def _confident_example(examples: List[Explanation]) -> Explanation:
+    r"""The example the heatmaps show: the most confidently predicted among the
+    correctly classified ones (all of them when none is, or without labels)."""
+    correct = [e for e in examples if e.true_class in (None, e.pred_class)]
+    return max(correct or examples, key=lambda example: example.pred_prob)
 
 
 def _layer_maps(
@@ -652,7 +662,8 @@ def _merge(
     examples = _examples(model, tokenizer, data, outputs)
     maps = {}
     if examples:
-        maps = _layer_maps(model, tokenizer, examples[0], methods, ctx.device)
+        example = _confident_example(examples)
+        maps = _layer_maps(model, tokenizer, example, methods, ctx.device)
     truncated = sum(out.truncated for out in outputs)
     return BenchmarkResult(
         rows=rows,

@@ -31,7 +31,6 @@ Methods that need fitted decoders (``Decoded Grad-CAM``) say so in
 to :func:`use_decoder_texts`, and only when such a method is chosen.
 """
 
-import inspect
 import weakref
 import zlib
 from dataclasses import dataclass
@@ -45,13 +44,17 @@ from captum.attr import (
 )
 from torch import nn, Tensor
 
-from captum_ext._utils.common import classifier_forward, parse_token_batch, run_model
-from captum_ext.adapters import get_adapter, ModelAdapter
+from captum_ext._utils.common import classifier_forward
+from captum_ext._utils.hooks import eval_semantics
+from captum_ext.adapters import get_adapter
 from captum_ext.attr import (
     AttCAT,
+    AttentionRollout,
     CAT,
     DecodedLayerGradCam,
+    EmbeddingNorm,
     GlobEnc,
+    LastLayerAttention,
     load_fitted_decoders,
     LogAt,
     NormXLogit,
@@ -63,6 +66,7 @@ from captum_ext.metrics import (
     log_odds,
     MetricResult,
     sufficiency,
+    TokenOptions,
 )
 
 __all__ = [
@@ -114,24 +118,31 @@ class MethodSpec:
             (random, which runs no forward pass).
         needs_decoders (bool): True when the factory fits decoders (costly, and
             it needs real text: see :func:`use_decoder_texts`).
+        class_agnostic (bool): True when the scores do not depend on the
+            target class (Kendall-tau does not apply).
     """
 
     name: str
     factory: MethodFactory
     family: str
     needs_decoders: bool = False
+    class_agnostic: bool = False
 
 
 METHODS: Dict[str, MethodSpec] = {}
 
 
 def register_method(
-    name: str, factory: MethodFactory, family: str, needs_decoders: bool = False
+    name: str,
+    factory: MethodFactory,
+    family: str,
+    needs_decoders: bool = False,
+    class_agnostic: bool = False,
 ) -> None:
     r"""Adds a method to :data:`METHODS` (benchmark, attribute and ``explain``)."""
     if name in METHODS:
         raise ValueError(f"method {name!r} is already registered")
-    METHODS[name] = MethodSpec(name, factory, family, needs_decoders)
+    METHODS[name] = MethodSpec(name, factory, family, needs_decoders, class_agnostic)
 
 
 def check_names(
@@ -187,9 +198,16 @@ register_method("NormXLogit", _captum_ext(NormXLogit), "captum_ext")
 register_method("LogAt", _captum_ext(LogAt), "captum_ext")
 register_method("AttCAT", _captum_ext(AttCAT), "captum_ext")
 register_method("CAT", _captum_ext(CAT), "captum_ext")
-register_method("GlobEnc", _captum_ext(GlobEnc, variant="N_enc"), "captum_ext")
-register_method("GlobEnc N_res", _captum_ext(GlobEnc, variant="N_res"), "captum_ext")
-register_method("GlobEnc N", _captum_ext(GlobEnc, variant="N"), "captum_ext")
+for _name, _variant in (("GlobEnc", "N_enc"), ("GlobEnc N_res", "N_res")):
+    register_method(
+        _name,
+        _captum_ext(GlobEnc, variant=_variant),
+        "captum_ext",
+        class_agnostic=True,
+    )
+register_method(
+    "GlobEnc N", _captum_ext(GlobEnc, variant="N"), "captum_ext", class_agnostic=True
+)
 
 
 # Texts the decoders of each model are fitted on; weak keys so a dropped model
@@ -263,6 +281,17 @@ register_method(
 
 
 # ----------------------------------------------------------- captum baselines
+def _in_eval_semantics(model: nn.Module, explain: MethodFn) -> MethodFn:
+    r"""Captum's methods hook and run the model like captum_ext's own, so they
+    run the same way: in eval semantics, holding the model's lock."""
+
+    def run(*args: Any, **kwargs: Any) -> Tensor:
+        with eval_semantics(model):
+            return explain(*args, **kwargs)
+
+    return run
+
+
 def _special_ids(tokenizer: Any) -> Tensor:
     return torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
 
@@ -288,7 +317,7 @@ def _embedding_gradients(model: nn.Module, times_input: bool) -> MethodFn:
         scores = grads.sum(-1) if times_input else grads.norm(dim=-1)
         return scores.detach() * attention_mask
 
-    return explain
+    return _in_eval_semantics(model, explain)
 
 
 def _saliency(model: nn.Module, tokenizer: Any) -> MethodFn:
@@ -324,7 +353,7 @@ def _integrated_gradients(model: nn.Module, tokenizer: Any) -> MethodFn:
         )  # [batch, pos, d_model]
         return attributions.sum(-1) * attention_mask
 
-    return explain
+    return _in_eval_semantics(model, explain)
 
 
 def _feature_ablation(model: nn.Module, tokenizer: Any) -> MethodFn:
@@ -347,7 +376,7 @@ def _feature_ablation(model: nn.Module, tokenizer: Any) -> MethodFn:
         )
         return attributions.float() * attention_mask
 
-    return explain
+    return _in_eval_semantics(model, explain)
 
 
 def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
@@ -376,80 +405,19 @@ def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
     return explain
 
 
-# ------------------------------------------------------------ paper baselines
-# TO BE REPLACED by captum_ext.attr.LastLayerAttention / AttentionRollout /
-# EmbeddingNorm (helper "baselines") when merged; same names, same scores.
-def _head_mean_attentions(
-    adapter: ModelAdapter,
-    input_ids: Tensor,
-    attention_mask: Tensor,
-    token_type_ids: Optional[Tensor],
-) -> List[Tensor]:
-    r"""Every layer's attention averaged over heads, ``L x [batch, query, key]``."""
-    args = _forward_args(attention_mask, token_type_ids)
-    batch = parse_token_batch(adapter, input_ids, args)
-    with torch.no_grad():
-        output = run_model(adapter, batch, attentions=True)
-    return [layer.mean(1) for layer in output.attentions]
-
-
-def _raw_attention(rollout: bool) -> MethodFactory:
-    r"""The row of the classification position in the last layer's head-averaged
-    attention (AttCAT's "Attention" baseline), or in the plain product
-    ``W^L ... W^1`` of all layers without residual or renormalisation (GlobEnc's
-    raw attention rollout)."""
-
-    def factory(model: nn.Module, tokenizer: Any) -> MethodFn:
-        adapter = get_adapter(model)
-        adapter.require_attention_weights(
-            "Attention rollout" if rollout else "Attention"
-        )
-
-        def explain(
-            input_ids: Tensor,
-            attention_mask: Tensor,
-            target: Tensor,
-            token_type_ids: Optional[Tensor] = None,
-        ) -> Tensor:
-            weights = _head_mean_attentions(
-                adapter, input_ids, attention_mask, token_type_ids
-            )
-            position = adapter.classification_position(input_ids, attention_mask)
-            rows = torch.arange(len(position), device=position.device)
-            row = weights[-1][rows, position]  # [batch, key]
-            for layer in reversed(weights[:-1] if rollout else []):
-                row = torch.einsum("bq,bqk->bk", row, layer)
-            return row * attention_mask
-
-        return explain
-
-    return factory
-
-
-def _embedding_norm(model: nn.Module, tokenizer: Any) -> MethodFn:
-    r"""``||hidden_states[0]_i||_2``: the norm NormXLogit multiplies LogAt by,
-    alone (the NormXLogit paper's "Norm" baseline)."""
-    adapter = get_adapter(model)
-
-    def explain(
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        target: Tensor,
-        token_type_ids: Optional[Tensor] = None,
-    ) -> Tensor:
-        args = _forward_args(attention_mask, token_type_ids)
-        batch = parse_token_batch(adapter, input_ids, args)
-        with torch.no_grad():
-            output = run_model(adapter, batch, hidden_states=True)
-        # [batch, pos, d_model] -> [batch, pos]
-        return output.hidden_states[0].norm(dim=-1) * attention_mask
-
-    return explain
-
-
-register_method("Attention", _raw_attention(rollout=False), "baseline")
-register_method("Attention rollout", _raw_attention(rollout=True), "baseline")
-register_method("Embedding norm", _embedding_norm, "baseline")
+# The simple baselines the papers beat, class-agnostic like GlobEnc.
+register_method(
+    "Attention", _captum_ext(LastLayerAttention), "baseline", class_agnostic=True
+)
+register_method(
+    "Attention rollout",
+    _captum_ext(AttentionRollout),
+    "baseline",
+    class_agnostic=True,
+)
+register_method(
+    "Embedding norm", _captum_ext(EmbeddingNorm), "baseline", class_agnostic=True
+)
 register_method("Saliency", _saliency, "captum")
 register_method("InputXGradient", _input_x_gradient, "captum")
 register_method("IntegratedGradients", _integrated_gradients, "captum")
@@ -552,29 +520,9 @@ def _call_metric(
         additional_forward_args=_forward_args(
             context.attention_mask, context.token_type_ids
         ),
-        **_token_options(context.tokenizer, metric),
+        tokens=TokenOptions.from_tokenizer(context.tokenizer),
+        internal_batch_size=METRIC_ROWS,
     )
-
-
-def _token_options(tokenizer: Any, metric: Callable[..., Any]) -> Dict[str, Any]:
-    r"""The metrics' token options in their new form (``tokens=TokenOptions``,
-    ``internal_batch_size``). TEMPORARY SHIM, to delete at the merge with
-    helper "core": until ``TokenOptions`` lands, the old keyword form."""
-    try:
-        from captum_ext.metrics import TokenOptions  # type: ignore[attr-defined]
-    except ImportError:
-        old = {
-            "special_token_ids": tokenizer.all_special_ids,
-            "pad_token_id": tokenizer.pad_token_id,
-            "mask_token_id": tokenizer.mask_token_id,
-            "max_examples_per_batch": METRIC_ROWS,
-        }
-        accepted = inspect.signature(metric).parameters
-        return {key: value for key, value in old.items() if key in accepted}
-    return {
-        "tokens": TokenOptions.from_tokenizer(tokenizer),
-        "internal_batch_size": METRIC_ROWS,
-    }
 
 
 def _value(result: MetricResult) -> MetricValue:

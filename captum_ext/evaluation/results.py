@@ -42,6 +42,7 @@ class MethodResult:
     ratios: List[float] = field(default_factory=list)
     rows: List[int] = field(default_factory=list)
     per_example: Dict[str, List[float]] = field(default_factory=dict)
+    class_agnostic: bool = False  # scores ignore the target: Kendall-tau n/a
 
     @property
     def time_ratio(self) -> float:
@@ -55,8 +56,9 @@ class MethodResult:
     def timing_suspect(self) -> bool:
         r"""True when a method that runs a forward pass (every family but
         ``"control"``) measured below :data:`SUSPECT_RATIO` forward passes: the
-        report flags the number instead of printing it as a cost."""
-        return self.family != "control" and self.time_ratio < SUSPECT_RATIO
+        report flags the number instead of printing it as a cost. A ratio that
+        is not a number is suspect too."""
+        return self.family != "control" and not self.time_ratio >= SUSPECT_RATIO
 
 
 @dataclass

@@ -235,12 +235,6 @@ def test_model_state_is_left_alone_also_on_error(tmp_path: Path, monkeypatch) ->
     assert_same_state(before, model_state(model))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="the registry's explain takes token_type_ids once the engine's "
-    "registry lands (explain(input_ids, attention_mask, target, token_type_ids))",
-)
 def test_text_pairs(tmp_path: Path) -> None:
     model = tiny_model()
     pairs = TextData("pairs.csv", TEXTS[:4], ["good", "bad", "fun", "the plot"])
