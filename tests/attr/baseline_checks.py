@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-r"""Checks shared by the tests of the class-agnostic paper baselines
+r"""The check shared by the tests of the class-agnostic paper baselines
 (LastLayerAttention, AttentionRollout, EmbeddingNorm): target is validated but
-changes nothing, and a bfloat16 model gives float32 scores close to float32's."""
+changes nothing. Padding, batch, state, dtype and device behaviour is checked
+in ``tests/test_matrix.py``."""
 
 from typing import Callable
 
@@ -25,15 +26,3 @@ def assert_target_validated_but_ignored(factory: MethodFactory, family: str) -> 
         attribute(method, batch, target=3)
     with pytest.raises(ValueError, match="2 entries"):
         attribute(method, batch, target=[0, 1])
-
-
-def assert_bfloat16_gives_close_float32(
-    factory: MethodFactory, family: str, max_relative_error: float
-) -> None:
-    r"""Scores are float32 for a bfloat16 model, within ``max_relative_error``
-    (relative L2 over the batch) of the float32 model's."""
-    batch = token_batch(causal=is_causal(family))
-    exact = attribute(factory(tiny_classifier(family)), batch)
-    low = attribute(factory(tiny_classifier(family, dtype=torch.bfloat16)), batch)
-    assert exact.dtype == low.dtype == torch.float32
-    assert (low - exact).norm() / exact.norm() < max_relative_error

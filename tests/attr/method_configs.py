@@ -18,11 +18,14 @@ from captum._utils.typing import TargetType
 from captum.attr import LayerIntegratedGradients
 from captum_ext.attr import (
     AttCAT,
+    AttentionRollout,
     CAT,
     DecodedLayerAttribution,
     DecodedLayerGradCam,
     EmbeddingDecoder,
+    EmbeddingNorm,
     GlobEnc,
+    LastLayerAttention,
     LogAt,
     NormXLogit,
 )
@@ -208,6 +211,25 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
         layered=_decoded_ig,
         decoded=lambda m, decoder: _decoded_ig(m, decoder=decoder),
         bfloat16_tolerance=0.06,  # measured: up to 0.028
+    ),
+    # The paper baselines, class-agnostic like GlobEnc: the target is validated
+    # and ignored (tests/attr/baseline_checks.py).
+    MethodConfig(
+        "LastLayerAttention",
+        lambda m: _caller(LastLayerAttention(m)),
+        needs_attention=True,
+        bfloat16_tolerance=0.003,  # measured: up to 0.001
+    ),
+    MethodConfig(
+        "AttentionRollout",
+        lambda m: _caller(AttentionRollout(m)),
+        needs_attention=True,
+        bfloat16_tolerance=0.003,  # measured: up to 0.0015
+    ),
+    MethodConfig(
+        "EmbeddingNorm",
+        lambda m: _caller(EmbeddingNorm(m)),
+        bfloat16_tolerance=0.003,  # measured: up to 0.0012
     ),
 )
 

@@ -5,16 +5,8 @@ import pytest
 import torch
 from captum_ext.attr import EmbeddingNorm, LogAt, NormXLogit
 
-from tests.attr.baseline_checks import (
-    assert_bfloat16_gives_close_float32,
-    assert_target_validated_but_ignored,
-)
-from tests.attr.token_method_checks import (
-    assert_padding_invariant,
-    assert_state_kept,
-    attribute,
-    unpadded,
-)
+from tests.attr.baseline_checks import assert_target_validated_but_ignored
+from tests.attr.token_method_checks import attribute, unpadded
 from tests.helpers import ALL_FAMILIES, is_causal, tiny_classifier, token_batch
 
 
@@ -67,18 +59,5 @@ def test_times_logat_is_normxlogit(family):
     torch.testing.assert_close(product, attribute(NormXLogit(model), batch, target=1))
 
 
-@pytest.mark.parametrize("family", ALL_FAMILIES)
-def test_batched_equals_loop_and_padding(family):
-    assert_padding_invariant(EmbeddingNorm, family)
-
-
 def test_target_validated_but_ignored():
     assert_target_validated_but_ignored(EmbeddingNorm, "llama")
-
-
-def test_bfloat16_model_gives_close_float32_scores():
-    assert_bfloat16_gives_close_float32(EmbeddingNorm, "bert", 0.02)
-
-
-def test_model_state_kept():
-    assert_state_kept(EmbeddingNorm, "gpt2")

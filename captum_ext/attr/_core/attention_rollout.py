@@ -32,10 +32,11 @@ class AttentionRollout(LastLayerAttention):
     the one GlobEnc rolls its norm matrices out with.
 
     The method is class-agnostic: ``target`` is validated but does not change
-    the result. Scores are non-negative, computed from one forward pass without
-    gradients in float32 (float64 for a float64 model), and are exactly zero on
-    padding. The model must return attention weights
-    (``attn_implementation="eager"``).
+    the result. Scores are non-negative, computed from one forward pass (per
+    chunk of ``internal_batch_size`` examples, see
+    :meth:`LastLayerAttention.attribute`) without gradients in float32 (float64
+    for a float64 model), and are exactly zero on padding. The model must return
+    attention weights (``attn_implementation="eager"``).
 
     More details can be found in the GlobEnc paper (Modarressi et al., NAACL
     2022): https://aclanthology.org/2022.naacl-main.19/ and, for attention

@@ -2,7 +2,7 @@
 r"""Embedding norm: the L2 norm of each token's embedding-layer output (the
 NormXLogit paper's "Norm" baseline)."""
 
-from typing import Any, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -10,9 +10,15 @@ from captum.attr._utils.attribution import Attribution
 from captum.log import log_usage
 from torch import nn, Tensor
 
-from captum_ext._utils.common import parse_token_batch, resolve_target, run_model
+from captum_ext._utils.common import (
+    parse_token_batch,
+    resolve_target,
+    run_model,
+    TokenBatch,
+)
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext.adapters import get_adapter
+from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 
 __all__ = ["EmbeddingNorm"]
 
@@ -31,9 +37,9 @@ class EmbeddingNorm(Attribution):
     baseline.
 
     The method is class-agnostic: ``target`` is validated but does not change
-    the result. Scores are positive, computed from one forward pass without
-    gradients in float32 (float64 for a float64 model), and are exactly zero on
-    padding.
+    the result. Scores are positive, computed from one forward pass (per chunk
+    of ``internal_batch_size`` examples) without gradients in float32 (float64
+    for a float64 model), and are exactly zero on padding.
 
     More details can be found in the NormXLogit paper (Abbasi, Modarres and
     Pilehvar, "NormXLogit: The Head-on-Top Never Lies", EMNLP 2025):
@@ -58,6 +64,7 @@ class EmbeddingNorm(Attribution):
         inputs: Union[Tensor, Tuple[Tensor]],
         target: TargetType = None,
         additional_forward_args: Any = None,
+        internal_batch_size: Optional[int] = None,
     ) -> Tensor:
         r"""
         Args:
@@ -72,11 +79,16 @@ class EmbeddingNorm(Attribution):
                         ``[batch, pos]`` (1 on real tokens, 0 on padding) or
                         ``(attention_mask, token_type_ids)``.
                         Default: None (every position is a real token)
+            internal_batch_size (int, optional): Run the batch in chunks of at
+                        most this many examples, one forward pass per chunk;
+                        the scores are those of the whole batch.
+                        Default: None (the whole batch at once)
 
         Returns:
             *Tensor* of **attributions**:
-            - **attributions** (*Tensor*): ``[batch, pos]`` positive norms,
-                        exactly zero where ``attention_mask`` is 0.
+            - **attributions** (*Tensor*): ``[batch, pos]`` positive norms in
+                        float32 (float64 for a float64 model), exactly zero
+                        where ``attention_mask`` is 0.
 
         Examples::
 
@@ -87,10 +99,23 @@ class EmbeddingNorm(Attribution):
         """
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
         with eval_semantics(self.adapter.model), torch.no_grad():
-            out = run_model(self.adapter, batch, hidden_states=True)
-            resolve_target(target, out.logits)  # validated only: class-agnostic
-            embedded = out.hidden_states[0]  # [batch, pos, d_model]
-            # norms in float32 at least: a bfloat16 sum of d squares is coarse
-            dtype = torch.promote_types(embedded.dtype, torch.float32)
-            norms = embedded.to(dtype).norm(dim=-1)  # [batch, pos]
+            norms = attribute_in_chunks(
+                batch,
+                target,
+                internal_batch_size,
+                self._chunk_norms,
+                type(self).__name__,
+            )  # [batch, pos]
         return norms.masked_fill(~batch.valid, 0)
+
+    def _chunk_norms(
+        self, batch: TokenBatch, target: TargetType
+    ) -> Tuple[Tensor, Tensor]:
+        r"""One chunk's norms ``[batch, pos]`` in float32 or wider, and its
+        logits ``[batch, C]``."""
+        out = run_model(self.adapter, batch, hidden_states=True)
+        resolve_target(target, out.logits)  # validated only: class-agnostic
+        embedded = out.hidden_states[0]  # [batch, pos, d_model]
+        # norms in float32 at least: a bfloat16 sum of d squares is coarse
+        norms = embedded.to(result_dtype(embedded.dtype)).norm(dim=-1)
+        return norms, out.logits

@@ -2,7 +2,7 @@
 r"""Last-layer attention: the classification position's row of the last layer's
 head-averaged attention (the AttCAT paper's "Attention" baseline)."""
 
-from typing import Any, List, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -10,9 +10,15 @@ from captum.attr._utils.attribution import Attribution
 from captum.log import log_usage
 from torch import nn, Tensor
 
-from captum_ext._utils.common import parse_token_batch, resolve_target, run_model
+from captum_ext._utils.common import (
+    parse_token_batch,
+    resolve_target,
+    run_model,
+    TokenBatch,
+)
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext.adapters import get_adapter
+from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.rollout import rollout_row
 
 __all__ = ["LastLayerAttention"]
@@ -34,9 +40,10 @@ class LastLayerAttention(Attribution):
 
     The method is class-agnostic: ``target`` is validated but does not change
     the result. Scores are non-negative, sum to 1 over the real tokens, are
-    computed from one forward pass without gradients in float32 (float64 for a
-    float64 model), and are exactly zero on padding. The model must return
-    attention weights (``attn_implementation="eager"``).
+    computed from one forward pass (per chunk of ``internal_batch_size``
+    examples) without gradients in float32 (float64 for a float64 model), and
+    are exactly zero on padding. The model must return attention weights
+    (``attn_implementation="eager"``).
 
     This is the "Attention" baseline of the AttCAT paper (Qiang et al.,
     "AttCAT: Explaining Transformers via Attentive Class Activation Tokens",
@@ -62,6 +69,7 @@ class LastLayerAttention(Attribution):
         inputs: Union[Tensor, Tuple[Tensor]],
         target: TargetType = None,
         additional_forward_args: Any = None,
+        internal_batch_size: Optional[int] = None,
     ) -> Tensor:
         r"""
         Args:
@@ -76,13 +84,18 @@ class LastLayerAttention(Attribution):
                         ``[batch, pos]`` (1 on real tokens, 0 on padding) or
                         ``(attention_mask, token_type_ids)``.
                         Default: None (every position is a real token)
+            internal_batch_size (int, optional): Run the batch in chunks of at
+                        most this many examples, one forward pass per chunk,
+                        so that only one chunk's attentions of every layer are
+                        held at a time; the scores are those of the whole batch.
+                        Default: None (the whole batch at once)
 
         Returns:
             *Tensor* of **attributions**:
             - **attributions** (*Tensor*): ``[batch, pos]`` non-negative
-                        scores, the classification position's row (see the
-                        class docstring); exactly zero where
-                        ``attention_mask`` is 0.
+                        scores in float32 (float64 for a float64 model), the
+                        classification position's row (see the class
+                        docstring); exactly zero where ``attention_mask`` is 0.
 
         Examples::
 
@@ -98,17 +111,30 @@ class LastLayerAttention(Attribution):
         adapter.require_attention_weights(type(self).__name__)
         batch = parse_token_batch(adapter, inputs, additional_forward_args)
         with eval_semantics(adapter.model), torch.no_grad():
-            out = run_model(adapter, batch, attentions=True)
-            resolve_target(target, out.logits)  # validated only: class-agnostic
-            # the head average is taken in float32 at least: bfloat16 sums of
-            # probabilities lose the small weights
-            dtype = torch.promote_types(out.attentions[0].dtype, torch.float32)
-            weights = [layer.to(dtype).mean(1) for layer in out.attentions]
-        position = adapter.classification_position(
-            batch.input_ids, batch.attention_mask
-        )
-        scores = rollout_row(self._rolled_out(weights), position)  # [batch, pos]
+            scores = attribute_in_chunks(
+                batch,
+                target,
+                internal_batch_size,
+                self._chunk_scores,
+                type(self).__name__,
+            )  # [batch, pos]
         return scores.masked_fill(~batch.valid, 0)
+
+    def _chunk_scores(
+        self, batch: TokenBatch, target: TargetType
+    ) -> Tuple[Tensor, Tensor]:
+        r"""One chunk's scores ``[batch, pos]`` in float32 or wider, and its
+        logits ``[batch, C]``."""
+        out = run_model(self.adapter, batch, attentions=True)
+        resolve_target(target, out.logits)  # validated only: class-agnostic
+        # the head average is taken in float32 at least: bfloat16 sums of
+        # probabilities lose the small weights
+        dtype = result_dtype(out.attentions[0].dtype)
+        weights = [layer.to(dtype).mean(1) for layer in out.attentions]
+        position = self.adapter.classification_position(
+            batch.input_ids, batch.attention_mask
+        )  # [batch]
+        return rollout_row(self._rolled_out(weights), position), out.logits
 
     def _rolled_out(self, weights: List[Tensor]) -> List[Tensor]:
         r"""The layers whose head-averaged attentions ``[batch, query, key]``
