@@ -6,6 +6,7 @@ from typing import Dict, Tuple
 
 import torch
 import transformers
+from captum_ext.evaluation.data import TextData
 from torch import nn, Tensor
 
 VOCAB = 99
@@ -249,3 +250,16 @@ def embedding_decoders(model: nn.Module, tokenizer: object) -> list:
     from captum_ext.attr import EmbeddingDecoder
 
     return [EmbeddingDecoder(model)] * (model.config.num_hidden_layers + 1)
+
+
+def tiny_data(n: int = 4, labels: bool = True, pairs: bool = False) -> TextData:
+    r"""The first ``n`` tiny texts as :class:`~captum_ext.evaluation.data.TextData`
+    (labels cycling over the three classes; pairs: the texts reversed)."""
+    texts = list(TINY_TEXTS[:n])
+    return TextData(
+        "tiny",
+        texts,
+        text_pairs=list(reversed(texts)) if pairs else None,
+        labels=[i % 3 for i in range(n)] if labels else None,
+        label_names=list(TINY_LABEL_NAMES),
+    )

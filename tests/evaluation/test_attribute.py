@@ -21,12 +21,17 @@ from captum_ext.evaluation.attribute import (
 )
 from captum_ext.evaluation.data import TextData
 
-from tests.helpers import assert_same_state, model_state
-from tests.test_benchmark import TEXTS, tiny_model, tiny_tokenizer
+from tests.helpers import (
+    assert_same_state,
+    model_state,
+    tiny_labelled_bert,
+    TINY_TEXTS,
+    tiny_tokenizer,
+)
 
 MORE = ["bad bad bad", "the film", "it was not fun and not good and very boring"]
 LABELS = [i % 3 for i in range(9)]
-DATA = TextData("tiny.csv", TEXTS + MORE, labels=LABELS)
+DATA = TextData("tiny.csv", TINY_TEXTS + MORE, labels=LABELS)
 METHOD_NAMES = ["NormXLogit", "AttCAT", "Saliency"]
 # The registry wherever attribute_dataset takes it from.
 METHODS, METRICS, MetricContext = attribute_module._registry()
@@ -41,7 +46,7 @@ def tokenizer():
 
 def run(out: Path, model=None, data=DATA, methods=METHOD_NAMES, **options) -> Path:
     options = {"batch_size": 3, "shard_size": 4, "progress": False, **options}
-    model = tiny_model() if model is None else model
+    model = tiny_labelled_bert() if model is None else model
     return attribute_dataset(model, tokenizer(), data, methods, out, **options)
 
 
@@ -51,7 +56,7 @@ def single(text: str):
 
 
 def test_rows_equal_each_example_explained_alone(tmp_path: Path) -> None:
-    model = tiny_model()
+    model = tiny_labelled_bert()
     table = pd.read_parquet(run(tmp_path / "out", model))
     assert table["id"].tolist() == list(range(9))
     assert (
@@ -88,7 +93,7 @@ def test_method_order_does_not_change_results(tmp_path: Path) -> None:
 
 
 def test_gold_label_targets(tmp_path: Path) -> None:
-    model = tiny_model()
+    model = tiny_labelled_bert()
     table = pd.read_parquet(run(tmp_path / "out", model, target="label"))
     assert table["target"].tolist() == DATA.labels
     explain = METHODS["Saliency"].factory(model, tokenizer())
@@ -104,7 +109,7 @@ def test_gold_label_targets(tmp_path: Path) -> None:
 
 
 def test_metric_values_equal_each_example_alone(tmp_path: Path) -> None:
-    model = tiny_model()
+    model = tiny_labelled_bert()
     table = pd.read_parquet(run(tmp_path / "out", model, metrics=["aopc"]))
     explain = METHODS["NormXLogit"].factory(model, tokenizer())
     forward = attribute_module.classifier_forward(model)
@@ -174,7 +179,7 @@ def test_resume_after_interruption(tmp_path: Path, monkeypatch) -> None:
         (dict(max_length=8), "arguments.max_length"),
         (dict(data=DATA.head(8)), "data.examples"),
         (dict(data=TextData("tiny.csv", DATA.texts)), "data.fingerprint"),
-        (dict(model=tiny_model()), None),
+        (dict(model=tiny_labelled_bert()), None),
     ],
 )
 def test_refuses_to_mix_runs(tmp_path: Path, change, named) -> None:
@@ -213,7 +218,7 @@ def test_unreadable_manifest_and_other_versions(tmp_path: Path) -> None:
 
 
 def test_model_state_is_left_alone_also_on_error(tmp_path: Path, monkeypatch) -> None:
-    model = tiny_model()
+    model = tiny_labelled_bert()
     before = model_state(model)
     run(tmp_path / "ok", model, data=DATA.head(4))
     assert_same_state(before, model_state(model))
@@ -236,12 +241,12 @@ def test_model_state_is_left_alone_also_on_error(tmp_path: Path, monkeypatch) ->
 
 
 def test_text_pairs(tmp_path: Path) -> None:
-    model = tiny_model()
-    pairs = TextData("pairs.csv", TEXTS[:4], ["good", "bad", "fun", "the plot"])
+    model = tiny_labelled_bert()
+    pairs = TextData("pairs.csv", TINY_TEXTS[:4], ["good", "bad", "fun", "the plot"])
     table = pd.read_parquet(run(tmp_path / "out", model, data=pairs))
     assert table["text_pair"].tolist() == pairs.text_pairs
     explain = METHODS["NormXLogit"].factory(model, tokenizer())
-    encoded = tokenizer()(TEXTS[0], "good", return_tensors="pt")
+    encoded = tokenizer()(TINY_TEXTS[0], "good", return_tensors="pt")
     assert table["token_type_ids"][0].tolist() == encoded["token_type_ids"][0].tolist()
     expected = explain(
         encoded["input_ids"],
@@ -264,7 +269,7 @@ def test_bad_arguments(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="target must be one of"):
         run(tmp_path / "a", target="gold")
     with pytest.raises(ValueError, match="training mode"):
-        run(tmp_path / "a", model=tiny_model().train())
+        run(tmp_path / "a", model=tiny_labelled_bert().train())
     assert not (tmp_path / "a").exists()
 
 

@@ -6,7 +6,7 @@ example once."""
 import pytest
 from captum_ext.evaluation.batches import bucketed_batches
 
-from tests.test_benchmark import TEXTS, tiny_tokenizer
+from tests.helpers import TINY_TEXTS, tiny_tokenizer
 
 PAIRS = ["good", "very bad", "it was fun", "the plot", "not great", "awful"]
 
@@ -16,13 +16,15 @@ def test_rows_equal_the_tokenizer_with_truncation(pairs) -> None:
     tokenizer = tiny_tokenizer()
     max_length = 8
     batches = bucketed_batches(
-        tokenizer, TEXTS, pairs, batch_size=4, max_length=max_length
+        tokenizer, TINY_TEXTS, pairs, batch_size=4, max_length=max_length
     )
-    assert sorted(row for b in batches for row in b.rows) == list(range(len(TEXTS)))
+    assert sorted(row for b in batches for row in b.rows) == list(
+        range(len(TINY_TEXTS))
+    )
     lengths = [int(m.sum()) for b in batches for m in b.attention_mask]
     assert lengths == sorted(lengths)
-    reference = tokenizer(TEXTS, pairs, truncation=True, max_length=max_length)
-    untruncated = tokenizer(TEXTS, pairs)["input_ids"]
+    reference = tokenizer(TINY_TEXTS, pairs, truncation=True, max_length=max_length)
+    untruncated = tokenizer(TINY_TEXTS, pairs)["input_ids"]
     assert any(len(ids) > max_length for ids in untruncated)
     for batch in batches:
         assert (batch.token_type_ids is None) == (pairs is None)
@@ -44,4 +46,4 @@ def test_tokenizer_without_pad_token() -> None:
     tokenizer = tiny_tokenizer()
     tokenizer.pad_token = None
     with pytest.raises(ValueError, match="no pad token"):
-        bucketed_batches(tokenizer, TEXTS, batch_size=2, max_length=8)
+        bucketed_batches(tokenizer, TINY_TEXTS, batch_size=2, max_length=8)

@@ -15,11 +15,11 @@ from captum_ext.evaluation.attribute import MANIFEST
 from captum_ext.evaluation.distributed import distributed_context
 
 from tests.evaluation import torchrun_job
-from tests.test_benchmark import save_tiny_model, TEXTS
+from tests.helpers import save_tiny_model, TINY_TEXTS
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH_SECONDS = 120
-TEXTS_9 = TEXTS + ["bad bad bad", "the film", "it was not fun and not good at all"]
+TEXTS_9 = TINY_TEXTS + ["bad bad bad", "the film", "it was not fun and not good at all"]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ SCRIPT = """
 import json, sys
 import torch
 from captum_ext.evaluation.engine import benchmark
-from tests.evaluation.text_data import tiny_data
+from tests.helpers import tiny_data
 from tests.helpers import tiny_labelled_bert, tiny_tokenizer
 
 torch.set_num_threads(1)

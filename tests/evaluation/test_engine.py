@@ -9,6 +9,7 @@ import pytest
 import torch
 from captum_ext import classifier_forward
 from captum_ext.evaluation import engine, registry
+from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import (
     METHODS,
@@ -17,12 +18,12 @@ from captum_ext.evaluation.registry import (
     MetricSpec,
     MetricValue,
 )
-from captum_ext.metrics import aopc
+from captum_ext.metrics import aopc, TokenOptions
 
-from tests.evaluation.text_data import TextData, tiny_data
 from tests.helpers import (
     embedding_decoders,
     PAD_ID,
+    tiny_data,
     tiny_labelled_bert,
     TINY_TEXTS,
     tiny_tokenizer,
@@ -221,7 +222,12 @@ def test_text_pairs_are_encoded_with_segments():
 
 
 def test_truncation_is_counted_and_warned():
-    long = TextData([" ".join(["good"] * 40), "bad"], [1, 0], ["negative", "positive"])
+    long = TextData(
+        "long",
+        [" ".join(["good"] * 40), "bad"],
+        labels=[1, 0],
+        label_names=["negative", "positive"],
+    )
     with pytest.warns(UserWarning, match="1 of 2 texts were cut to max_length=8"):
         result = run(long, methods=["Random"], metrics=["aopc"], max_length=8)
     assert result.config["truncated"] == {"tiny": 1}
@@ -273,7 +279,11 @@ def test_shared_forward_reuses_rows_and_matches_the_model():
         assert torch.allclose(shared(wider, (wider != PAD_ID).long()), expected)
     assert calls == [3]
     scores = torch.rand(ids.shape) * mask
-    kwargs = dict(target=0, additional_forward_args=(mask,), special_token_ids=[0, 2])
+    kwargs = dict(
+        target=0,
+        additional_forward_args=(mask,),
+        tokens=TokenOptions(special_token_ids=[0, 2]),
+    )
     plain = aopc(forward, ids, scores, **kwargs)
     cached = aopc(shared, ids, scores, **kwargs)
     assert torch.allclose(plain.curve, cached.curve, atol=1e-6, equal_nan=True)
