@@ -155,7 +155,8 @@ def _aopc_gap(
 def setup(sentiment_model: tuple) -> dict:
     model, tokenizer = sentiment_model
     texts = list(load_split("sentiment", "test").texts[:SNIPPETS])
-    decoders = list(load_fitted_decoders(model, tokenizer).heads)
+    train = load_split("sentiment", "train").texts
+    decoders = list(load_fitted_decoders(model, tokenizer, train).heads)
     low = copy.deepcopy(model).to(torch.bfloat16)
     low_decoders = [copy.deepcopy(d).to(torch.bfloat16) for d in decoders]
     return dict(
