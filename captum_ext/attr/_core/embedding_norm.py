@@ -47,16 +47,16 @@ class EmbeddingNorm(Attribution):
     https://arxiv.org/abs/2411.16252)
     """
 
-    def __init__(self, forward_func: nn.Module) -> None:
+    def __init__(self, model: nn.Module) -> None:
         r"""
         Args:
 
-            forward_func (torch.nn.Module): A Hugging Face
+            model (torch.nn.Module): A Hugging Face
                         ``*ForSequenceClassification`` model of a family
                         supported by :func:`captum_ext.get_adapter`.
         """
-        Attribution.__init__(self, forward_func)
-        self.adapter = get_adapter(forward_func)
+        Attribution.__init__(self, model)
+        self.adapter = get_adapter(model)
 
     @log_usage()
     def attribute(

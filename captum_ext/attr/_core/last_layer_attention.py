@@ -51,17 +51,17 @@ class LastLayerAttention(Attribution):
     https://papers.nips.cc/paper_files/paper/2022/hash/20e45668fefa793bd9f2edf19be12c4b-Abstract-Conference.html
     """
 
-    def __init__(self, forward_func: nn.Module) -> None:
+    def __init__(self, model: nn.Module) -> None:
         r"""
         Args:
 
-            forward_func (torch.nn.Module): A Hugging Face
+            model (torch.nn.Module): A Hugging Face
                         ``*ForSequenceClassification`` model of a family
                         supported by :func:`captum_ext.get_adapter`, loaded with
                         ``attn_implementation="eager"``.
         """
-        Attribution.__init__(self, forward_func)
-        self.adapter = get_adapter(forward_func)
+        Attribution.__init__(self, model)
+        self.adapter = get_adapter(model)
 
     @log_usage()
     def attribute(
