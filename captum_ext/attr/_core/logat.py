@@ -114,12 +114,10 @@ class LogAt(Attribution):
         r"""
         Args:
 
-            inputs (Tensor): Token ids ``[batch, pos]``, padded on either side.
-                        The model is called as ``model(input_ids,
-                        attention_mask, token_type_ids)`` without
-                        ``position_ids``, so a model with absolute positions
-                        (GPT-2) gives another output, and other scores, when
-                        padded on the left.
+            inputs (Tensor): Token ids ``[batch, pos]``, padded on the right
+                        (encoders) or on either side (decoder-only models, which
+                        get ``position_ids`` counted from the mask, so left and
+                        right padding give the same scores).
             target (int, list, or Tensor, optional): Class whose logit is
                         attributed: an int or 0-d tensor for every example, or a
                         list / 1-d tensor with one class per example. With a
