@@ -167,3 +167,16 @@ def test_planted_pickle_in_the_cache_is_refused_not_run(model, monkeypatch, tmp_
     # the planted file is live: a plain torch.load would have run it
     torch.load(planted, weights_only=False)
     assert marker.exists()
+
+
+@pytest.mark.parametrize("count, held_out", [(3, 1), (1, 0)])
+def test_few_texts_still_fit_and_warn(count, held_out):
+    # A user's small data set: a fifth is held out (none for one text: NaN).
+    model = tiny_classifier("bert")
+    config = replace(CONFIG, steps=2)
+    with pytest.warns(UserWarning, match=f"fitting decoders on {count} texts"):
+        fitted = fit_decoders(model, _tokenizer(), _corpus(count), config)
+    assert len(fitted.heads) == model.config.num_hidden_layers + 1
+    accuracy = torch.tensor(fitted.accuracy)
+    assert bool(accuracy.isnan().all()) == (held_out == 0)
+    assert bool(accuracy.isfinite().all()) == (held_out > 0)

@@ -25,11 +25,13 @@ over the full vocabulary dominates.
 
 import hashlib
 import json
+import math
 import pickle
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, List, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -253,12 +255,11 @@ def fit_decoders(
     adapter = get_adapter(model)
     _check_vocab(adapter, tokenizer)
     start = time.perf_counter()
-    fit_part = texts[: config.fit_texts]
-    held_part = texts[config.fit_texts : config.fit_texts + config.held_out_texts]
+    fit_part, held_part = _split(texts, config)
     with eval_semantics(model):
         states, ids, _ = _hidden_states(adapter, tokenizer, fit_part, config)
-        held_states, held_ids, special = _hidden_states(
-            adapter, tokenizer, held_part, config
+        held = (
+            _hidden_states(adapter, tokenizer, held_part, config) if held_part else None
         )
     embedding = adapter.word_embeddings().weight.detach()
     layers = states.shape[1]
@@ -268,9 +269,37 @@ def fit_decoders(
         for layer in range(layers):
             head = _train_head(states[:, layer], ids, embedding, config, progress)
             heads.append(head)
-            content = held_states[~special, layer]
-            accuracy.append(_accuracy(head, content, held_ids[~special]))
+            accuracy.append(_held_out_accuracy(head, held, layer))
     return FittedDecoders(heads, accuracy, time.perf_counter() - start)
+
+
+def _split(
+    texts: Sequence[str], config: FitConfig
+) -> Tuple[Sequence[str], Sequence[str]]:
+    r"""The texts that fit the heads and the held-out ones. With no more texts
+    than ``config.fit_texts`` a fifth of them (at least one, when there are two)
+    is held out, and a warning says the decoders will be weak."""
+    fit = config.fit_texts
+    if len(texts) <= fit:
+        warnings.warn(
+            f"fitting decoders on {len(texts)} texts (the recipe uses "
+            f"{config.fit_texts + config.held_out_texts}); pass more real text for "
+            "decoders that reconstruct the input well",
+            stacklevel=3,
+        )
+        fit = max(1, len(texts) - max(1, len(texts) // 5))
+    return texts[:fit], texts[fit : fit + config.held_out_texts]
+
+
+def _held_out_accuracy(
+    head: DecoderHead, held: Optional[Tuple[Tensor, Tensor, Tensor]], layer: int
+) -> float:
+    r"""Top-1 reconstruction accuracy on the held-out content tokens; NaN when
+    no text was held out."""
+    if held is None:
+        return math.nan
+    states, ids, special = held
+    return _accuracy(head, states[~special, layer], ids[~special])
 
 
 def _fingerprint(model: nn.Module, tokenizer: object, texts: Sequence[str]) -> str:
