@@ -423,7 +423,8 @@ def _attribute(args: argparse.Namespace) -> int:
         shard_size=args.shard_size,
         target=args.target,
     )
-    print(f"wrote {path}")
+    if os.environ.get("RANK", "0") == "0":  # one line per job, not per rank
+        print(f"wrote {path}")
     return 0
 
 
