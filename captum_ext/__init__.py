@@ -8,8 +8,7 @@ The names below are imported on first use, so ``import captum_ext`` (and
 ``captum-ext --help``) does not import torch.
 """
 
-import importlib
-from typing import Any, List
+from captum_ext._utils.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -28,11 +27,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name]), name)
-
-
-def __dir__() -> List[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_attributes(__name__, _WHERE, globals())

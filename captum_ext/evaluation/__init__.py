@@ -11,8 +11,7 @@ This floor sits above :mod:`captum_ext.attr` and :mod:`captum_ext.metrics`:
 it imports them, never the other way round. Names are imported on first use.
 """
 
-import importlib
-from typing import Any, List
+from captum_ext._utils.lazy import lazy_attributes
 
 __all__ = [
     "BenchmarkResult",
@@ -41,12 +40,8 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}.{_WHERE[name]}")
-    return getattr(module, name)
-
-
-def __dir__() -> List[str]:
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    {name: f"{__name__}.{module}" for name, module in _WHERE.items()},
+    globals(),
+)
