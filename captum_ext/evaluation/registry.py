@@ -167,6 +167,27 @@ def _forward_args(attention_mask: Tensor, token_type_ids: Optional[Tensor]) -> t
     return (attention_mask, token_type_ids)
 
 
+# scores(input_ids, target, forward_args) -> [batch, pos] (or [batch, layers, pos]);
+# forward_args[0] is the attention mask.
+ScoreFn = Callable[[Tensor, Tensor, tuple], Tensor]
+
+
+def _explainer(scores: ScoreFn) -> MethodFn:
+    r"""The engine's call convention, ``explain(input_ids, attention_mask, target,
+    token_type_ids=None)``, around ``scores``; the scores come back detached."""
+
+    def explain(
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        target: Tensor,
+        token_type_ids: Optional[Tensor] = None,
+    ) -> Tensor:
+        args = _forward_args(attention_mask, token_type_ids)
+        return scores(input_ids, target, args).detach()
+
+    return explain
+
+
 # ----------------------------------------------------------- captum_ext methods
 def _captum_ext(method: Callable[[nn.Module], Any], **options: Any) -> MethodFactory:
     r"""Factory for a captum_ext ``Attribution``: ``method(model).attribute(...)``
@@ -175,21 +196,12 @@ def _captum_ext(method: Callable[[nn.Module], Any], **options: Any) -> MethodFac
     def factory(model: nn.Module, tokenizer: Any) -> MethodFn:
         attribution = method(model)
 
-        def explain(
-            input_ids: Tensor,
-            attention_mask: Tensor,
-            target: Tensor,
-            token_type_ids: Optional[Tensor] = None,
-        ) -> Tensor:
-            scores = attribution.attribute(
-                input_ids,
-                target=target,
-                additional_forward_args=_forward_args(attention_mask, token_type_ids),
-                **options,
+        def scores(input_ids: Tensor, target: Tensor, args: tuple) -> Tensor:
+            return attribution.attribute(
+                input_ids, target=target, additional_forward_args=args, **options
             )
-            return scores.detach()
 
-        return explain
+        return _explainer(scores)
 
     return factory
 
@@ -254,23 +266,14 @@ def _decoded(all_layers: bool) -> MethodFactory:
         layer = decoded_layer(model)
         method = DecodedLayerGradCam(model, layer, decoders[layer])
 
-        def explain(
-            input_ids: Tensor,
-            attention_mask: Tensor,
-            target: Tensor,
-            token_type_ids: Optional[Tensor] = None,
-        ) -> Tensor:
-            args = dict(
-                target=target,
-                additional_forward_args=_forward_args(attention_mask, token_type_ids),
-            )
+        def scores(input_ids: Tensor, target: Tensor, args: tuple) -> Tensor:
             if all_layers:
                 return method.attribute_all_layers(
-                    input_ids, decoders=decoders, **args
-                ).detach()
-            return method.attribute(input_ids, **args).detach()
+                    input_ids, target, args, decoders=decoders
+                )
+            return method.attribute(input_ids, target, args)
 
-        return explain
+        return _explainer(scores)
 
     return factory
 
@@ -281,15 +284,15 @@ register_method(
 
 
 # ----------------------------------------------------------- captum baselines
-def _in_eval_semantics(model: nn.Module, explain: MethodFn) -> MethodFn:
+def _in_eval_semantics(model: nn.Module, scores: ScoreFn) -> MethodFn:
     r"""Captum's methods hook and run the model like captum_ext's own, so they
     run the same way: in eval semantics, holding the model's lock."""
 
-    def run(*args: Any, **kwargs: Any) -> Tensor:
+    def run(input_ids: Tensor, target: Tensor, args: tuple) -> Tensor:
         with eval_semantics(model):
-            return explain(*args, **kwargs)
+            return scores(input_ids, target, args)
 
-    return run
+    return _explainer(run)
 
 
 def _special_ids(tokenizer: Any) -> Tensor:
@@ -303,21 +306,14 @@ def _embedding_gradients(model: nn.Module, times_input: bool) -> MethodFn:
         multiply_by_inputs=times_input,
     )
 
-    def explain(
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        target: Tensor,
-        token_type_ids: Optional[Tensor] = None,
-    ) -> Tensor:
+    def scores(input_ids: Tensor, target: Tensor, args: tuple) -> Tensor:
         grads = layer.attribute(
-            input_ids,
-            target=target,
-            additional_forward_args=_forward_args(attention_mask, token_type_ids),
+            input_ids, target=target, additional_forward_args=args
         )  # [batch, pos, d_model]
-        scores = grads.sum(-1) if times_input else grads.norm(dim=-1)
-        return scores.detach() * attention_mask
+        summed = grads.sum(-1) if times_input else grads.norm(dim=-1)
+        return summed * args[0]
 
-    return _in_eval_semantics(model, explain)
+    return _in_eval_semantics(model, scores)
 
 
 def _saliency(model: nn.Module, tokenizer: Any) -> MethodFn:
@@ -334,12 +330,7 @@ def _integrated_gradients(model: nn.Module, tokenizer: Any) -> MethodFn:
     )
     special = _special_ids(tokenizer)
 
-    def explain(
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        target: Tensor,
-        token_type_ids: Optional[Tensor] = None,
-    ) -> Tensor:
+    def scores(input_ids: Tensor, target: Tensor, args: tuple) -> Tensor:
         # Keep [CLS]/[SEP]/pads so only the content moves along the path.
         keep = torch.isin(input_ids, special.to(input_ids.device))
         reference = torch.where(keep, input_ids, tokenizer.pad_token_id)
@@ -347,36 +338,31 @@ def _integrated_gradients(model: nn.Module, tokenizer: Any) -> MethodFn:
             input_ids,
             baselines=reference,
             target=target,
-            additional_forward_args=_forward_args(attention_mask, token_type_ids),
+            additional_forward_args=args,
             n_steps=IG_STEPS,
             internal_batch_size=max(IG_ROWS, len(input_ids)),
         )  # [batch, pos, d_model]
-        return attributions.sum(-1) * attention_mask
+        return attributions.sum(-1) * args[0]
 
-    return _in_eval_semantics(model, explain)
+    return _in_eval_semantics(model, scores)
 
 
 def _feature_ablation(model: nn.Module, tokenizer: Any) -> MethodFn:
     ablation = FeatureAblation(classifier_forward(model))
 
-    def explain(
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        target: Tensor,
-        token_type_ids: Optional[Tensor] = None,
-    ) -> Tensor:
+    def scores(input_ids: Tensor, target: Tensor, args: tuple) -> Tensor:
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         attributions = ablation.attribute(
             input_ids,
             baselines=tokenizer.pad_token_id,
             target=target,
-            additional_forward_args=_forward_args(attention_mask, token_type_ids),
+            additional_forward_args=args,
             feature_mask=positions.expand_as(input_ids),
             perturbations_per_eval=max(1, ABLATION_ROWS // len(input_ids)),
         )
-        return attributions.float() * attention_mask
+        return attributions.float() * args[0]
 
-    return _in_eval_semantics(model, explain)
+    return _in_eval_semantics(model, scores)
 
 
 def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
@@ -384,13 +370,9 @@ def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
     gets the same scores in any batch, on any rank, and other scores for
     another class (Kendall-tau asks for them)."""
 
-    def explain(
-        input_ids: Tensor,
-        attention_mask: Tensor,
-        target: Tensor,
-        token_type_ids: Optional[Tensor] = None,
-    ) -> Tensor:
-        scores = torch.zeros(input_ids.shape)  # [batch, pos]
+    def scores(input_ids: Tensor, target: Tensor, args: tuple) -> Tensor:
+        attention_mask = args[0]
+        uniform = torch.zeros(input_ids.shape)  # [batch, pos]
         targets = [None] * len(input_ids)
         if target is not None:
             targets = torch.as_tensor(target).expand(len(input_ids)).tolist()
@@ -399,10 +381,10 @@ def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
             kept = input_ids[row].cpu()[valid].tolist()
             seed = zlib.crc32(repr((kept, label)).encode())
             generator = torch.Generator().manual_seed(seed)
-            scores[row, valid] = torch.rand(len(kept), generator=generator)
-        return scores.to(input_ids.device) * attention_mask
+            uniform[row, valid] = torch.rand(len(kept), generator=generator)
+        return uniform.to(input_ids.device) * attention_mask
 
-    return explain
+    return _explainer(scores)
 
 
 # The simple baselines the papers beat, class-agnostic like GlobEnc.
