@@ -4,21 +4,14 @@ NormXLogit paper's "Norm" baseline)."""
 
 from typing import Any, Optional, Tuple, Union
 
-import torch
 from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import Attribution
 from captum.log import log_usage
 from torch import nn, Tensor
 
-from captum_ext._utils.common import (
-    parse_token_batch,
-    resolve_target,
-    run_model,
-    TokenBatch,
-)
-from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.common import resolve_target, run_model, TokenBatch
 from captum_ext.adapters import get_adapter
-from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
+from captum_ext.attr._core.chunked import attribute_forward_only, result_dtype
 
 __all__ = ["EmbeddingNorm"]
 
@@ -97,16 +90,15 @@ class EmbeddingNorm(Attribution):
             ...     enc["input_ids"],
             ...     additional_forward_args=(enc["attention_mask"],))
         """
-        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
-        with eval_semantics(self.adapter.model), torch.no_grad():
-            norms = attribute_in_chunks(
-                batch,
-                target,
-                internal_batch_size,
-                self._chunk_norms,
-                type(self).__name__,
-            )  # [batch, pos]
-        return norms.masked_fill(~batch.valid, 0)
+        return attribute_forward_only(
+            self.adapter,
+            inputs,
+            target,
+            additional_forward_args,
+            internal_batch_size,
+            self._chunk_norms,
+            type(self).__name__,
+        )
 
     def _chunk_norms(
         self, batch: TokenBatch, target: TargetType

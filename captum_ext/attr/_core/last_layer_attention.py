@@ -4,21 +4,14 @@ head-averaged attention (the AttCAT paper's "Attention" baseline)."""
 
 from typing import Any, List, Optional, Tuple, Union
 
-import torch
 from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import Attribution
 from captum.log import log_usage
 from torch import nn, Tensor
 
-from captum_ext._utils.common import (
-    parse_token_batch,
-    resolve_target,
-    run_model,
-    TokenBatch,
-)
-from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.common import resolve_target, run_model, TokenBatch
 from captum_ext.adapters import get_adapter
-from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
+from captum_ext.attr._core.chunked import attribute_forward_only, result_dtype
 from captum_ext.attr._utils.rollout import rollout_row
 
 __all__ = ["LastLayerAttention"]
@@ -107,18 +100,16 @@ class LastLayerAttention(Attribution):
             ...     enc["input_ids"],
             ...     additional_forward_args=(enc["attention_mask"],))
         """
-        adapter = self.adapter
-        adapter.require_attention_weights(type(self).__name__)
-        batch = parse_token_batch(adapter, inputs, additional_forward_args)
-        with eval_semantics(adapter.model), torch.no_grad():
-            scores = attribute_in_chunks(
-                batch,
-                target,
-                internal_batch_size,
-                self._chunk_scores,
-                type(self).__name__,
-            )  # [batch, pos]
-        return scores.masked_fill(~batch.valid, 0)
+        self.adapter.require_attention_weights(type(self).__name__)
+        return attribute_forward_only(
+            self.adapter,
+            inputs,
+            target,
+            additional_forward_args,
+            internal_batch_size,
+            self._chunk_scores,
+            type(self).__name__,
+        )
 
     def _chunk_scores(
         self, batch: TokenBatch, target: TargetType

@@ -11,14 +11,12 @@ from torch import nn, Tensor
 
 from captum_ext._utils.common import (
     check_decoder_vocabulary,
-    parse_token_batch,
     resolve_target,
     run_model,
     TokenBatch,
 )
-from captum_ext._utils.hooks import eval_semantics
 from captum_ext.adapters import get_adapter
-from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
+from captum_ext.attr._core.chunked import attribute_forward_only, result_dtype
 
 __all__ = ["LogAt"]
 
@@ -149,16 +147,15 @@ class LogAt(Attribution):
             ...     enc["input_ids"], additional_forward_args=(enc["attention_mask"],)
             ... )
         """
-        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
-        with eval_semantics(self.model), torch.no_grad():
-            scores = attribute_in_chunks(
-                batch,
-                target,
-                internal_batch_size,
-                self._chunk_scores,
-                type(self).__name__,
-            )  # [batch, pos]
-        return scores.masked_fill(~batch.valid, 0)
+        return attribute_forward_only(
+            self.adapter,
+            inputs,
+            target,
+            additional_forward_args,
+            internal_batch_size,
+            self._chunk_scores,
+            type(self).__name__,
+        )
 
     def _chunk_scores(
         self, batch: TokenBatch, target: TargetType
