@@ -15,16 +15,15 @@ import html
 import io
 import json
 import math
-import os
 import re
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from captum_ext._utils.atomic import atomic_path
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult, SUSPECT_RATIO
 from captum_ext.visualization import (
     display_texts,
@@ -92,20 +91,8 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "*")  # 7 is coprime with 10 colours
 _LINESTYLES = {"captum_ext": "-", "captum": "--", "baseline": "-."}
 
 
-@contextmanager
-def _atomic(path: Path) -> Iterator[Path]:
-    r"""A temporary path renamed to ``path`` on success, so a killed run never
-    leaves a half-written file under the final name."""
-    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        yield temporary
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
 def _write_text(path: Path, text: str) -> None:
-    with _atomic(path) as temporary:
+    with atomic_path(path) as temporary:
         temporary.write_text(text, encoding="utf-8")
 
 
@@ -333,7 +320,7 @@ def _styles(rows: Sequence[MethodResult]) -> List[Dict[str, Any]]:
 
 def _save(fig: Figure, path: Path) -> None:
     fig.tight_layout()
-    with _atomic(path) as temporary:
+    with atomic_path(path) as temporary:
         fig.savefig(temporary, dpi=110, format="png")
 
 

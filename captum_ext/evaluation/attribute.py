@@ -64,6 +64,7 @@ import torch
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
+from captum_ext._utils.atomic import atomic_path
 from captum_ext._utils.chunking import check_internal_batch_size
 from captum_ext._utils.common import classifier_forward
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
@@ -288,9 +289,8 @@ def _prepare(out: Path, manifest: Dict[str, Any]) -> List[int]:
             f"{out} holds shards but no {MANIFEST}; choose an empty --out directory"
         )
     else:
-        temporary = path.with_name(f".{MANIFEST}.tmp")
-        temporary.write_text(json.dumps(manifest, indent=2))
-        os.replace(temporary, path)
+        with atomic_path(path) as temporary:
+            temporary.write_text(json.dumps(manifest, indent=2))
     for stale in out.glob(".part-*.tmp-*"):
         stale.unlink()
     shards = range(manifest["shards"])
@@ -381,13 +381,8 @@ def _shard_positions(shard: int, shard_size: int, n: int) -> range:
 def _write_atomically(table: pa.Table, path: Path, rank: int) -> None:
     r"""Writes under a hidden name and renames, so readers and reruns only ever
     see complete shards."""
-    temporary = path.with_name(f".{path.name}.tmp-{rank}-{os.getpid()}")
-    try:
+    with atomic_path(path, tag=f"{rank}-{os.getpid()}") as temporary:
         pq.write_table(table, temporary)
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
 
 
 class _Job:

@@ -6,7 +6,6 @@ per-layer maps the report draws."""
 import csv
 import json
 import math
-import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from torch import Tensor
 
+from captum_ext._utils.atomic import atomic_path
 from captum_ext.visualization import Explanation
 
 __all__ = ["BenchmarkResult", "MethodResult", "SUSPECT_RATIO"]
@@ -155,8 +155,7 @@ def _csv(handle: Any, columns: List[str], records: List[Dict[str, Any]]) -> None
 def _write_atomically(path: Union[str, Path], write: Any) -> Path:
     r"""Writes to a temporary name, then renames: no half-written file."""
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with temporary.open("w", newline="", encoding="utf-8") as handle:
-        write(handle)
-    temporary.replace(path)
+    with atomic_path(path) as temporary:
+        with temporary.open("w", newline="", encoding="utf-8") as handle:
+            write(handle)
     return path
