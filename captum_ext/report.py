@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-r"""Benchmark reports: a Markdown table for the terminal, CSV and JSON files, PNG
-plots and one self-contained HTML page (inline CSS, images embedded as base64).
+r"""Benchmark reports: a Markdown table for the terminal, PNG plots and one
+self-contained HTML page (inline CSS, images embedded as base64), written next
+to the result's own CSV and JSON files (:meth:`BenchmarkResult.to_csv
+<captum_ext.evaluation.BenchmarkResult.to_csv>`, ``to_json``).
 
 The page explains itself: each metric's definition and better direction, what
 the time ratio measures, why class-agnostic methods show no Kendall-τ, and
@@ -10,10 +12,7 @@ state and the report works headless.
 """
 
 import base64
-import csv
 import html
-import io
-import json
 import math
 import re
 from pathlib import Path
@@ -39,8 +38,6 @@ __all__ = [
     "markdown_table",
     "metric_definitions",
     "plot_all",
-    "to_json",
-    "write_csv",
     "write_html",
     "write_report",
 ]
@@ -202,89 +199,6 @@ def _markdown_definitions(result: BenchmarkResult) -> str:
         f"- **{_md(name)}**: {_md(text)}" for name, text in metric_definitions(result)
     ]
     return "\n".join(lines)
-
-
-def write_csv(result: BenchmarkResult, path: Path) -> None:
-    r"""One row per (task, method): raw metric means (``class_agnostic`` says
-    where Kendall-τ does not apply), time ratio with its flag, seconds."""
-    metrics = list(result.metrics)
-    handle = io.StringIO(newline="")
-    writer = csv.writer(handle)
-    writer.writerow(
-        ["task", "method", "family", "n"]
-        + metrics
-        + ["class_agnostic", "time_ratio", "time_ratio_flagged"]
-        + ["seconds", "forward_seconds"]
-    )
-    for row in result.rows:
-        writer.writerow(
-            [row.task, row.method, row.family, row.n]
-            + [repr(row.metrics[m]) for m in metrics]
-            + [row.class_agnostic, repr(row.time_ratio), row.timing_suspect]
-            + [repr(row.seconds), repr(row.forward_seconds)]
-        )
-    _write_text(path, handle.getvalue())
-
-
-def _finite(value: float) -> Any:
-    r"""JSON has no NaN/Infinity; they become null."""
-    return value if math.isfinite(value) else None
-
-
-def _row_json(row: MethodResult) -> Dict[str, Any]:
-    return {
-        "task": row.task,
-        "method": row.method,
-        "family": row.family,
-        "n": row.n,
-        "class_agnostic": row.class_agnostic,
-        "metrics": {k: _finite(v) for k, v in row.metrics.items()},
-        "time_ratio": _finite(row.time_ratio),
-        "time_ratio_flagged": row.timing_suspect,
-        "seconds": row.seconds,
-        "forward_seconds": row.forward_seconds,
-        "curves": {
-            name: {"grid": grid, "mean": [_finite(v) for v in values]}
-            for name, (grid, values) in row.curves.items()
-        },
-    }
-
-
-def _example_json(example: Explanation) -> Dict[str, Any]:
-    return {
-        "text": example.text,
-        "tokens": example.tokens,
-        "special_mask": example.specials(),
-        "label_names": example.label_names,
-        "pred_class": example.pred_class,
-        "pred_prob": example.pred_prob,
-        "target": example.target,
-        "true_class": example.true_class,
-        "scores": {k: v.tolist() for k, v in example.scores.items()},
-    }
-
-
-def to_json(result: BenchmarkResult) -> Dict[str, Any]:
-    r"""Everything in the result as plain JSON types."""
-    return {
-        "config": result.config,
-        "wall_seconds": result.wall_seconds,
-        "metrics": {
-            name: {"higher_is_better": up} for name, up in result.metrics.items()
-        },
-        "rows": [_row_json(row) for row in result.rows],
-        "layer_maps": {
-            task: {
-                name: {"tokens": tokens, "scores": scores.tolist()}
-                for name, (tokens, scores) in maps.items()
-            }
-            for task, maps in result.layer_maps.items()
-        },
-        "examples": {
-            task: [_example_json(ex) for ex in examples]
-            for task, examples in result.examples.items()
-        },
-    }
 
 
 def _example_for(
@@ -531,8 +445,8 @@ def write_report(result: BenchmarkResult, out_dir: Path) -> Dict[str, Path]:
         "markdown": out_dir / "results.md",
         "html": out_dir / "report.html",
     }
-    write_csv(result, paths["csv"])
-    _write_text(paths["json"], json.dumps(to_json(result), indent=1))
+    result.to_csv(paths["csv"])
+    result.to_json(paths["json"])
     markdown = markdown_table(result) + "\n\n" + _markdown_definitions(result)
     _write_text(paths["markdown"], markdown + "\n")
     plot_all(result, out_dir)

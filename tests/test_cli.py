@@ -252,14 +252,12 @@ def test_benchmark_command_on_the_default_models_equals_the_python_api(tmp_path)
     api = benchmark_default_tasks(
         4, methods=["AttCAT", "Random"], metrics=["aopc"], progress=False
     )
-    written = json.loads((out / "results.json").read_text())["rows"]
+    written = json.loads((out / "results.json").read_text())["table"]
     assert [(r["task"], r["method"]) for r in written] == [
         (row.task, row.method) for row in api.rows
     ]
     for cli_row, row in zip(written, api.rows):
-        assert cli_row["metrics"]["AOPC"] == pytest.approx(
-            row.metrics["AOPC"], abs=1e-6
-        )
+        assert cli_row["AOPC"] == pytest.approx(row.metrics["AOPC"], abs=1e-6)
 
 
 def test_benchmark_on_your_model_and_data_equals_the_python_api(
@@ -276,7 +274,7 @@ def test_benchmark_on_your_model_and_data_equals_the_python_api(
     argv += ["--metrics", "aopc", "--out", str(out), "--no-progress"]
     assert main(argv) == 0
     assert "### tiny_model" in capsys.readouterr().out
-    written = json.loads((out / "results.json").read_text())["rows"]
+    written = json.loads((out / "results.json").read_text())["table"]
     model, tokenizer = load_classifier(model_dir)
     loaded = data_module.load_data(
         data, label_column="label", label2id=model.config.label2id, num_labels=3
@@ -284,6 +282,4 @@ def test_benchmark_on_your_model_and_data_equals_the_python_api(
     api = benchmark(model, tokenizer, loaded, ["AttCAT", "Random"], ["aopc"])
     for cli_row, row in zip(written, api.rows):
         assert cli_row["method"] == row.method
-        assert cli_row["metrics"]["AOPC"] == pytest.approx(
-            row.metrics["AOPC"], abs=1e-6
-        )
+        assert cli_row["AOPC"] == pytest.approx(row.metrics["AOPC"], abs=1e-6)

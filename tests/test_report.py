@@ -10,7 +10,7 @@ import pytest
 import torch
 from captum_ext import report
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
-from captum_ext.report import markdown_table, to_json, write_report
+from captum_ext.report import markdown_table, write_report
 from captum_ext.visualization import Explanation
 
 GRID = [0.1, 0.5, 1.0]
@@ -94,8 +94,8 @@ def test_kendall_tau_is_not_applicable_to_class_agnostic_methods(tmp_path):
     assert lines[5] == "| Random | control | 0.100 | nan | 0.500 | 2.0 |"
     paths = write_report(result, tmp_path)
     data = json.loads(paths["json"].read_text())
-    assert data["rows"][0]["class_agnostic"] is True
-    assert data["rows"][0]["metrics"]["Kendall-tau"] == 1.0  # raw value kept
+    assert data["table"][0]["class_agnostic"] is True
+    assert data["table"][0]["Kendall-tau"] == 1.0  # raw value kept
     with open(paths["csv"]) as handle:
         assert [r["class_agnostic"] for r in csv.DictReader(handle)] == [
             "True",
@@ -129,24 +129,27 @@ def test_csv_has_one_row_per_method_with_every_metric(tmp_path):
     assert float(rows[0]["AOPC"]) == 0.4 and float(rows[0]["LOdds"]) == -1.25
     assert math.isnan(float(rows[1]["LOdds"]))
     assert float(rows[0]["time_ratio"]) == 2.0
-    assert rows[0]["time_ratio_flagged"] == "False"
+    assert rows[0]["timing_suspect"] == "False"
+    assert [r["class_agnostic"] for r in rows] == ["False", "False"]
     assert rows[0]["family"] == "captum_ext" and rows[0]["n"] == "4"
 
 
 def test_json_is_strict_and_complete(tmp_path):
     paths = write_report(_fake_result(), tmp_path)
     data = json.loads(paths["json"].read_text(), parse_constant=pytest.fail)
-    assert data == json.loads(json.dumps(to_json(_fake_result())))
+    assert data == json.loads(json.dumps(_fake_result().to_dict()))
     assert data["metrics"] == {
         "AOPC": {"higher_is_better": True},
         "LOdds": {"higher_is_better": False},
     }
-    first, second = data["rows"]
-    assert first["metrics"] == {"AOPC": 0.4, "LOdds": -1.25}
-    assert second["metrics"]["LOdds"] is None  # NaN is not JSON
-    assert first["time_ratio"] == 2.0 and first["time_ratio_flagged"] is False
-    assert first["curves"]["AOPC"]["grid"] == GRID
-    assert first["curves"]["AOPC"]["mean"] == pytest.approx([0.2, 0.4, 0.6])
+    first, second = data["table"]
+    assert (first["AOPC"], first["LOdds"]) == (0.4, -1.25)
+    assert second["LOdds"] is None  # NaN is not JSON
+    assert first["time_ratio"] == 2.0 and first["timing_suspect"] is False
+    curves = data["curves"][0]
+    assert (curves["task"], curves["method"]) == ("sentiment", "AttCAT")
+    assert curves["AOPC"]["grid"] == GRID
+    assert curves["AOPC"]["mean"] == pytest.approx([0.2, 0.4, 0.6])
     example = data["examples"]["sentiment"][0]
     assert example["tokens"][1] == "<script>"
     assert example["special_mask"] == [True, False, False, True]

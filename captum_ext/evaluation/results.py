@@ -92,7 +92,9 @@ class BenchmarkResult:
         )
 
     def table(self) -> List[Dict[str, Any]]:
-        r"""One dict per (task, method): means, time ratio and its flag."""
+        r"""One dict per (task, method): metric means, ``class_agnostic`` (where
+        Kendall-τ does not apply), the time ratio with its ``timing_suspect``
+        flag, and the seconds behind it."""
         return [
             {
                 "task": row.task,
@@ -100,8 +102,11 @@ class BenchmarkResult:
                 "family": row.family,
                 "n": row.n,
                 **{c: row.metrics.get(c, math.nan) for c in self.metrics},
+                "class_agnostic": row.class_agnostic,
                 "time_ratio": row.time_ratio,
                 "timing_suspect": row.timing_suspect,
+                "seconds": row.seconds,
+                "forward_seconds": row.forward_seconds,
             }
             for row in self.rows
         ]
@@ -117,6 +122,34 @@ class BenchmarkResult:
                 )
         return records
 
+    def to_dict(self) -> Dict[str, Any]:
+        r"""Everything in the result as plain JSON types, NaN and inf as None
+        (strict JSON has neither): the configuration, each metric's better
+        direction, :meth:`table`, each row's mean curves, :meth:`per_example`,
+        the layer maps and the kept examples."""
+        document = {
+            "config": self.config,
+            "wall_seconds": self.wall_seconds,
+            "metrics": {
+                name: {"higher_is_better": up} for name, up in self.metrics.items()
+            },
+            "table": self.table(),
+            "curves": [_curves_json(row) for row in self.rows],
+            "per_example": self.per_example(),
+            "layer_maps": {
+                task: {
+                    name: {"tokens": tokens, "scores": scores.tolist()}
+                    for name, (tokens, scores) in maps.items()
+                }
+                for task, maps in self.layer_maps.items()
+            },
+            "examples": {
+                task: [_example_json(example) for example in examples]
+                for task, examples in self.examples.items()
+            },
+        }
+        return _finite(document)
+
     def to_csv(self, path: Union[str, Path], per_example: bool = False) -> Path:
         r"""Writes :meth:`table` (or :meth:`per_example`) as CSV."""
         records = self.per_example() if per_example else self.table()
@@ -126,16 +159,48 @@ class BenchmarkResult:
         return _write_atomically(path, lambda f: _csv(f, columns, records))
 
     def to_json(self, path: Union[str, Path]) -> Path:
-        r"""Writes the table, the per-example values and the configuration."""
-        document = {
-            "config": self.config,
-            "wall_seconds": self.wall_seconds,
-            "table": self.table(),
-            "per_example": self.per_example(),
-        }
+        r"""Writes :meth:`to_dict` as strict JSON."""
+        document = self.to_dict()
         return _write_atomically(
-            path, lambda f: json.dump(document, f, indent=1, default=str)
+            path,
+            lambda f: json.dump(document, f, indent=1, allow_nan=False, default=str),
         )
+
+
+def _curves_json(row: MethodResult) -> Dict[str, Any]:
+    return {
+        "task": row.task,
+        "method": row.method,
+        **{
+            name: {"grid": grid, "mean": values}
+            for name, (grid, values) in row.curves.items()
+        },
+    }
+
+
+def _example_json(example: Explanation) -> Dict[str, Any]:
+    return {
+        "text": example.text,
+        "tokens": example.tokens,
+        "special_mask": example.specials(),
+        "label_names": example.label_names,
+        "pred_class": example.pred_class,
+        "pred_prob": example.pred_prob,
+        "target": example.target,
+        "true_class": example.true_class,
+        "scores": {k: v.tolist() for k, v in example.scores.items()},
+    }
+
+
+def _finite(value: Any) -> Any:
+    r"""``value`` with every non-finite float inside it replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _merged(values: Any) -> Any:

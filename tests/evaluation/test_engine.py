@@ -248,7 +248,10 @@ def test_rows_are_the_data_row_ids_and_label_names_fall_back_to_the_model():
 def test_results_write_csv_and_json(tmp_path):
     result = run(tiny_data(3), methods=["NormXLogit", "Random"], metrics=["aopc"])
     table = result.to_csv(tmp_path / "table.csv").read_text().splitlines()
-    assert table[0] == "task,method,family,n,AOPC,time_ratio,timing_suspect"
+    assert table[0] == (
+        "task,method,family,n,AOPC,class_agnostic,time_ratio,timing_suspect,"
+        "seconds,forward_seconds"
+    )
     assert len(table) == 3
     per_example = result.to_csv(tmp_path / "rows.csv", per_example=True)
     assert len(per_example.read_text().splitlines()) == 1 + 2 * 3
