@@ -162,7 +162,7 @@ def _integrated_gradients(model: nn.Module, chunked: bool = True) -> Method:
     ``internal_batch_size`` = the batch (one batch of rows per pass)."""
     adapter = get_adapter(model)
     lig = LayerIntegratedGradients(classifier_forward(model), adapter.word_embeddings())
-    pad = adapter.pad_token_id or 0
+    pad = adapter.tokens.pad_token_id or 0
 
     def run(ids: Tensor, mask: Tensor, target: Tensor) -> Tensor:
         # Reference: [PAD] everywhere except the first and last token

@@ -12,9 +12,11 @@ methods need, whatever the family:
   LayerNorms of block ``l`` (post-LN encoders only, for norm decompositions);
 - ``head_on_every_position(h)``: the model's own classification head applied to
   every position of ``h`` (``[batch, pos, d_model] -> [batch, pos, classes]``);
-- ``classification_position(...)``: where the model reads its prediction from
-  ([CLS]/<s>, or the last non-pad token for causal classifiers);
-- ``mlm_head()``: the masked-LM head of a ``*ForMaskedLM`` model, if any.
+- ``mlm_head()``: the masked-LM head of a ``*ForMaskedLM`` model, if any;
+- ``tokens``: the family's :class:`TokenLayout`: where the model reads its
+  prediction from ([CLS]/<s>, or the last non-pad token for causal
+  classifiers), which positions hold special tokens, and the keyword arguments
+  of a forward pass (``position_ids`` from the mask for decoder-only families).
 
 Families are recognised by ``config.model_type`` (never by ``isinstance`` on a
 model class); each is one keyword-built :class:`_Family` record. A model of an
@@ -37,6 +39,8 @@ from torch import nn, Tensor
 __all__ = [
     "BlockParts",
     "ModelAdapter",
+    "TokenLayout",
+    "check_head_reproduces",
     "UnsupportedModelError",
     "get_adapter",
     "supported_families",
@@ -519,22 +523,97 @@ def _check_attention_weights(config: Any, method: str) -> None:
         )
 
 
-def _tokenizer_ids(tokenizer: object) -> List[int]:
-    return sorted(set(getattr(tokenizer, "all_special_ids")))
+def _require_classifier(model: nn.Module, family: _Family) -> None:
+    r"""A masked-LM or a bare ``*Model`` has no classification head."""
+    if not hasattr(model, family.classifier):
+        raise UnsupportedModelError(
+            f"{type(model).__name__} has no sequence-classification head; "
+            "load it with AutoModelForSequenceClassification"
+        )
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    r"""How a model's family lays out its tokens: where it classifies from,
+    which positions hold special tokens, and the keyword arguments of a forward
+    pass. ``adapter.tokens`` of every :class:`ModelAdapter`."""
+
+    causal: bool  # classifies from the last non-pad token
+    pad_token_id: Optional[int]
+    config_special_ids: Tuple[int, ...]  # bos/eos/sep/cls ids the config names
+    framed_by_specials: bool  # see _Family.framed_by_specials
+    position_ids_from_mask: bool  # see _Family.position_ids_from_mask
+
+    def classification_position(
+        self, input_ids: Tensor, attention_mask: Optional[Tensor] = None
+    ) -> Tensor:
+        r"""``[batch]`` index of the position the model classifies from: 0 for
+        encoders, the last non-pad token for causal classifiers."""
+        if self.causal:
+            return _last_token_position(input_ids, attention_mask, self.pad_token_id)
+        return torch.zeros(len(input_ids), dtype=torch.long, device=input_ids.device)
+
+    def special_token_ids(self, tokenizer: Optional[object] = None) -> List[int]:
+        r"""Special-token ids: the tokenizer's when given, else the config's pad,
+        bos, eos, sep and cls ids (BERT-style configs of transformers 5: pad only)."""
+        if tokenizer is not None:
+            return sorted(set(getattr(tokenizer, "all_special_ids")))
+        ids = set(self.config_special_ids) | {self.pad_token_id}
+        return sorted(i for i in ids if isinstance(i, int))
+
+    def special_positions(
+        self, input_ids: Tensor, attention_mask: Tensor, tokenizer: object = None
+    ) -> Tensor:
+        r"""Boolean ``[batch, pos]``: attended positions holding a special token,
+        by the tokenizer's ids, else the config's bos/eos/sep/cls ids, else the
+        family's rule: encoders' tokenizers frame every sequence with a special
+        first and last token, so those attended positions are special (causal
+        families: none)."""
+        if tokenizer is None and not self.config_special_ids:
+            if self.framed_by_specials:
+                return _framing_positions(attention_mask)
+            return torch.zeros_like(attention_mask, dtype=torch.bool)
+        ids = torch.tensor(self.special_token_ids(tokenizer), device=input_ids.device)
+        return attention_mask.bool() & torch.isin(input_ids, ids)
+
+    def forward_kwargs(
+        self, attention_mask: Optional[Tensor], token_type_ids: Optional[Tensor]
+    ) -> Dict[str, Tensor]:
+        r"""Keyword arguments for ``model(input_ids, **kwargs)``: the masks, and
+        ``position_ids`` counting attended tokens only for families whose absolute
+        positions left padding would shift (so left = right padding)."""
+        kwargs: Dict[str, Tensor] = {}
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask
+            if self.position_ids_from_mask:
+                kwargs["position_ids"] = _positions_from_mask(attention_mask)
+        if token_type_ids is not None:
+            kwargs["token_type_ids"] = token_type_ids
+        return kwargs
+
+
+def _token_layout(config: Any, family: _Family) -> TokenLayout:
+    return TokenLayout(
+        causal=family.causal,
+        pad_token_id=config.pad_token_id,
+        config_special_ids=tuple(_config_special_ids(config)),
+        framed_by_specials=family.framed_by_specials,
+        position_ids_from_mask=family.position_ids_from_mask,
+    )
 
 
 class ModelAdapter:
-    r"""What the attribution methods need from one Hugging Face model.
-
-    Build it with :func:`get_adapter`. The adapter never changes the model.
-    ``hidden_states`` indices run from 0 (embedding output) to L (last block).
-    """
+    r"""What the attribution methods need from one Hugging Face model: its
+    sizes, the modules that produce each ``hidden_states[l]``, its heads, and
+    its :class:`TokenLayout` (``tokens``). Build it with :func:`get_adapter`;
+    it never changes the model. ``hidden_states`` indices run from 0 (embedding
+    output) to L (last block)."""
 
     def __init__(self, model: nn.Module, family: _Family) -> None:
         self.model = model  # the unwrapped Hugging Face model
+        self.base_model: nn.Module = getattr(model, "base_model")
         self.config: Any = getattr(model, "config")
-        self.family = family.name
-        self._family = family
+        self.family, self._family = family.name, family
         cfg = self.config
         self.num_layers = _config_int(cfg, "num_hidden_layers", "n_layers", "n_layer")
         self.num_heads = _config_int(cfg, "num_attention_heads", "n_heads", "n_head")
@@ -544,16 +623,11 @@ class ModelAdapter:
         self.is_regression = self.num_labels == 1
         self.is_causal = family.causal
         self.max_positions = _max_positions(cfg, family)
-        self.pad_token_id: Optional[int] = cfg.pad_token_id
-        self.base_model: nn.Module = getattr(model, "base_model")
+        self.tokens = _token_layout(cfg, family)
 
     def word_embeddings(self) -> nn.Embedding:
         r"""The input word-embedding table (``get_input_embeddings()``)."""
         return getattr(self.model, "get_input_embeddings")()
-
-    def blocks(self) -> List[nn.Module]:
-        r"""The transformer blocks, first to last."""
-        return _blocks(self.base_model, self._family)
 
     def check_layer(self, layer: int) -> int:
         r"""Validates a ``hidden_states`` index; negative indices count from L."""
@@ -571,7 +645,7 @@ class ModelAdapter:
             return self.embedding_output_module()
         if layer == self.num_layers and final is not None:
             return _module(self.base_model, final)
-        return self.blocks()[layer - 1]
+        return _blocks(self.base_model, self._family)[layer - 1]
 
     def block_parts(self, layer: int) -> BlockParts:
         r"""The :class:`BlockParts` of block ``layer`` (1..L: block ``l`` maps
@@ -579,49 +653,17 @@ class ModelAdapter:
         paths, index = _part_paths(self._family), self.check_layer(layer)
         if index == 0:
             raise IndexError("block_parts takes a block index 1..L, not 0")
-        block = self.blocks()[index - 1]
+        block = _blocks(self.base_model, self._family)[index - 1]
         return _block_parts(block, paths, f"{self.family} block {index}")
-
-    def require_classifier(self) -> None:
-        r"""Raises :class:`UnsupportedModelError` unless the model is a sequence
-        classifier (a masked-LM or a bare ``*Model`` has no classification head)."""
-        if not hasattr(self.model, self._family.classifier):
-            raise UnsupportedModelError(
-                f"{type(self.model).__name__} has no sequence-classification head; "
-                "load it with AutoModelForSequenceClassification"
-            )
 
     def head_on_every_position(self, hidden: Tensor) -> Tensor:
         r"""The classification head on every position of ``hidden_states[L]``:
-        ``[batch, pos, d_model] -> [batch, pos, num_labels]``; at
-        :meth:`classification_position` it equals the model's logits."""
-        self.require_classifier()
+        ``[batch, pos, d_model] -> [batch, pos, num_labels]``; at the
+        classification position it equals the model's logits (see
+        :func:`check_head_reproduces`). Raises :class:`UnsupportedModelError`
+        for a model without a sequence-classification head."""
+        _require_classifier(self.model, self._family)
         return self._family.head(self.model, hidden)
-
-    def classification_position(
-        self, input_ids: Tensor, attention_mask: Optional[Tensor] = None
-    ) -> Tensor:
-        r"""``[batch]`` index of the position the model classifies from: 0 for
-        encoders, the last non-pad token for causal classifiers."""
-        if self.is_causal:
-            return _last_token_position(input_ids, attention_mask, self.pad_token_id)
-        return torch.zeros(len(input_ids), dtype=torch.long, device=input_ids.device)
-
-    def check_head_reproduces(self, head_logits: Tensor, model_logits: Tensor) -> None:
-        r"""Raises :class:`UnsupportedModelError` unless the head at the
-        classification position (``[batch, C]``) reproduces the model's own logits
-        ``[batch, C]``: a non-standard head (mean pooling, a custom subclass)
-        would otherwise give silently wrong attributions. Relative error in
-        float32 (:func:`_relative_head_error`) against :func:`_head_tolerance`."""
-        error = _relative_head_error(head_logits, model_logits)
-        if not error <= _head_tolerance(model_logits.dtype):
-            raise UnsupportedModelError(
-                f"{type(self.model).__name__}'s classification head is not the "
-                f"standard {self.family} head: at the classification position it "
-                f"gives logits that differ from the model's own by {error:.2g} "
-                "(relative); methods that apply the head to every position (LogAt, "
-                "NormXLogit) cannot explain this model"
-            )
 
     def mlm_head(self) -> Optional[nn.Module]:
         r"""The masked-LM head (hidden -> vocabulary logits), or ``None``."""
@@ -631,43 +673,24 @@ class ModelAdapter:
         r"""Raises if the model's attention implementation returns no weights."""
         _check_attention_weights(self.config, method)
 
-    def special_token_ids(self, tokenizer: Optional[object] = None) -> List[int]:
-        r"""Special-token ids: the tokenizer's when given, else the config's pad,
-        bos, eos, sep and cls ids (BERT-style configs of transformers 5: pad only)."""
-        if tokenizer is not None:
-            return _tokenizer_ids(tokenizer)
-        ids = set(_config_special_ids(self.config)) | {self.pad_token_id}
-        return sorted(i for i in ids if isinstance(i, int))
 
-    def special_positions(
-        self, input_ids: Tensor, attention_mask: Tensor, tokenizer: object = None
-    ) -> Tensor:
-        r"""Boolean ``[batch, pos]``: attended positions holding a special token,
-        by the tokenizer's ids, else the config's bos/eos/sep/cls ids, else the
-        family's rule: encoders' tokenizers frame every sequence with a special
-        first and last token, so those attended positions are special (causal
-        families: none)."""
-        if tokenizer is None and not _config_special_ids(self.config):
-            if self._family.framed_by_specials:
-                return _framing_positions(attention_mask)
-            return torch.zeros_like(attention_mask, dtype=torch.bool)
-        ids = torch.tensor(self.special_token_ids(tokenizer), device=input_ids.device)
-        return attention_mask.bool() & torch.isin(input_ids, ids)
-
-    def forward_kwargs(
-        self, attention_mask: Optional[Tensor], token_type_ids: Optional[Tensor]
-    ) -> Dict[str, Tensor]:
-        r"""Keyword arguments for ``model(input_ids, **kwargs)``: the masks, and
-        ``position_ids`` counting attended tokens only for families whose absolute
-        positions left padding would shift (so left = right padding)."""
-        kwargs: Dict[str, Tensor] = {}
-        if attention_mask is not None:
-            kwargs["attention_mask"] = attention_mask
-            if self._family.position_ids_from_mask:
-                kwargs["position_ids"] = _positions_from_mask(attention_mask)
-        if token_type_ids is not None:
-            kwargs["token_type_ids"] = token_type_ids
-        return kwargs
+def check_head_reproduces(
+    adapter: ModelAdapter, head_logits: Tensor, model_logits: Tensor
+) -> None:
+    r"""Raises :class:`UnsupportedModelError` unless the adapter's head at the
+    classification position (``[batch, C]``) reproduces the model's own logits
+    ``[batch, C]``: a non-standard head (mean pooling, a custom subclass) would
+    otherwise give silently wrong attributions. Relative error in float32
+    (:func:`_relative_head_error`) against :func:`_head_tolerance`."""
+    error = _relative_head_error(head_logits, model_logits)
+    if not error <= _head_tolerance(model_logits.dtype):
+        raise UnsupportedModelError(
+            f"{type(adapter.model).__name__}'s classification head is not the "
+            f"standard {adapter.family} head: at the classification position it "
+            f"gives logits that differ from the model's own by {error:.2g} "
+            "(relative); methods that apply the head to every position (LogAt, "
+            "NormXLogit) cannot explain this model"
+        )
 
 
 def _wrapped_models_hint(model: nn.Module) -> str:

@@ -3,7 +3,7 @@ import pytest
 import torch
 from captum_ext import get_adapter, UnsupportedModelError
 from captum_ext._utils.common import parse_token_batch, resolve_target
-from captum_ext.adapters import _Family, supported_families
+from captum_ext.adapters import _Family, check_head_reproduces, supported_families
 from captum_ext.attr import AttCAT
 from torch import nn
 
@@ -46,7 +46,7 @@ def test_head_on_every_position_reproduces_logits(family):
     out = _forward(model, batch)
     per_position = adapter.head_on_every_position(out.hidden_states[-1])
     assert per_position.shape == (3, batch["input_ids"].shape[1], 3)
-    position = adapter.classification_position(
+    position = adapter.tokens.classification_position(
         batch["input_ids"], batch["attention_mask"]
     )
     at_position = per_position[torch.arange(3), position]
@@ -132,7 +132,7 @@ def test_causal_classification_position_left_and_right_padding():
     adapter = get_adapter(tiny_classifier("gpt2"))
     for side in ("left", "right"):
         batch = token_batch((5, 3), pad_side=side, causal=True)
-        position = adapter.classification_position(batch["input_ids"])
+        position = adapter.tokens.classification_position(batch["input_ids"])
         expected = [4, 4] if side == "left" else [4, 2]
         assert position.tolist() == expected
 
@@ -241,10 +241,10 @@ _FRAMED = ["bert", "distilbert", "electra", "deberta-v2"]
 @pytest.mark.parametrize("pad_side", ["right", "left"])
 def test_special_positions_without_config_ids(family, pad_side):
     adapter = get_adapter(_as_released(family))
-    assert adapter.special_token_ids() == [0]  # pad only: the rule decides
+    assert adapter.tokens.special_token_ids() == [0]  # pad only: the rule decides
     batch = token_batch((5, 3), pad_side=pad_side)
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    special = adapter.special_positions(ids, mask)
+    special = adapter.tokens.special_positions(ids, mask)
     expected = mask.bool() & ((ids == CLS_ID) | (ids == SEP_ID))
     assert special.tolist() == expected.tolist()
     assert special.sum(-1).tolist() == [2, 2]
@@ -262,7 +262,7 @@ def test_special_positions_without_config_ids(family, pad_side):
 def test_special_positions_from_config_ids(family, row, expected):
     adapter = get_adapter(_as_released(family))
     ids = torch.tensor([row])
-    special = adapter.special_positions(ids, torch.ones_like(ids))
+    special = adapter.tokens.special_positions(ids, torch.ones_like(ids))
     assert special.int().tolist() == [expected]
 
 
@@ -273,9 +273,9 @@ def test_special_positions_prefer_the_tokenizer():
     adapter = get_adapter(_as_released("bert"))
     ids = torch.tensor([[CLS_ID, 9, 7, SEP_ID, 0]])
     mask = torch.tensor([[1, 1, 1, 1, 0]])
-    special = adapter.special_positions(ids, mask, Tokenizer())
+    special = adapter.tokens.special_positions(ids, mask, Tokenizer())
     assert special.int().tolist() == [[0, 1, 0, 0, 0]]  # pads are never special
-    assert adapter.special_token_ids(Tokenizer()) == [0, 9]
+    assert adapter.tokens.special_token_ids(Tokenizer()) == [0, 9]
 
 
 @pytest.mark.parametrize("family", _FRAMED)
@@ -283,7 +283,7 @@ def test_only_framing_tokens_are_all_special(family):
     # What the empty-input check reads: [CLS][SEP] holds nothing to explain.
     adapter = get_adapter(_as_released(family))
     ids = torch.tensor([[CLS_ID, SEP_ID], [CLS_ID, 7]])
-    assert adapter.special_positions(ids, torch.ones_like(ids)).all()
+    assert adapter.tokens.special_positions(ids, torch.ones_like(ids)).all()
 
 
 @pytest.mark.parametrize("family", _FRAMED)
@@ -310,7 +310,9 @@ def test_left_and_right_padding_give_the_same_scores(family):
     left = token_batch((7, 4), pad_side="left", causal=True)
     right = token_batch((7, 4), pad_side="right", causal=True)
     logits = [
-        model(b["input_ids"], **adapter.forward_kwargs(b["attention_mask"], None))
+        model(
+            b["input_ids"], **adapter.tokens.forward_kwargs(b["attention_mask"], None)
+        )
         for b in (left, right)
     ]
     torch.testing.assert_close(logits[0].logits, logits[1].logits)
@@ -333,7 +335,7 @@ def test_gpt2_left_padding_shifts_positions_without_position_ids():
 def test_encoders_get_no_position_ids(family):
     adapter = get_adapter(tiny_classifier(family))
     mask = torch.ones(1, 3, dtype=torch.long)
-    assert set(adapter.forward_kwargs(mask, None)) == {"attention_mask"}
+    assert set(adapter.tokens.forward_kwargs(mask, None)) == {"attention_mask"}
 
 
 # ------------------------------------------------------------ head checks
@@ -344,7 +346,7 @@ def test_mean_pool_head_is_refused():
     out = _forward(model, batch)
     head = adapter.head_on_every_position(out.hidden_states[-1])[:, 0]
     with pytest.raises(UnsupportedModelError, match="not the standard bert head"):
-        adapter.check_head_reproduces(head, out.logits)
+        check_head_reproduces(adapter, head, out.logits)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -354,25 +356,27 @@ def test_standard_heads_pass_the_check(family, dtype):
     adapter = get_adapter(model)
     batch = token_batch(causal=is_causal(family))
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    out = model(ids, **adapter.forward_kwargs(mask, None), output_hidden_states=True)
-    position = adapter.classification_position(ids, mask)
+    out = model(
+        ids, **adapter.tokens.forward_kwargs(mask, None), output_hidden_states=True
+    )
+    position = adapter.tokens.classification_position(ids, mask)
     head = adapter.head_on_every_position(out.hidden_states[-1])
-    adapter.check_head_reproduces(head[torch.arange(3), position], out.logits)
+    check_head_reproduces(adapter, head[torch.arange(3), position], out.logits)
 
 
 def test_head_check_tolerance_is_relative_to_the_logits():
     adapter = get_adapter(tiny_classifier("bert"))
     logits = torch.tensor([[100.0, -50.0]])
-    adapter.check_head_reproduces(logits + 0.05, logits)  # 5e-4 relative
+    check_head_reproduces(adapter, logits + 0.05, logits)  # 5e-4 relative
     with pytest.raises(UnsupportedModelError, match="0.002"):
-        adapter.check_head_reproduces(logits + 0.2, logits)
+        check_head_reproduces(adapter, logits + 0.2, logits)
     small = torch.tensor([[0.02, 0.01]])
     with pytest.raises(UnsupportedModelError):
-        adapter.check_head_reproduces(small * 0.5, small)
+        check_head_reproduces(adapter, small * 0.5, small)
     coarse = logits.bfloat16()
-    adapter.check_head_reproduces(coarse + 4, coarse)  # 0.04 < 8 bf16 ulps
+    check_head_reproduces(adapter, coarse + 4, coarse)  # 0.04 < 8 bf16 ulps
     with pytest.raises(UnsupportedModelError):
-        adapter.check_head_reproduces(coarse + 8, coarse)
+        check_head_reproduces(adapter, coarse + 8, coarse)
 
 
 # ------------------------------------------------------ not a classifier
@@ -382,6 +386,9 @@ def test_head_check_tolerance_is_relative_to_the_logits():
 )
 def test_non_classifiers_are_refused(build, family):
     adapter = get_adapter(build(family))
+    hidden = torch.zeros(1, 4, adapter.hidden_size)  # [batch, pos, d_model]
     with pytest.raises(UnsupportedModelError, match="AutoModelForSequence"):
-        adapter.require_classifier()
-    get_adapter(tiny_classifier(family)).require_classifier()
+        adapter.head_on_every_position(hidden)
+    classifier = get_adapter(tiny_classifier(family))
+    logits = classifier.head_on_every_position(hidden)  # [batch, pos, C]
+    assert logits.shape == (1, 4, classifier.num_labels)

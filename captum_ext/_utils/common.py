@@ -156,7 +156,7 @@ def parse_token_batch(
     its prediction from position 0).
     """
     input_ids, attention_mask, rest = parse_token_ids(
-        inputs, additional_forward_args, adapter.pad_token_id
+        inputs, additional_forward_args, adapter.tokens.pad_token_id
     )
     if len(rest) > 1:
         raise ValueError(
@@ -185,7 +185,7 @@ def check_vocabulary_ids(adapter: ModelAdapter, input_ids: Tensor) -> None:
 
 
 def _check_not_only_special(adapter: ModelAdapter, batch: TokenBatch) -> None:
-    special = adapter.special_positions(batch.input_ids, batch.attention_mask)
+    special = adapter.tokens.special_positions(batch.input_ids, batch.attention_mask)
     only_special = (~(batch.valid & ~special).any(-1)).nonzero().flatten()
     if len(only_special):
         raise ValueError(
@@ -264,7 +264,7 @@ def run_model(
     With ``classifier`` (callers that explain a class), raises
     :class:`UnsupportedModelError` unless the output has ``logits`` ``[batch, C]``.
     """
-    kwargs = adapter.forward_kwargs(batch.attention_mask, batch.token_type_ids)
+    kwargs = adapter.tokens.forward_kwargs(batch.attention_mask, batch.token_type_ids)
     output = adapter.model(
         input_ids=batch.input_ids,
         output_hidden_states=hidden_states,
@@ -330,7 +330,9 @@ class ClassifierLogits(nn.Module):
     ) -> Tensor:
         kwargs: Dict[str, Optional[Tensor]] = {"attention_mask": attention_mask}
         if self._adapter is not None:
-            kwargs.update(self._adapter.forward_kwargs(attention_mask, token_type_ids))
+            kwargs.update(
+                self._adapter.tokens.forward_kwargs(attention_mask, token_type_ids)
+            )
         elif token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
         name = "inputs_embeds" if self.inputs_embeds else "input_ids"

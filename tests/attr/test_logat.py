@@ -24,9 +24,9 @@ from tests.helpers import (
 
 def _logits_and_positions(model, batch):
     adapter = get_adapter(model)
-    kwargs = adapter.forward_kwargs(batch["attention_mask"], None)
+    kwargs = adapter.tokens.forward_kwargs(batch["attention_mask"], None)
     out = model(input_ids=batch["input_ids"], **kwargs)
-    position = adapter.classification_position(
+    position = adapter.tokens.classification_position(
         batch["input_ids"], batch["attention_mask"]
     )
     return out.logits, position

@@ -188,7 +188,7 @@ def _hidden_states(
         states.append(torch.stack([h[valid] for h in output.hidden_states], dim=1))
         ids.append(encoded["input_ids"][valid])
     token_ids = torch.cat(ids)
-    special = torch.tensor(adapter.special_token_ids(tokenizer), device=device)
+    special = torch.tensor(adapter.tokens.special_token_ids(tokenizer), device=device)
     return torch.cat(states).float(), token_ids, torch.isin(token_ids, special)
 
 

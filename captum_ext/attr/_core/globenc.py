@@ -368,7 +368,7 @@ class GlobEnc(Attribution):
     ) -> Tuple[Tensor, Tensor]:
         r"""The classification position's row ``[batch, pos]`` and the logits."""
         matrices, logits = self._matrices(batch, target, variant)
-        position = self.adapter.classification_position(
+        position = self.adapter.tokens.classification_position(
             batch.input_ids, batch.attention_mask
         )
         if not rollout:

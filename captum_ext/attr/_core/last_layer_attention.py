@@ -122,7 +122,7 @@ class LastLayerAttention(Attribution):
         # probabilities lose the small weights
         dtype = result_dtype(out.attentions[0].dtype)
         weights = [layer.to(dtype).mean(1) for layer in out.attentions]
-        position = self.adapter.classification_position(
+        position = self.adapter.tokens.classification_position(
             batch.input_ids, batch.attention_mask
         )  # [batch]
         return rollout_row(self._rolled_out(weights), position), out.logits

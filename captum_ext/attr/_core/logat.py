@@ -15,7 +15,7 @@ from captum_ext._utils.common import (
     run_model,
     TokenBatch,
 )
-from captum_ext.adapters import get_adapter
+from captum_ext.adapters import check_head_reproduces, get_adapter
 from captum_ext.attr._core.chunked import attribute_forward_only, result_dtype
 
 __all__ = ["LogAt"]
@@ -176,13 +176,13 @@ class LogAt(Attribution):
         r"""The adapter's head on the final hidden state at the classification
         position must give the model's own logits: a custom head (mean pooling,
         say) would make every score a wrong number."""
-        position = self.adapter.classification_position(
+        position = self.adapter.tokens.classification_position(
             batch.input_ids, batch.attention_mask
         )  # [batch]
         rows = torch.arange(len(position), device=position.device)
         final = out.hidden_states[self.adapter.num_layers][rows, position]  # [b, d]
         head = self.adapter.head_on_every_position(final[:, None])[:, 0]  # [b, C]
-        self.adapter.check_head_reproduces(head.float(), out.logits.float())
+        check_head_reproduces(self.adapter, head.float(), out.logits.float())
 
     def _scores(self, batch: TokenBatch, out: Any, target: TargetType) -> Tensor:
         r"""Per-position target logits ``[batch, pos]`` (subclasses rescale them),
@@ -194,7 +194,7 @@ class LogAt(Attribution):
         index = resolve_target(target, out.logits)  # [batch]
         if not self.adapter.is_regression:
             return _at_target(logits, index)
-        position = self.adapter.classification_position(
+        position = self.adapter.tokens.classification_position(
             batch.input_ids, batch.attention_mask
         )
         values = logits[..., 0]  # [batch, pos]
