@@ -322,7 +322,8 @@ class _RankOutput:
 
     methods: Dict[str, _MethodShard]
     predictions: Dict[int, Tuple[int, float]]  # row -> (target, probability)
-    kept_ids: Dict[int, List[int]]  # row -> attended token ids
+    # row -> the attended token ids and, for text pairs, their token type ids
+    kept: Dict[int, Tuple[List[int], Optional[List[int]]]]
     truncated: int
 
 
@@ -336,8 +337,7 @@ def _predictions(batches: List[_Batch], keep: Sequence[int]) -> _RankOutput:
             target = int(batch.target[position])
             output.predictions[row] = (target, float(batch.probs[position, target]))
             if row in keep:
-                ids = batch.encoded.input_ids[position, mask[position]]
-                output.kept_ids[row] = ids.tolist()
+                output.kept[row] = _attended(batch.encoded, position, mask[position])
         output.truncated += sum(batch.encoded.truncated)
     return output
 
@@ -426,15 +426,31 @@ def _label_names(model: nn.Module, data: ExampleData) -> List[str]:
     return [str(id2label.get(i, i)) for i in range(config.num_labels)]
 
 
+def _attended(
+    encoded: EncodedBatch, position: int, attended: Tensor
+) -> Tuple[List[int], Optional[List[int]]]:
+    r"""One row's attended token ids and token type ids (None without)."""
+    types = encoded.token_type_ids
+    return (
+        encoded.input_ids[position, attended].tolist(),
+        None if types is None else types[position, attended].tolist(),
+    )
+
+
 def _examples(
-    model: nn.Module, tokenizer: Any, data: ExampleData, outputs: List[_RankOutput]
-) -> List[Explanation]:
+    model: nn.Module,
+    tokenizer: Any,
+    data: ExampleData,
+    outputs: List[_RankOutput],
+    kept: Dict[int, Tuple[List[int], Optional[List[int]]]],
+) -> Dict[int, Explanation]:
+    r"""The kept rows' explanations, by row, in row order."""
     labels = getattr(data, "labels", None)
     names = _label_names(model, data)
-    examples = []
-    kept_ids = {row: ids for out in outputs for row, ids in out.kept_ids.items()}
+    examples = {}
     predictions = {row: p for out in outputs for row, p in out.predictions.items()}
-    for row in sorted(kept_ids):
+    for row in sorted(kept):
+        ids = kept[row][0]
         target, prob = predictions[row]
         scores = {
             name: shard.kept[row]
@@ -442,47 +458,50 @@ def _examples(
             for name, shard in out.methods.items()
             if row in shard.kept
         }
-        examples.append(
-            Explanation(
-                tokens=tokenizer.convert_ids_to_tokens(kept_ids[row]),
-                scores=scores,
-                label_names=names,
-                pred_class=target,
-                pred_prob=prob,
-                target=target,
-                true_class=None if labels is None else int(labels[row]),
-                special_mask=special_token_mask(tokenizer, kept_ids[row]),
-                text=data.texts[row],
-            )
+        examples[row] = Explanation(
+            tokens=tokenizer.convert_ids_to_tokens(ids),
+            scores=scores,
+            label_names=names,
+            pred_class=target,
+            pred_prob=prob,
+            target=target,
+            true_class=None if labels is None else int(labels[row]),
+            special_mask=special_token_mask(tokenizer, ids),
+            text=data.texts[row],
         )
     return examples
 
 
-def _confident_example(examples: List[Explanation]) -> Explanation:
-    r"""The example the heatmaps show: the most confidently predicted among the
+def _confident_row(examples: Dict[int, Explanation]) -> int:
+    r"""The row the heatmaps show: the most confidently predicted among the
     correctly classified ones (all of them when none is, or without labels)."""
-    correct = [e for e in examples if e.true_class in (None, e.pred_class)]
-    return max(correct or examples, key=lambda example: example.pred_prob)
+    correct = [r for r, e in examples.items() if e.true_class in (None, e.pred_class)]
+    return max(correct or examples, key=lambda row: examples[row].pred_prob)
 
 
 def _layer_maps(
     model: nn.Module,
     tokenizer: Any,
     example: Explanation,
+    inputs: Tuple[List[int], Optional[List[int]]],
     methods: Sequence[MethodSpec],
     device: torch.device,
 ) -> Dict[str, Tuple[List[str], Tensor]]:
-    r"""The :data:`LAYER_MAPS` entries of the chosen methods on one example
-    (none fitted or run for a method that was not chosen)."""
+    r"""The :data:`LAYER_MAPS` entries of the chosen methods on one example, from
+    its attended token ids and (text pairs) token type ids; none fitted or run
+    for a method that was not chosen."""
     chosen = {spec.name for spec in methods}
-    ids = tokenizer.convert_tokens_to_ids(example.tokens)
-    input_ids = torch.tensor([ids], device=device)
+    ids, types = inputs
+    input_ids = torch.tensor([ids], device=device)  # [1, pos]
     mask = torch.ones_like(input_ids)
+    token_types = None if types is None else torch.tensor([types], device=device)
     target = torch.tensor([example.target], device=device)
     return {
         name: (
             example.tokens,
-            spec.factory(model, tokenizer)(input_ids, mask, target)[0].cpu(),
+            spec.factory(model, tokenizer)(input_ids, mask, target, token_types)[
+                0
+            ].cpu(),
         )
         for name, spec in LAYER_MAPS.items()
         if name in chosen
@@ -659,16 +678,19 @@ def _merge(
     if ids:  # positions -> the data's own row ids (e.g. rows of the file)
         for row in rows:
             row.rows = [ids[position] for position in row.rows]
-    examples = _examples(model, tokenizer, data, outputs)
+    kept = {row: inputs for out in outputs for row, inputs in out.kept.items()}
+    examples = _examples(model, tokenizer, data, outputs, kept)
     maps = {}
     if examples:
-        example = _confident_example(examples)
-        maps = _layer_maps(model, tokenizer, example, methods, ctx.device)
+        shown = _confident_row(examples)
+        maps = _layer_maps(
+            model, tokenizer, examples[shown], kept[shown], methods, ctx.device
+        )
     truncated = sum(out.truncated for out in outputs)
     return BenchmarkResult(
         rows=rows,
         metrics=columns,
-        examples={task: examples},
+        examples={task: list(examples.values())},
         config=_config(data, task, methods, options, ctx, truncated),
         layer_maps={task: maps},
     )

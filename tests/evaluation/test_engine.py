@@ -8,6 +8,7 @@ import warnings
 import pytest
 import torch
 from captum_ext import classifier_forward
+from captum_ext.attr import AttCAT
 from captum_ext.evaluation import engine, registry
 from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.engine import benchmark
@@ -219,6 +220,26 @@ def test_text_pairs_are_encoded_with_segments():
     tokens = result.examples["tiny"][0].tokens
     assert tokens.count("[SEP]") == 2
     assert all(math.isfinite(row.metrics["AOPC"]) for row in result.rows)
+
+
+def test_layer_maps_of_text_pairs_keep_their_segments():
+    data = tiny_data(3, pairs=True)
+    result = run(data, methods=["AttCAT"], metrics=["aopc"], max_length=32)
+    tokens, layers = result.layer_maps["tiny"]["AttCAT"]  # layers: [layers, pos]
+    row = [e.tokens for e in result.examples["tiny"]].index(tokens)
+    shown = result.examples["tiny"][row]
+    encoded = tiny_tokenizer()(
+        data.texts[row], data.text_pairs[row], return_tensors="pt"
+    )
+    assert encoded["token_type_ids"].sum() > 0  # a second segment exists
+    method = AttCAT(tiny_labelled_bert())
+    ids, types = encoded["input_ids"], encoded["token_type_ids"]
+    target = torch.tensor([shown.target])
+    args = (torch.ones_like(ids), types)
+    with_segments = method.attribute(ids, target, args, return_layers=True)[0]
+    torch.testing.assert_close(layers, with_segments)
+    without = method.attribute(ids, target, return_layers=True)[0]  # segment 0 only
+    assert not torch.allclose(layers, without)
 
 
 def test_truncation_is_counted_and_warned():
