@@ -10,6 +10,41 @@ documented in its docstring, and presets reproducing the papers' protocols
 (``preset="attcat"``, ``"normxlogit"``, ``"decoded"``, ``"ferret"``), all in
 one typed table (:func:`get_protocol`). The tokenizer's ids go in one
 :class:`TokenOptions` (``tokens=TokenOptions.from_tokenizer(tokenizer)``).
+
+.. _metric-arguments:
+
+.. rubric:: Arguments every metric shares
+
+Every metric takes Captum's leading arguments in Captum's order, its options
+keyword-only. A metric's docstring documents its own arguments (``target``,
+``preset``, ...) and names the ones below, which mean the same wherever they are
+taken:
+
+forward_func (Callable)
+    ``forward_func(input_ids, attention_mask, *rest) -> logits [batch, C]``,
+    e.g. :func:`captum_ext.classifier_forward`; a module runs in eval mode. Run
+    on the inputs (for the predicted class and the number of classes) and, by
+    the perturbation-curve metrics, on every perturbed level.
+inputs (Tensor)
+    token ids ``[batch, pos]``, padded left or right.
+attributions (Tensor)
+    one score per token ``[batch, pos]``; higher = more important for
+    ``target``, where the metric has one. Sum embedding-level attributions over
+    their last dimension first.
+additional_forward_args (Tensor or tuple, optional)
+    ``attention_mask`` or ``(attention_mask, *rest)``, passed to
+    ``forward_func`` after the ids (the plausibility metrics read only the
+    mask); ``[batch, pos]`` tensors follow their tokens when tokens are
+    deleted. Default: None (no padding)
+tokens (TokenOptions, optional)
+    the [MASK], [PAD] and special ids (:class:`TokenOptions`). Special
+    positions are never perturbed, ranked or counted, unless a preset says
+    otherwise. Default: None (no special position)
+internal_batch_size (int, optional)
+    most rows per forward pass: examples, or (example, level) pairs of every
+    curve; results do not depend on it. Default: None (the batch size)
+show_progress (bool, optional)
+    a tqdm progress bar. Default: False
 """
 
 from captum_ext.metrics._core.aopc import aopc

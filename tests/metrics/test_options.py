@@ -6,6 +6,7 @@ import inspect
 import re
 from types import SimpleNamespace
 
+import captum_ext.metrics
 import pytest
 import torch
 from captum_ext.metrics import (
@@ -32,6 +33,9 @@ CURVE_METRICS = {
     sufficiency: ["normxlogit", "ferret"],
     hiding_revealing: ["decoded"],
 }
+SHARED_ARGUMENTS = (inspect.getdoc(captum_ext.metrics) or "").split(
+    ".. _metric-arguments:"
+)[1]
 ALL_METRICS = [
     *CURVE_METRICS,
     kendall_tau,
@@ -147,12 +151,23 @@ def test_presets_are_one_typed_table():
 
 @pytest.mark.parametrize("metric", ALL_METRICS, ids=lambda m: m.__name__)
 def test_docstring_documents_every_argument(metric):
-    r"""Args text is real text (no ``{common_args}`` placeholder) naming every
-    parameter, for Sphinx and IDEs."""
+    r"""Args text is real text (no ``{common_args}`` placeholder). Every parameter
+    is in the metric's own ``Args:``, or named in its paragraph linking to the
+    arguments every metric shares, which the package docstring documents once
+    (for Sphinx and ``help()``)."""
     doc = inspect.getdoc(metric) or ""
-    assert "{" not in doc.split("Args:")[1].split("Returns:")[0]
-    for name in inspect.signature(metric).parameters:
-        assert re.search(rf"^\s+{name} \(", doc, re.MULTILINE), name
+    intro, args = doc.split("Args:")
+    args = args.split("Returns:")[0]
+    assert "{" not in args and "<metric-arguments>" in intro
+    link = intro.split("<metric-arguments>")[0].split("\n\n")[-1]
+    shared = re.findall(r"``(\w+)``", link)
+    parameters = inspect.signature(metric).parameters
+    assert set(shared) <= set(parameters)
+    for name in parameters:
+        if name in shared:
+            assert re.search(rf"^{name} \(", SHARED_ARGUMENTS, re.MULTILINE), name
+        else:
+            assert re.search(rf"^\s+{name} \(", args, re.MULTILINE), name
 
 
 @pytest.mark.parametrize("metric", ALL_METRICS, ids=lambda m: m.__name__)

@@ -44,16 +44,13 @@ def average_precision(
     Ranked tokens are the real tokens minus the special ones; evidence on
     other positions is ignored.
 
+    ``inputs``, ``attributions``, ``additional_forward_args`` and ``tokens`` are
+    the :ref:`arguments every metric shares <metric-arguments>`
+    (:mod:`captum_ext.metrics`).
+
     Args:
 
-        inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
-        attributions (Tensor): one score per token ``[batch, pos]``.
         evidence_mask (Tensor): ``[batch, pos]``, 1 on evidence tokens.
-        additional_forward_args (Tensor or tuple, optional): ``attention_mask``
-                or ``(attention_mask, ...)``; only the mask is used. Default: None
-        tokens (TokenOptions, optional): its special ids and
-                ``special_tokens_mask`` mark the positions not ranked
-                (:class:`~captum_ext.metrics.TokenOptions`). Default: None
 
     Returns:
         Tensor: ``[batch]`` AP; NaN for an example without evidence.

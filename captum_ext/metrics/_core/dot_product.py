@@ -40,19 +40,15 @@ def dot_product(
     normalisation (the default); ``"l1"`` gives :math:`|S_j| / \sum_k |S_k|`
     (the reference's commented-out alternative) and None the raw scores.
 
+    ``inputs``, ``attributions``, ``additional_forward_args`` and ``tokens`` are
+    the :ref:`arguments every metric shares <metric-arguments>`
+    (:mod:`captum_ext.metrics`).
+
     Args:
 
-        inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
-        attributions (Tensor): one score per token ``[batch, pos]``.
         evidence_mask (Tensor): ``[batch, pos]``, 1 on evidence tokens.
-        additional_forward_args (Tensor or tuple, optional): ``attention_mask``
-                or ``(attention_mask, ...)``; only the mask is used. Default: None
         normalize (str, optional): ``"softmax"``, ``"l1"`` or None.
                 Default: ``"softmax"``
-        tokens (TokenOptions, optional): its special ids and
-                ``special_tokens_mask`` mark the positions left out of the
-                normalisation and the sum
-                (:class:`~captum_ext.metrics.TokenOptions`). Default: None
 
     Returns:
         Tensor: ``[batch]``.

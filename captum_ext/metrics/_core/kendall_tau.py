@@ -62,12 +62,13 @@ def kendall_tau(
       every real token, special tokens included. The reference explains the
       gold label: pass ``target=labels``.
 
+    ``forward_func``, ``inputs``, ``additional_forward_args``, ``tokens`` and
+    ``internal_batch_size`` are the
+    :ref:`arguments every metric shares <metric-arguments>`
+    (:mod:`captum_ext.metrics`).
+
     Args:
 
-        forward_func (Callable): ``forward_func(input_ids, attention_mask,
-                *rest) -> logits [batch, C]``; run once, for the number of
-                classes and, when ``target`` is None, the predicted class.
-        inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
         attributions (Tensor or Callable): the scores for every class, a tensor
                 ``[batch, C, pos]``, or a function ``target -> [batch, pos]``
                 taking a class index per example (``[batch]`` long tensor),
@@ -76,18 +77,10 @@ def kendall_tau(
                 two for ``"reference"``), on the whole batch.
         target (int, list or Tensor, optional): the class :math:`c`. None: the
                 model's predicted class. Default: None
-        additional_forward_args (Tensor or tuple, optional): ``attention_mask``
-                or ``(attention_mask, token_type_ids, ...)`` for
-                ``forward_func``; the mask marks the real tokens. Default: None
         preset (str or KendallProtocol, optional): None (the default above),
                 ``"attcat"``, or a :class:`~captum_ext.metrics.KendallProtocol`
                 (e.g. ``compare="scores"`` for :math:`\tau_b` between the two
                 score vectors). Default: None
-        tokens (TokenOptions, optional): its special ids and
-                ``special_tokens_mask`` mark positions left out of the ranking
-                (unless the protocol counts specials). Default: None
-        internal_batch_size (int, optional): most examples per forward pass.
-                Default: None (the whole batch)
         show_progress (bool, optional): a progress bar over the classes whose
                 attributions are computed. Default: False
 

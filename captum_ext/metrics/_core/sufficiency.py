@@ -58,29 +58,19 @@ def sufficiency(
       as the previous level are skipped (NaN, left out of the mean); score 1
       when every level is skipped; signed.
 
+    ``forward_func``, ``inputs``, ``attributions``, ``additional_forward_args``,
+    ``tokens``, ``internal_batch_size`` and ``show_progress`` are the
+    :ref:`arguments every metric shares <metric-arguments>`
+    (:mod:`captum_ext.metrics`).
+
     Args:
 
-        forward_func (Callable): ``forward_func(input_ids, attention_mask, *rest)
-                -> logits [batch, C]``, e.g. :func:`captum_ext.classifier_forward`.
-        inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
-        attributions (Tensor): one score per token ``[batch, pos]``; higher =
-                more important for ``target``.
         target (int, list or Tensor, optional): the class whose probability drop
                 is measured, one for all or one per example. Default: None (the
                 predicted class)
-        additional_forward_args (Tensor or tuple, optional): ``attention_mask``
-                or ``(attention_mask, *rest)``, passed to ``forward_func`` after
-                the ids; ``[batch, pos]`` tensors follow their tokens when tokens
-                are deleted. Default: None (no padding)
         preset (str or PerturbationProtocol, optional): None (the default
                 above), ``"normxlogit"``, ``"ferret"``, or a
                 :class:`~captum_ext.metrics.PerturbationProtocol`. Default: None
-        tokens (TokenOptions, optional): the [MASK], [PAD] and special ids
-                (:class:`~captum_ext.metrics.TokenOptions`). Default: None
-        internal_batch_size (int, optional): most (example, level) rows per
-                forward pass; results do not depend on it. Default: None (the
-                batch size)
-        show_progress (bool, optional): a tqdm progress bar. Default: False
 
     Returns:
         MetricResult: ``score`` ``[batch]``, ``curve`` ``[batch, levels]`` (the

@@ -53,26 +53,18 @@ def token_overlap(
     never counted. Only tokens that occur in a class's examples can be among
     its top tokens; ties go to the lower token id.
 
+    ``forward_func``, ``inputs``, ``attributions``, ``additional_forward_args``,
+    ``tokens`` and ``internal_batch_size`` are the
+    :ref:`arguments every metric shares <metric-arguments>`
+    (:mod:`captum_ext.metrics`).
+
     Args:
 
-        forward_func (Callable): ``forward_func(input_ids, attention_mask,
-                *rest) -> logits [batch, C]``; run once (number of classes,
-                predicted classes).
-        inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
-        attributions (Tensor): one score per token ``[batch, pos]``, for each
-                example's target class.
         target (int, list or Tensor, optional): the class of each example. None:
                 the model's predicted class. Default: None
-        additional_forward_args (Tensor or tuple, optional): ``attention_mask``
-                or ``(attention_mask, token_type_ids, ...)``. Default: None
         top_k (int, optional): tokens kept per class. Default: 10
         idf (Tensor, optional): IDF weight per token id, ``[vocab]``.
                 Default: None (no weighting)
-        tokens (TokenOptions, optional): its special ids and
-                ``special_tokens_mask`` mark the positions not counted
-                (:class:`~captum_ext.metrics.TokenOptions`). Default: None
-        internal_batch_size (int, optional): most examples per forward pass.
-                Default: None (the whole batch)
 
     Returns:
         TokenOverlapResult: ``score`` (0-d; NaN with fewer than two classes),
