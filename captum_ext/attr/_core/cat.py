@@ -58,11 +58,8 @@ class CAT(GradientAttribution):
     bfloat16 gradients cannot resolve a sum that cancels to about 1e-3 of its
     terms; use float32 where values matter.
 
-    More details can be found in the AttCAT paper (Qiang et al., "AttCAT:
-    Explaining Transformers via Attentive Class Activation Tokens", NeurIPS
-    2022):
-    https://papers.nips.cc/paper_files/paper/2022/hash/20e45668fefa793bd9f2edf19be12c4b-Abstract-Conference.html
-    and the authors' code: https://github.com/qiangyao1988/AttCAT
+    More details can be found in the AttCAT paper and the authors' code, cited
+    in :class:`AttCAT`.
     """
 
     # Subclasses that weight tokens by attention need it in the forward pass.
@@ -100,21 +97,16 @@ class CAT(GradientAttribution):
         r"""
         Args:
 
-            inputs (Tensor): Token ids ``[batch, pos]``, padded on either side.
-                        The model is called as ``model(input_ids,
-                        attention_mask, token_type_ids)`` without
-                        ``position_ids``, so a model with absolute positions
-                        (GPT-2) gives another output, and other scores, when
-                        padded on the left.
+            inputs (Tensor): Token ids ``[batch, pos]``, padded as in
+                        :meth:`LogAt.attribute`.
             target (int, list, or Tensor, optional): Class whose logit (before
                         softmax) is differentiated: an int or 0-d tensor for every
                         example, or a list / 1-d tensor with one class per
                         example.
                         Default: None (the model's predicted class of each
                         example)
-            additional_forward_args (Tensor or tuple, optional): ``attention_mask``
-                        ``[batch, pos]`` (1 on real tokens, 0 on padding) or
-                        ``(attention_mask, token_type_ids)``.
+            additional_forward_args (Tensor or tuple, optional): The masks, as
+                        in :meth:`LogAt.attribute`.
                         Default: None (every position is a real token)
             return_layers (bool, optional): Return the score of every layer,
                         ``[batch, L, pos]``, instead of their sum. Layer ``k``

@@ -12,12 +12,10 @@ from captum._utils.typing import TargetType
 from torch import Tensor
 
 from captum_ext._utils.chunking import batch_slices
-from captum_ext._utils.common import parse_token_batch, TokenBatch
+from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.finite import check_finite
-from captum_ext._utils.hooks import eval_semantics
-from captum_ext.adapters import ModelAdapter
 
-__all__ = ["attribute_forward_only", "attribute_in_chunks", "result_dtype"]
+__all__ = ["attribute_in_chunks", "result_dtype"]
 
 # (chunk of the batch, the chunk's target, **the chunk's per-example options)
 #   -> (attributions, the model's logits)
@@ -99,23 +97,3 @@ def attribute_in_chunks(
     check_finite(logits.detach(), "the model's outputs")
     check_finite(scores, f"{method}'s attributions")
     return scores
-
-
-def attribute_forward_only(
-    adapter: ModelAdapter,
-    inputs: Any,
-    target: TargetType,
-    additional_forward_args: Any,
-    internal_batch_size: Optional[int],
-    attribute_chunk: ChunkFn,
-    method: str,
-) -> Tensor:
-    r"""The whole ``attribute`` of a method that needs no gradient: parses the
-    inputs, runs :func:`attribute_in_chunks` without autograd in eval semantics
-    (holding the model's lock), and zeroes the scores on padding."""
-    batch = parse_token_batch(adapter, inputs, additional_forward_args)
-    with eval_semantics(adapter.model), torch.no_grad():
-        scores = attribute_in_chunks(
-            batch, target, internal_batch_size, attribute_chunk, method
-        )  # [batch, pos]
-    return scores.masked_fill(~batch.valid, 0)

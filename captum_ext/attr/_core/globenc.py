@@ -266,10 +266,9 @@ class GlobEnc(Attribution):
                         every target. ``None`` means each example's predicted
                         class (scores taken before softmax).
                         Default: None
-            additional_forward_args (Tensor or tuple, optional): The attention
-                        mask ``[batch, pos]`` (1 on real tokens, 0 on padding),
-                        or ``(attention_mask, token_type_ids)``. Pad on the
-                        right: a padded classification position raises.
+            additional_forward_args (Tensor or tuple, optional): The masks, as
+                        in :meth:`LogAt.attribute`. Pad on the right: a padded
+                        classification position raises.
                         Default: None (no padding)
             variant (str, optional): ``"N_enc"`` (GlobEnc), ``"N_resln"``,
                         ``"N_res"`` or ``"N"``; see the class docstring.
@@ -328,10 +327,7 @@ class GlobEnc(Attribution):
             rollout (bool, optional): If True, the rolled-out ``G^1 .. G^L``; if
                         False, the per-layer ``N^1 .. N^L``.
                         Default: True
-            internal_batch_size (int, optional): Run the batch in chunks of at
-                        most this many examples (one forward pass and one
-                        decomposition per chunk); the result is that of the
-                        whole batch.
+            internal_batch_size (int, optional): As in :meth:`attribute`.
                         Default: None (the whole batch at once)
 
         Returns:

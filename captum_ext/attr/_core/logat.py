@@ -1,12 +1,10 @@
 #!/usr/bin/env python3
 r"""LogAt: the model's own head applied to every token's final hidden state."""
 
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Optional, Tuple
 
 import torch
 from captum._utils.typing import TargetType
-from captum.attr._utils.attribution import Attribution
-from captum.log import log_usage
 from torch import nn, Tensor
 
 from captum_ext._utils.common import (
@@ -15,13 +13,14 @@ from captum_ext._utils.common import (
     run_model,
     TokenBatch,
 )
-from captum_ext.adapters import check_head_reproduces, get_adapter
-from captum_ext.attr._core.chunked import attribute_forward_only, result_dtype
+from captum_ext.adapters import check_head_reproduces
+from captum_ext.attr._core.chunked import result_dtype
+from captum_ext.attr._core.forward_only import ForwardOnlyAttribution
 
 __all__ = ["LogAt"]
 
 
-class LogAt(Attribution):
+class LogAt(ForwardOnlyAttribution):
     r"""
     LogAt ("logit attribution") scores token :math:`i` with the logit the model's
     own head-on-top (HoT) gives when it reads token :math:`i`'s final hidden state
@@ -32,7 +31,8 @@ class LogAt(Attribution):
 
     where :math:`c` is the target class (by default the model's predicted class)
     and the logit is taken before softmax. For a regression model
-    (``num_labels == 1``) the score is the distance to the model's output:
+    (``num_labels == 1``, where ``target`` can only be 0 or None) the score is
+    the distance to the model's output:
 
     .. math::
         \mathrm{LogAt}(x_i) = \left|\mathrm{HoT}(x_i^L) - \mathrm{HoT}(x_{cls}^L)
@@ -45,10 +45,11 @@ class LogAt(Attribution):
     **Per-layer variant.** With ``layer=l`` the head reads ``hidden_states[l]``
     instead; with a ``decoder`` (any module mapping hidden states to vocabulary
     logits, e.g. a masked-LM head) the score is
-    :math:`\mathrm{decoder}(x_i^l)[t]` for a vocabulary id :math:`t`. For causal
-    models, whose ``hidden_states[L]`` has passed the final norm but whose earlier
-    hidden states have not, the final norm is applied to ``hidden_states[l]``,
-    ``l < L``, before the head or decoder, so it reads what it was trained on.
+    :math:`\mathrm{decoder}(x_i^l)[t]` for a vocabulary id :math:`t` (``target``,
+    which must then be given). For causal models, whose ``hidden_states[L]`` has
+    passed the final norm but whose earlier hidden states have not, the final
+    norm is applied to ``hidden_states[l]``, ``l < L``, before the head or
+    decoder, so it reads what it was trained on.
 
     Scores are signed, computed in the model's dtype from one forward pass
     (per chunk of ``internal_batch_size`` examples) without gradients, returned
@@ -62,11 +63,8 @@ class LogAt(Attribution):
     ``classifier(tanh(pooler.dense(x_i)))`` for BERT, ``score(x_i)`` for
     GPT-2 / Llama.
 
-    More details can be found in the NormXLogit paper (Abbasi, Modarres and
-    Pilehvar, "NormXLogit: The Head-on-Top Never Lies", EMNLP 2025):
-    https://aclanthology.org/2025.emnlp-main.1769/ (arXiv:
-    https://arxiv.org/abs/2411.16252) and the authors' code:
-    https://github.com/sinaabbasi1/NormXLogit
+    LogAt is defined in the NormXLogit paper: see :class:`NormXLogit` for the
+    reference and the authors' code.
     """
 
     def __init__(
@@ -93,69 +91,11 @@ class LogAt(Attribution):
                         ``target`` is a vocabulary id and must be given.
                         Default: None (the model's classification head)
         """
-        Attribution.__init__(self, model)
-        self.model = model
-        self.adapter = get_adapter(model)
+        ForwardOnlyAttribution.__init__(self, model)
         self.layer = self.adapter.num_layers
         if layer is not None:
             self.layer = self.adapter.check_layer(layer)
         self.decoder = decoder
-
-    @log_usage()
-    def attribute(
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: TargetType = None,
-        additional_forward_args: Any = None,
-        internal_batch_size: Optional[int] = None,
-    ) -> Tensor:
-        r"""
-        Args:
-
-            inputs (Tensor): Token ids ``[batch, pos]``, padded on the right
-                        (encoders) or on either side (decoder-only models, which
-                        get ``position_ids`` counted from the mask, so left and
-                        right padding give the same scores).
-            target (int, list, or Tensor, optional): Class whose logit is
-                        attributed: an int or 0-d tensor for every example, or a
-                        list / 1-d tensor with one class per example. With a
-                        ``decoder`` it is a vocabulary id and is required. For a
-                        regression model it can only be 0 (or None).
-                        Default: None (the model's predicted class of each
-                        example)
-            additional_forward_args (Tensor or tuple, optional): ``attention_mask``
-                        ``[batch, pos]`` (1 on real tokens, 0 on padding) or
-                        ``(attention_mask, token_type_ids)``.
-                        Default: None (every position is a real token)
-            internal_batch_size (int, optional): Run the batch in chunks of at
-                        most this many examples, one forward pass per chunk;
-                        the scores are those of the whole batch.
-                        Default: None (the whole batch at once)
-
-        Returns:
-            *Tensor* of **attributions**:
-            - **attributions** (*Tensor*): ``[batch, pos]`` signed scores in
-                        float32 (float64 for a float64 model), exactly zero
-                        where ``attention_mask`` is 0.
-
-        Examples::
-
-            >>> model = AutoModelForSequenceClassification.from_pretrained(name)
-            >>> enc = tokenizer(texts, padding=True, return_tensors="pt")
-            >>> logat = LogAt(model)  # or NormXLogit(model)
-            >>> attr = logat.attribute(
-            ...     enc["input_ids"], additional_forward_args=(enc["attention_mask"],)
-            ... )
-        """
-        return attribute_forward_only(
-            self.adapter,
-            inputs,
-            target,
-            additional_forward_args,
-            internal_batch_size,
-            self._chunk_scores,
-            type(self).__name__,
-        )
 
     def _chunk_scores(
         self, batch: TokenBatch, target: TargetType

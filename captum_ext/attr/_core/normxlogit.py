@@ -62,10 +62,7 @@ class NormXLogit(LogAt):
         r"""
         Args:
 
-            model (torch.nn.Module): A Hugging Face transformer of a family
-                        supported by :func:`captum_ext.get_adapter`; a
-                        ``*ForSequenceClassification`` model unless a ``decoder``
-                        is given.
+            model (torch.nn.Module): The model, as in :class:`LogAt`.
             layer (int, optional): Index into ``hidden_states`` the head or
                         decoder reads (see :class:`LogAt`).
                         Default: None (L, the paper's setting)

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+r"""The ``attribute`` of every method that scores tokens from forward passes
+alone (EmbeddingNorm, LastLayerAttention, AttentionRollout, LogAt, NormXLogit):
+they differ only in what one chunk's forward pass is reduced to."""
+
+from typing import Any, Optional, Tuple, Union
+
+import torch
+from captum._utils.typing import TargetType
+from captum.attr._utils.attribution import Attribution
+from captum.log import log_usage
+from torch import nn, Tensor
+
+from captum_ext._utils.common import parse_token_batch, TokenBatch
+from captum_ext._utils.hooks import eval_semantics
+from captum_ext.adapters import get_adapter
+from captum_ext.attr._core.chunked import attribute_in_chunks
+
+__all__ = ["ForwardOnlyAttribution"]
+
+
+class ForwardOnlyAttribution(Attribution):
+    r"""
+    Base of the token-attribution methods that need no gradient. A subclass
+    states its equation, what ``target`` selects and what its scores are in its
+    class docstring, and implements :meth:`_chunk_scores`; :meth:`attribute`
+    parses the inputs, runs the chunks without autograd in eval semantics
+    (holding the model's lock) and zeroes the scores on padding.
+    """
+
+    # Methods that read the attention probabilities need an eager-attention model.
+    _uses_attention = False
+
+    def __init__(self, model: nn.Module) -> None:
+        r"""
+        Args:
+
+            model (torch.nn.Module): A Hugging Face
+                        ``*ForSequenceClassification`` model of a family
+                        supported by :func:`captum_ext.get_adapter`.
+        """
+        Attribution.__init__(self, model)
+        self.model = model
+        self.adapter = get_adapter(model)
+
+    @log_usage()
+    def attribute(
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        target: TargetType = None,
+        additional_forward_args: Any = None,
+        internal_batch_size: Optional[int] = None,
+    ) -> Tensor:
+        r"""
+        Args:
+
+            inputs (Tensor): Token ids ``[batch, pos]``, padded on the right
+                        (encoders) or on either side (decoder-only models, which
+                        get ``position_ids`` counted from the mask, so left and
+                        right padding give the same scores).
+            target (int, list, or Tensor, optional): The class explained (what
+                        the score reads of it is in the class docstring): an
+                        int or 0-d tensor for every example, or a list / 1-d
+                        tensor with one class per example; an out-of-range
+                        class raises. A class-agnostic method only validates
+                        it: its result is the same for every target.
+                        Default: None (the model's predicted class of each
+                        example)
+            additional_forward_args (Tensor or tuple, optional): ``attention_mask``
+                        ``[batch, pos]`` (1 on real tokens, 0 on padding) or
+                        ``(attention_mask, token_type_ids)``.
+                        Default: None (every position is a real token)
+            internal_batch_size (int, optional): Run the batch in chunks of at
+                        most this many examples, one forward pass per chunk, so
+                        that only one chunk's hidden states (and attentions) of
+                        every layer are held at a time; the scores are those of
+                        the whole batch.
+                        Default: None (the whole batch at once)
+
+        Returns:
+            *Tensor* of **attributions**:
+            - **attributions** (*Tensor*): ``[batch, pos]`` scores (their sign
+                        and range are in the class docstring) in float32
+                        (float64 for a float64 model), exactly zero where
+                        ``attention_mask`` is 0.
+
+        Examples::
+
+            >>> # eager attention: the attention methods read its probabilities
+            >>> model = AutoModelForSequenceClassification.from_pretrained(
+            ...     name, attn_implementation="eager")
+            >>> enc = tokenizer(texts, padding=True, return_tensors="pt")
+            >>> for method in (LogAt(model), EmbeddingNorm(model),
+            ...                AttentionRollout(model)):
+            ...     attr = method.attribute(enc["input_ids"],
+            ...         additional_forward_args=(enc["attention_mask"],))
+        """
+        if self._uses_attention:
+            self.adapter.require_attention_weights(type(self).__name__)
+        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
+        with eval_semantics(self.adapter.model), torch.no_grad():
+            scores = attribute_in_chunks(
+                batch,
+                target,
+                internal_batch_size,
+                self._chunk_scores,
+                type(self).__name__,
+            )  # [batch, pos]
+        return scores.masked_fill(~batch.valid, 0)
+
+    def _chunk_scores(
+        self, batch: TokenBatch, target: TargetType
+    ) -> Tuple[Tensor, Tensor]:
+        r"""One chunk's scores ``[batch, pos]`` in float32 or wider, and the
+        model output checked for NaN/inf (its logits ``[batch, C]``)."""
+        raise NotImplementedError
