@@ -2,7 +2,7 @@
 r"""Tiny random-init models of every supported family, built from configs in code
 (no files, well under a second each), and small token batches for them."""
 
-from typing import Dict, Tuple
+from typing import Dict, Tuple, Type
 
 import torch
 import transformers
@@ -15,15 +15,41 @@ CLS_ID = 2
 SEP_ID = 3
 FIRST_CONTENT_ID = 5
 
+# The sizes every family shares, in transformers' common names: DistilBERT's and
+# GPT-2's configs take them through their attribute_map (hidden_size -> dim or
+# n_embd, num_hidden_layers -> n_layers or n_layer, ...).
 _SIZES = dict(
     vocab_size=VOCAB,
     hidden_size=32,
     num_hidden_layers=2,
     num_attention_heads=4,
-    intermediate_size=37,
     max_position_embeddings=64,
 )
 _SPECIALS = dict(pad_token_id=PAD_ID, cls_token_id=CLS_ID, sep_token_id=SEP_ID)
+_CAUSAL_SPECIALS = dict(bos_token_id=1, eos_token_id=1)
+# Each family's config class and its own options: a feed-forward width of 37
+# (DistilBERT's hidden_dim; GPT-2 keeps 4 x hidden_size), factorised embeddings
+# for ELECTRA and ALBERT, grouped key/value heads for Llama. RoBERTa offsets
+# positions by pad_token_id + 1.
+_FAMILY_CONFIGS: Dict[str, Tuple[Type[transformers.PretrainedConfig], dict]] = {
+    "bert": (transformers.BertConfig, dict(intermediate_size=37)),
+    "roberta": (transformers.RobertaConfig, dict(intermediate_size=37)),
+    "electra": (
+        transformers.ElectraConfig,
+        dict(intermediate_size=37, embedding_size=16),
+    ),
+    "albert": (
+        transformers.AlbertConfig,
+        dict(intermediate_size=37, embedding_size=16),
+    ),
+    "deberta-v2": (transformers.DebertaV2Config, dict(intermediate_size=37)),
+    "distilbert": (transformers.DistilBertConfig, dict(hidden_dim=37)),
+    "gpt2": (transformers.GPT2Config, _CAUSAL_SPECIALS),
+    "llama": (
+        transformers.LlamaConfig,
+        dict(intermediate_size=37, num_key_value_heads=2, **_CAUSAL_SPECIALS),
+    ),
+}
 
 ENCODER_FAMILIES = ("bert", "roberta", "electra", "distilbert", "albert", "deberta-v2")
 CAUSAL_FAMILIES = ("gpt2", "llama")
@@ -33,44 +59,8 @@ POST_LN_FAMILIES = ("bert", "roberta", "electra", "distilbert")
 
 
 def _config(family: str, num_labels: int) -> transformers.PretrainedConfig:
-    common = dict(num_labels=num_labels, **_SPECIALS)
-    if family == "bert":
-        return transformers.BertConfig(**_SIZES, **common)
-    if family == "roberta":
-        # RoBERTa offsets positions by pad_token_id + 1.
-        return transformers.RobertaConfig(**_SIZES, **common)
-    if family == "electra":
-        return transformers.ElectraConfig(**_SIZES, embedding_size=16, **common)
-    if family == "albert":
-        return transformers.AlbertConfig(**_SIZES, embedding_size=16, **common)
-    if family == "deberta-v2":
-        return transformers.DebertaV2Config(**_SIZES, **common)
-    if family == "distilbert":
-        return transformers.DistilBertConfig(
-            vocab_size=VOCAB,
-            dim=32,
-            n_layers=2,
-            n_heads=4,
-            hidden_dim=37,
-            max_position_embeddings=64,
-            **common,
-        )
-    if family == "gpt2":
-        return transformers.GPT2Config(
-            vocab_size=VOCAB,
-            n_embd=32,
-            n_layer=2,
-            n_head=4,
-            n_positions=64,
-            bos_token_id=1,
-            eos_token_id=1,
-            **common,
-        )
-    if family == "llama":
-        return transformers.LlamaConfig(
-            **_SIZES, num_key_value_heads=2, bos_token_id=1, eos_token_id=1, **common
-        )
-    raise KeyError(family)
+    config_class, options = _FAMILY_CONFIGS[family]
+    return config_class(num_labels=num_labels, **_SIZES, **_SPECIALS, **options)
 
 
 def tiny_classifier(

@@ -12,19 +12,8 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 import torch
-from captum.attr import LayerIntegratedGradients
 from captum_ext import classifier_forward
 from captum_ext._utils.hooks import eval_semantics, model_lock
-from captum_ext.attr import (
-    AttCAT,
-    CAT,
-    DecodedLayerAttribution,
-    DecodedLayerGradCam,
-    EmbeddingDecoder,
-    GlobEnc,
-    LogAt,
-    NormXLogit,
-)
 from captum_ext.metrics import (
     aopc,
     hiding_revealing,
@@ -34,44 +23,25 @@ from captum_ext.metrics import (
 )
 from torch import nn, Tensor
 
+from tests.attr.method_configs import METHOD_CONFIGS
 from tests.helpers import assert_same_state, model_state, tiny_classifier, token_batch
 
 THREADS = 4
 CALLS_PER_THREAD = 50
-MIDDLE_LAYER = 1
 
 Call = Callable[[], object]
 
 
 def _calls(model: nn.Module) -> Dict[str, Call]:
-    r"""Every method and metric as a no-argument call on one batch of ``model``."""
+    r"""Every method of ``tests/attr/method_configs.py`` and every metric as a
+    no-argument call on one batch of ``model``."""
     batch = token_batch(lengths=(7, 4, 9))
-    ids, extra = batch["input_ids"], (batch["attention_mask"],)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
     forward = classifier_forward(model)
-    decoder = EmbeddingDecoder(model)
-    methods: Dict[str, Any] = {
-        "AttCAT": AttCAT(model),
-        "CAT": CAT(model),
-        "LogAt": LogAt(model),
-        "NormXLogit": NormXLogit(model),
-        "GlobEnc": GlobEnc(model),
-        "DecodedLayerGradCam": DecodedLayerGradCam(model, MIDDLE_LAYER, decoder),
-        "DecodedLayerAttribution": DecodedLayerAttribution(
-            model, MIDDLE_LAYER, decoder, LayerIntegratedGradients
-        ),
+    methods = {config.name: config.factory(model) for config in METHOD_CONFIGS}
+    calls: Dict[str, Call] = {
+        name: partial(method, ids, mask, None) for name, method in methods.items()
     }
-    options: Dict[str, dict] = {
-        "DecodedLayerGradCam": dict(relu=None),
-        "DecodedLayerAttribution": dict(relu=None, n_steps=4),
-    }
-
-    def method_call(name: str) -> Call:
-        kwargs = options.get(name, {})
-        return lambda: methods[name].attribute(
-            ids, additional_forward_args=extra, **kwargs
-        )
-
-    calls = {name: method_call(name) for name in methods}
     # The metrics score AttCAT's attributions, computed once up front; kendall_tau
     # calls LogAt itself, once per class, inside the metric (a method nested in a
     # metric on the same model).
@@ -84,15 +54,13 @@ def _calls(model: nn.Module) -> Dict[str, Call]:
     ]
     for metric in curve_metrics:
         calls[metric.__name__] = partial(
-            metric, forward, ids, scores, additional_forward_args=extra
+            metric, forward, ids, scores, additional_forward_args=(mask,)
         )
     calls["kendall_tau"] = lambda: kendall_tau(
         forward,
         ids,
-        lambda t: methods["LogAt"].attribute(
-            ids, target=t, additional_forward_args=extra
-        ),
-        additional_forward_args=extra,
+        partial(methods["LogAt"], ids, mask),
+        additional_forward_args=(mask,),
     )
     return calls
 

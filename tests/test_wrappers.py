@@ -8,60 +8,27 @@ adapter unwraps the ``OptimizedModule`` before any backend is involved.
 """
 
 import copy
-from typing import Callable, Dict
 
 import peft  # a test dependency (setup.cfg [test])
 import pytest
 import torch
-from captum.attr import LayerGradientXActivation
 from captum_ext import get_adapter, UnsupportedModelError
 from captum_ext.adapters import unwrap_model
-from captum_ext.attr import (
-    AttCAT,
-    CAT,
-    DecodedLayerAttribution,
-    DecodedLayerGradCam,
-    EmbeddingDecoder,
-    GlobEnc,
-    LogAt,
-    NormXLogit,
-)
 from torch import nn, Tensor
 
+from tests.attr.method_configs import METHOD_CONFIGS, MethodConfig
 from tests.helpers import assert_same_state, model_state, tiny_classifier, token_batch
 
-METHODS: Dict[str, Callable[[nn.Module], object]] = {
-    "AttCAT": AttCAT,
-    "CAT": CAT,
-    "LogAt": LogAt,
-    "NormXLogit": NormXLogit,
-    "GlobEnc": GlobEnc,
-    "DecodedLayerGradCam": lambda m: DecodedLayerGradCam(m, 1, EmbeddingDecoder(m)),
-    "DecodedLayerAttribution": lambda m: DecodedLayerAttribution(
-        m, 1, EmbeddingDecoder(m), LayerGradientXActivation
-    ),
-}
+CONFIGS = pytest.mark.parametrize("config", METHOD_CONFIGS, ids=str)
+BY_NAME = {config.name: config for config in METHOD_CONFIGS}
 # LoRA on every projection but the attention output, whose weight GlobEnc reads.
 UNMERGED_TARGETS = ["query", "key", "value", "intermediate.dense"]
 ALL_TARGETS = ["query", "key", "value", "dense"]
 
 
-# The decoded methods run signed: their final ReLU zeroes most scores of the tiny
-# random models, which would leave little to compare.
-SIGNED = {
-    "DecodedLayerGradCam": {"relu": None},
-    "DecodedLayerAttribution": {"relu": None},
-}
-
-
-def _attribute(model: nn.Module, method: str) -> Tensor:
+def _attribute(model: nn.Module, config: MethodConfig) -> Tensor:
     batch = token_batch()
-    return METHODS[method](model).attribute(  # type: ignore[attr-defined]
-        batch["input_ids"],
-        target=1,
-        additional_forward_args=(batch["attention_mask"],),
-        **SIGNED.get(method, {}),
-    )
+    return config.factory(model)(batch["input_ids"], batch["attention_mask"], 1)
 
 
 def _lora(targets: list, seed: int = 1) -> nn.Module:
@@ -94,42 +61,45 @@ def _merged_in_place(targets: list) -> nn.Module:
     return model
 
 
-def _assert_same_attributions(wrapped: nn.Module, plain: nn.Module, method: str):
+def _assert_same_attributions(
+    wrapped: nn.Module, plain: nn.Module, config: MethodConfig
+):
     before = model_state(wrapped)
-    got = _attribute(wrapped, method)
+    got = _attribute(wrapped, config)
     assert_same_state(before, model_state(wrapped))
-    expected = _attribute(plain, method)
+    expected = _attribute(plain, config)
     # Relative to the scores' scale: the decoded scores of a tiny model are ~1e-6.
     scale = float(expected.abs().max())
     assert (expected != 0).float().mean() > 0.5
     torch.testing.assert_close(got, expected, atol=1e-5 * scale, rtol=1e-4)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_lora_unmerged_equals_merged_model(method):
+@CONFIGS
+def test_lora_unmerged_equals_merged_model(config):
     lora = _lora(UNMERGED_TARGETS)
-    _assert_same_attributions(lora, _merged_copy(lora), method)
+    _assert_same_attributions(lora, _merged_copy(lora), config)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_lora_merged_in_place_equals_merged_model(method):
+@CONFIGS
+def test_lora_merged_in_place_equals_merged_model(config):
     lora = _merged_in_place(ALL_TARGETS)
-    _assert_same_attributions(lora, _merged_copy(lora), method)
+    _assert_same_attributions(lora, _merged_copy(lora), config)
 
 
-@pytest.mark.parametrize("method", ["LogAt", "GlobEnc"])
+@pytest.mark.parametrize("method", ["LogAt", "GlobEnc-N_enc"])
 def test_lora_changes_the_attributions(method):
     # The checks above could not fail if the adapters (or the retrained
     # classifier) had no effect on the attributions.
     lora = _lora(UNMERGED_TARGETS)
     plain = tiny_classifier("bert")
-    difference = (_attribute(lora, method) - _attribute(plain, method)).abs().max()
+    config = BY_NAME[method]
+    difference = (_attribute(lora, config) - _attribute(plain, config)).abs().max()
     assert difference > 1e-3
 
 
 def test_globenc_refuses_unmerged_lora_on_the_attention_output():
     with pytest.raises(UnsupportedModelError, match="merge_adapter"):
-        _attribute(_lora(ALL_TARGETS), "GlobEnc")
+        _attribute(_lora(ALL_TARGETS), BY_NAME["GlobEnc-N_enc"])
 
 
 def test_lora_inner_model_is_the_transformers_model():
@@ -144,18 +114,18 @@ def test_lora_inner_model_is_the_transformers_model():
     )
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_torch_compile_equals_uncompiled(method):
+@CONFIGS
+def test_torch_compile_equals_uncompiled(config):
     model = tiny_classifier("bert")
     compiled = torch.compile(model, backend="eager")
     assert get_adapter(compiled).model is model
-    _assert_same_attributions(compiled, model, method)
+    _assert_same_attributions(compiled, model, config)
 
 
-@pytest.mark.parametrize("method", METHODS)
-def test_data_parallel_equals_inner_model(method):
+@CONFIGS
+def test_data_parallel_equals_inner_model(config):
     model = tiny_classifier("bert")
-    _assert_same_attributions(nn.DataParallel(model), model, method)
+    _assert_same_attributions(nn.DataParallel(model), model, config)
 
 
 def test_nested_wrappers_are_seen_through():

@@ -130,23 +130,34 @@ def _decoded_ig(
     return _caller(method, relu=None, n_steps=IG_STEPS)
 
 
-_DECODED_UNSUPPORTED = "word embeddings have size|share their weights"
+def _decoded_config(
+    name: str, build: Callable[..., AttributeFn], **kwargs: Any
+) -> MethodConfig:
+    r"""A decoded method, ``build(model, layer, decoder)``: gradients through the
+    decoder's logits, on the families the tied input-embedding decoder fits."""
+    return MethodConfig(
+        name,
+        build,
+        families=DECODED_FAMILIES,
+        needs_gradients=True,
+        unsupported_match="word embeddings have size|share their weights",
+        layered=build,
+        decoded=lambda m, decoder: build(m, decoder=decoder),
+        **kwargs,
+    )
 
 
 METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
-    MethodConfig(
-        "LogAt",
-        lambda m: _caller(LogAt(m)),
-        bfloat16_tolerance=0.03,  # measured: up to 0.014
-        layered=lambda m, layer: _caller(LogAt(m, layer=layer)),
-        decoded=lambda m, decoder: _caller(LogAt(m, decoder=decoder)),
-    ),
-    MethodConfig(
-        "NormXLogit",
-        lambda m: _caller(NormXLogit(m)),
-        bfloat16_tolerance=0.03,  # measured: up to 0.014
-        layered=lambda m, layer: _caller(NormXLogit(m, layer=layer)),
-        decoded=lambda m, decoder: _caller(NormXLogit(m, decoder=decoder)),
+    # LogAt and NormXLogit read a chosen layer through a chosen decoder alike.
+    *(
+        MethodConfig(
+            method.__name__,
+            lambda m, cls=method: _caller(cls(m)),
+            bfloat16_tolerance=0.03,  # measured: up to 0.014
+            layered=lambda m, layer, cls=method: _caller(cls(m, layer=layer)),
+            decoded=lambda m, decoder, cls=method: _caller(cls(m, decoder=decoder)),
+        )
+        for method in (LogAt, NormXLogit)
     ),
     MethodConfig(
         "NormXLogit-word_embedding",
@@ -186,14 +197,9 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
         )
         for variant in ("N_enc", "N_res", "N")
     ),
-    MethodConfig(
+    _decoded_config(
         "DecodedLayerGradCam",
         _decoded_grad_cam,
-        families=DECODED_FAMILIES,
-        needs_gradients=True,
-        unsupported_match=_DECODED_UNSUPPORTED,
-        layered=_decoded_grad_cam,
-        decoded=lambda m, decoder: _decoded_grad_cam(m, decoder=decoder),
         cancels_after_layernorm=True,
         bfloat16_tolerance=0.04,  # measured on pre-LN families: up to 0.016
         # Measured up to 3.5 on post-LN encoders: Captum's gradient x activation
@@ -202,14 +208,9 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
         # blow-ups. The default model's guard is tests/test_precision.py.
         bfloat16_encoder_tolerance=5.0,
     ),
-    MethodConfig(
+    _decoded_config(
         "DecodedLayerAttribution-LIG",
         _decoded_ig,
-        families=DECODED_FAMILIES,
-        needs_gradients=True,
-        unsupported_match=_DECODED_UNSUPPORTED,
-        layered=_decoded_ig,
-        decoded=lambda m, decoder: _decoded_ig(m, decoder=decoder),
         bfloat16_tolerance=0.06,  # measured: up to 0.028
     ),
     # The paper baselines, class-agnostic like GlobEnc: the target is validated
