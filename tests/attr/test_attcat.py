@@ -4,12 +4,9 @@ import torch
 from captum_ext.attr import AttCAT
 
 from tests.attr.token_method_checks import (
+    assert_checked_sentences,
     assert_equals_naive_cat,
-    assert_sentence,
     attribute,
-    DULL,
-    GORGEOUS,
-    NOT_BAD,
 )
 from tests.helpers import ALL_FAMILIES, is_causal, tiny_classifier, token_batch
 
@@ -83,14 +80,12 @@ def test_scores_are_signed():
 @pytest.mark.integration
 def test_checked_sentences_on_default_model(sentiment_model):
     gorgeous = ["gorgeous", "moving"]
-    assert_sentence(
-        AttCAT, sentiment_model, GORGEOUS, "positive", gorgeous, top=gorgeous
-    )
     dull = ["dull", "lifeless", "mess"]
-    assert_sentence(
-        AttCAT, sentiment_model, DULL, "negative", ["lifeless", "mess"], top=dull
-    )
     not_bad = ["not", "bad"]
-    assert_sentence(
-        AttCAT, sentiment_model, NOT_BAD, top_magnitude=not_bad, same_sign=not_bad
+    assert_checked_sentences(
+        AttCAT,
+        sentiment_model,
+        gorgeous=dict(positive=gorgeous, top=gorgeous),
+        dull=dict(positive=["lifeless", "mess"], top=dull),
+        not_bad=dict(top_magnitude=not_bad, same_sign=not_bad),
     )

@@ -4,12 +4,9 @@ import torch
 from captum_ext.attr import AttCAT, CAT
 
 from tests.attr.token_method_checks import (
+    assert_checked_sentences,
     assert_equals_naive_cat,
-    assert_sentence,
     attribute,
-    DULL,
-    GORGEOUS,
-    NOT_BAD,
 )
 from tests.helpers import tiny_classifier, token_batch
 
@@ -52,9 +49,11 @@ def test_bad_arguments():
 # AttCAT: "a" can outrank "gorgeous", and "dull" or "lifeless" turn negative.
 @pytest.mark.integration
 def test_checked_sentences_on_default_model(sentiment_model):
-    assert_sentence(CAT, sentiment_model, GORGEOUS, "positive", ["gorgeous"])
-    assert_sentence(CAT, sentiment_model, DULL, "negative", ["mess"])
     not_bad = ["not", "bad"]
-    assert_sentence(
-        CAT, sentiment_model, NOT_BAD, top_magnitude=not_bad, same_sign=not_bad
+    assert_checked_sentences(
+        CAT,
+        sentiment_model,
+        gorgeous=dict(positive=["gorgeous"]),
+        dull=dict(positive=["mess"]),
+        not_bad=dict(top_magnitude=not_bad, same_sign=not_bad),
     )

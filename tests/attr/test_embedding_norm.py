@@ -5,7 +5,10 @@ import pytest
 import torch
 from captum_ext.attr import EmbeddingNorm, LogAt, NormXLogit
 
-from tests.attr.baseline_checks import assert_target_validated_but_ignored
+from tests.attr.baseline_checks import (
+    assert_equals_naive_per_example,
+    assert_target_validated_but_ignored,
+)
 from tests.attr.token_method_checks import attribute, unpadded
 from tests.helpers import ALL_FAMILIES, is_causal, tiny_classifier, token_batch
 
@@ -22,14 +25,9 @@ def naive_embedding_norm(model, input_ids):
 
 @pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_equals_naive_per_example_norm(family):
-    model = tiny_classifier(family, dtype=torch.float64)
-    batch = token_batch(causal=is_causal(family))
-    scores = attribute(EmbeddingNorm(model), batch)
-    valid = batch["attention_mask"].bool()
-    for row, ids in enumerate(unpadded(batch)):
-        expected = naive_embedding_norm(model, ids)
-        torch.testing.assert_close(scores[row][valid[row]], expected)
-        assert torch.all(scores[row][~valid[row]] == 0)
+    scores, valid = assert_equals_naive_per_example(
+        EmbeddingNorm, family, naive_embedding_norm
+    )
     assert torch.all(scores[valid] > 0)
 
 

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
+from functools import partial
+
 import pytest
 import torch
 from captum_ext.attr import LastLayerAttention
 
-from tests.attr.baseline_checks import assert_target_validated_but_ignored
-from tests.attr.token_method_checks import attribute, unpadded
+from tests.attr.baseline_checks import (
+    assert_equals_naive_per_example,
+    assert_target_validated_but_ignored,
+)
+from tests.attr.token_method_checks import attribute
 from tests.helpers import ALL_FAMILIES, is_causal, tiny_classifier, token_batch
 
 
@@ -20,14 +25,8 @@ def naive_last_layer_attention(model, input_ids, causal):
 
 @pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_equals_naive_per_example_formula(family):
-    model = tiny_classifier(family, dtype=torch.float64)
-    batch = token_batch(causal=is_causal(family))
-    scores = attribute(LastLayerAttention(model), batch)
-    valid = batch["attention_mask"].bool()
-    for row, ids in enumerate(unpadded(batch)):
-        expected = naive_last_layer_attention(model, ids, is_causal(family))
-        torch.testing.assert_close(scores[row][valid[row]], expected.detach())
-        assert torch.all(scores[row][~valid[row]] == 0)
+    naive = partial(naive_last_layer_attention, causal=is_causal(family))
+    assert_equals_naive_per_example(LastLayerAttention, family, naive)
 
 
 @pytest.mark.parametrize("family", ALL_FAMILIES)

@@ -6,13 +6,7 @@ from captum_ext import get_adapter, UnsupportedModelError
 from captum_ext.attr import LogAt, NormXLogit
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from tests.attr.token_method_checks import (
-    assert_sentence,
-    attribute,
-    DULL,
-    GORGEOUS,
-    unpadded,
-)
+from tests.attr.token_method_checks import assert_checked_sentences, attribute, unpadded
 from tests.helpers import (
     ALL_FAMILIES,
     is_causal,
@@ -134,9 +128,12 @@ def test_runs_without_gradients():
 # constant), so only the sign is checked.
 @pytest.mark.integration
 def test_checked_sentences_on_default_model(sentiment_model):
-    for sentence, label in ((GORGEOUS, "positive"), (DULL, "negative")):
-        words = ["a", "film"] if sentence == GORGEOUS else ["a", "dull", "mess"]
-        assert_sentence(LogAt, sentiment_model, sentence, label, positive=words)
+    assert_checked_sentences(
+        LogAt,
+        sentiment_model,
+        gorgeous=dict(positive=["a", "film"]),
+        dull=dict(positive=["a", "dull", "mess"]),
+    )
 
 
 class _MeanPoolingBert(transformers.BertForSequenceClassification):

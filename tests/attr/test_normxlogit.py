@@ -4,7 +4,7 @@ import torch
 from captum_ext import get_adapter
 from captum_ext.attr import LogAt, NormXLogit
 
-from tests.attr.token_method_checks import assert_sentence, attribute, DULL, GORGEOUS
+from tests.attr.token_method_checks import assert_checked_sentences, attribute
 from tests.helpers import (
     ALL_FAMILIES,
     is_causal,
@@ -77,8 +77,10 @@ def test_bad_arguments():
 @pytest.mark.integration
 def test_checked_sentences_on_default_model(sentiment_model):
     gorgeous = ["gorgeous", "moving"]
-    assert_sentence(
-        NormXLogit, sentiment_model, GORGEOUS, "positive", gorgeous, top=gorgeous
-    )
     dull = ["dull", "lifeless", "mess"]
-    assert_sentence(NormXLogit, sentiment_model, DULL, "negative", dull, top=dull)
+    assert_checked_sentences(
+        NormXLogit,
+        sentiment_model,
+        gorgeous=dict(positive=gorgeous, top=gorgeous),
+        dull=dict(positive=dull, top=dull),
+    )

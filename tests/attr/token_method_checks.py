@@ -119,6 +119,21 @@ def assert_sentence(
     assert len(signs) <= 1, context
 
 
-GORGEOUS = "a gorgeous, moving film"
-DULL = "a dull, lifeless mess"
-NOT_BAD = "It's not bad at all."  # the predicted label varies between runs
+# The sentences checked by eye, with the label the default model predicts (None:
+# it varies between fine-tuning runs).
+CHECKED_SENTENCES = {
+    "gorgeous": ("a gorgeous, moving film", "positive"),
+    "dull": ("a dull, lifeless mess", "negative"),
+    "not_bad": ("It's not bad at all.", None),
+}
+
+
+def assert_checked_sentences(
+    factory: MethodFactory, sentiment_model: tuple, **expectations: dict
+) -> None:
+    r""":func:`assert_sentence` on each sentence of :data:`CHECKED_SENTENCES`
+    named in ``expectations`` (``gorgeous=dict(positive=..., top=...)``), with
+    that sentence's label."""
+    for name, expected in expectations.items():
+        sentence, label = CHECKED_SENTENCES[name]
+        assert_sentence(factory, sentiment_model, sentence, label, **expected)
