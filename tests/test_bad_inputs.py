@@ -10,7 +10,7 @@ mode); here for the metrics."""
 import warnings
 from dataclasses import replace
 from functools import lru_cache
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import pytest
 import torch
@@ -69,8 +69,10 @@ def _model(family: str = "bert", attn_implementation: str = "eager") -> nn.Modul
     return tiny_classifier(family, attn_implementation=attn_implementation)
 
 
-def _batch(family: str = "bert") -> Dict[str, Tensor]:
-    return token_batch((7, 4, 9), causal=is_causal(family))
+def _inputs(family: str = "bert") -> Tuple[Tensor, Tensor]:
+    r"""``(input_ids, attention_mask)`` ``[3, 9]``: rows 0 and 1 end in [PAD]."""
+    batch = token_batch((7, 4, 9), causal=is_causal(family))
+    return batch["input_ids"], batch["attention_mask"]
 
 
 def _attribute(
@@ -87,7 +89,7 @@ def _attribute(
 @CONFIGS
 def test_not_a_transformers_model(config: MethodConfig) -> None:
     with pytest.raises(UnsupportedModelError, match="no Hugging Face config"):
-        _attribute(config, nn.Linear(4, 3), _batch()["input_ids"])
+        _attribute(config, nn.Linear(4, 3), _inputs()[0])
 
 
 @lru_cache(maxsize=None)
@@ -106,14 +108,14 @@ def _mpnet() -> nn.Module:
 @CONFIGS
 def test_family_without_adapter(config: MethodConfig) -> None:
     with pytest.raises(UnsupportedModelError, match="model_type='mpnet'"):
-        _attribute(config, _mpnet(), _batch()["input_ids"])
+        _attribute(config, _mpnet(), _inputs()[0])
 
 
 @pytest.mark.parametrize("config, family", UNSUPPORTED)
 def test_family_the_method_does_not_support(config: MethodConfig, family: str) -> None:
-    batch = _batch(family)
+    ids, mask = _inputs(family)
     with pytest.raises(UnsupportedModelError, match=config.unsupported_match):
-        _attribute(config, _model(family), batch["input_ids"], batch["attention_mask"])
+        _attribute(config, _model(family), ids, mask)
 
 
 @lru_cache(maxsize=None)
@@ -126,17 +128,16 @@ def _headless(kind: str) -> nn.Module:
 @CONFIGS
 @pytest.mark.parametrize("kind", ["masked_lm", "base_model"])
 def test_model_without_classification_head(config: MethodConfig, kind: str) -> None:
-    batch = _batch()
+    ids, mask = _inputs()
     with pytest.raises(UnsupportedModelError, match="no sequence-classification head"):
-        _attribute(config, _headless(kind), batch["input_ids"], batch["attention_mask"])
+        _attribute(config, _headless(kind), ids, mask)
 
 
 @pytest.mark.parametrize("config, family", SDPA)
 def test_attention_without_weights(config: MethodConfig, family: str) -> None:
     r"""SDPA returns no attention weights: methods that read them say so; the
     others give the eager model's scores."""
-    batch = _batch(family)
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids, mask = _inputs(family)
     sdpa = _model(family, "sdpa")
     if config.needs_attention:
         with pytest.raises(ValueError, match="needs attention weights.*'sdpa'"):
@@ -164,11 +165,9 @@ def test_layer_index_out_of_range(config: MethodConfig) -> None:
 @CONFIGS
 @pytest.mark.parametrize("target", [NUM_LABELS, -1, [0, 1, NUM_LABELS]])
 def test_target_out_of_range(config: MethodConfig, target: Any) -> None:
-    batch = _batch()
+    ids, mask = _inputs()
     with pytest.raises(IndexError, match="out of range for a model with 3 output"):
-        _attribute(
-            config, _model(), batch["input_ids"], batch["attention_mask"], target
-        )
+        _attribute(config, _model(), ids, mask, target)
 
 
 @CONFIGS
@@ -183,11 +182,9 @@ def test_target_out_of_range(config: MethodConfig, target: Any) -> None:
     ids=["length", "2-d", "float", "tuple"],
 )
 def test_target_of_wrong_shape(config: MethodConfig, target: Any, message: str) -> None:
-    batch = _batch()
+    ids, mask = _inputs()
     with pytest.raises(ValueError, match=message):
-        _attribute(
-            config, _model(), batch["input_ids"], batch["attention_mask"], target
-        )
+        _attribute(config, _model(), ids, mask, target)
 
 
 # ------------------------------------------------------------------ input
@@ -199,8 +196,7 @@ def _only_special(family: str) -> Tensor:
 
 @CONFIGS
 def test_empty_input(config: MethodConfig) -> None:
-    batch = _batch()
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids, mask = _inputs()
     for empty in (ids[:, :0], ids[:0]):
         with pytest.raises(ValueError, match="empty input: inputs has shape"):
             _attribute(config, _model(), empty)
@@ -229,17 +225,16 @@ def test_input_longer_than_the_positions(config: MethodConfig) -> None:
 @CONFIGS
 @pytest.mark.parametrize("bad_id", [VOCAB, -1])
 def test_token_id_outside_the_vocabulary(config: MethodConfig, bad_id: int) -> None:
-    batch = _batch()
-    ids = batch["input_ids"].clone()
+    ids, mask = _inputs()
+    ids = ids.clone()
     ids[0, 1] = bad_id
     with pytest.raises(ValueError, match=r"token ids must be in \[0, 99\)"):
-        _attribute(config, _model(), ids, batch["attention_mask"])
+        _attribute(config, _model(), ids, mask)
 
 
 @CONFIGS
 def test_malformed_inputs(config: MethodConfig) -> None:
-    batch = _batch()
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids, mask = _inputs()
     with pytest.raises(TypeError, match="integer token ids"):
         _attribute(config, _model(), ids.float(), mask)
     with pytest.raises(ValueError, match="add a batch dimension"):
@@ -253,12 +248,12 @@ def test_causal_model_without_pad_token() -> None:
     Face's own error); one example at a time works."""
     model = tiny_classifier("gpt2")
     model.config.pad_token_id = None
-    batch = _batch("gpt2")
+    ids, mask = _inputs("gpt2")
     for config in METHOD_CONFIGS:
         if "gpt2" not in config.families:
             continue
         with pytest.raises(ValueError, match="no padding token is defined"):
-            _attribute(config, model, batch["input_ids"], batch["attention_mask"])
+            _attribute(config, model, ids, mask)
 
 
 @CONFIGS
@@ -285,7 +280,7 @@ def _pad_warnings(call: Callable[[], Any]) -> int:
 
 @CONFIGS
 def test_pad_id_without_attention_mask_warns_once(config: MethodConfig) -> None:
-    ids = _batch()["input_ids"]  # rows 0 and 1 end in [PAD]
+    ids = _inputs()[0]  # rows 0 and 1 end in [PAD]
     assert _pad_warnings(lambda: _attribute(config, _model(), ids)) == 1
     with pytest.warns(UserWarning, match=r"example\(s\) \[0, 1\] hold the padding"):
         _attribute(config, _model(), ids)
@@ -297,10 +292,10 @@ def test_pad_id_without_attention_mask_warns_once(config: MethodConfig) -> None:
 def test_decoder_of_another_vocabulary(config: MethodConfig) -> None:
     assert config.decoded is not None
     decoder = nn.Linear(32, 50).eval()
-    batch = _batch()
+    ids, mask = _inputs()
     method = config.decoded(_model(), decoder)
     with pytest.raises(ValueError, match="50 logits but the model's vocabulary has 99"):
-        method(batch["input_ids"], batch["attention_mask"], 1)
+        method(ids, mask, 1)
 
 
 # ---------------------------------------------------------------- metrics
@@ -329,12 +324,19 @@ TOKEN_METRICS = _token_metrics()
 CURVE_METRICS = ["aopc", "log_odds", "sufficiency", "hiding_revealing"]
 
 
+def _metric_inputs(
+    name: str,
+) -> Tuple[Callable[..., Any], Callable[..., Tensor], Tensor, Tensor, Tensor]:
+    r"""``TOKEN_METRICS[name]``, the tiny BERT's forward, :func:`_inputs` and
+    random attributions ``[3, 9]``."""
+    ids, mask = _inputs()
+    forward = classifier_forward(_model())
+    return TOKEN_METRICS[name], forward, ids, mask, torch.rand(ids.shape)
+
+
 @pytest.mark.parametrize("name", TOKEN_METRICS)
 def test_metric_attributions_of_the_wrong_shape(name: str) -> None:
-    batch = _batch()
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    metric, forward = TOKEN_METRICS[name], classifier_forward(_model())
-    scores = torch.rand(ids.shape)
+    metric, forward, ids, mask, scores = _metric_inputs(name)
     for wrong in (scores[:, :-1], scores[:2]):
         with pytest.raises(ValueError, match="one score per token, shape \\(3, 9\\)"):
             metric(forward, ids, wrong, mask)
@@ -344,8 +346,7 @@ def test_metric_attributions_of_the_wrong_shape(name: str) -> None:
 
 
 def test_kendall_tau_needs_every_class() -> None:
-    batch = _batch()
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids, mask = _inputs()
     forward = classifier_forward(_model())
     with pytest.raises(ValueError, match="needs the scores of every class"):
         kendall_tau(forward, ids, torch.rand(ids.shape), None, (mask,))
@@ -353,10 +354,7 @@ def test_kendall_tau_needs_every_class() -> None:
 
 @pytest.mark.parametrize("name", CURVE_METRICS)
 def test_metric_without_mask_or_pad_token(name: str) -> None:
-    batch = _batch()
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    metric, forward = TOKEN_METRICS[name], classifier_forward(_model())
-    scores = torch.rand(ids.shape)
+    metric, forward, ids, mask, scores = _metric_inputs(name)
     for mode in ("mask", "pad"):
         preset = replace(get_protocol(name), mode=mode)
         with pytest.raises(ValueError, match=f"mode='{mode}'.*{mode}_token_id"):
@@ -364,8 +362,7 @@ def test_metric_without_mask_or_pad_token(name: str) -> None:
 
 
 def test_metric_preset_needing_a_mask_token() -> None:
-    batch = _batch()
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids, mask = _inputs()
     forward = classifier_forward(_model())
     with pytest.raises(ValueError, match="TokenOptions.mask_token_id"):
         aopc(forward, ids, torch.rand(ids.shape), None, (mask,), preset="normxlogit")
@@ -373,20 +370,18 @@ def test_metric_preset_needing_a_mask_token() -> None:
 
 @pytest.mark.parametrize("name", TOKEN_METRICS)
 def test_metric_empty_input(name: str) -> None:
-    batch = _batch()
-    ids, mask = batch["input_ids"], batch["attention_mask"].clone()
+    metric, forward, ids, mask, scores = _metric_inputs(name)
+    mask = mask.clone()
     mask[1] = 0
-    metric, forward = TOKEN_METRICS[name], classifier_forward(_model())
     with pytest.raises(ValueError, match=r"example\(s\) \[1\] have no attended token"):
-        metric(forward, ids, torch.rand(ids.shape), mask)
+        metric(forward, ids, scores, mask)
 
 
 @pytest.mark.parametrize("name", [*CURVE_METRICS, "token_overlap"])
 def test_metric_model_in_training_mode(name: str) -> None:
     r"""Dropout would make every score random: the metric warns, runs the model
     in eval mode and leaves it in training mode."""
-    batch = _batch()
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids, mask = _inputs()
     metric = TOKEN_METRICS[name]
     scores = torch.rand(ids.shape, generator=torch.Generator().manual_seed(0))
     expected = metric(classifier_forward(_model()), ids, scores, mask)
@@ -400,23 +395,18 @@ def test_metric_model_in_training_mode(name: str) -> None:
 def test_metric_causal_model_without_pad_token() -> None:
     model = tiny_classifier("gpt2")
     model.config.pad_token_id = None
-    batch = _batch("gpt2")
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids, mask = _inputs("gpt2")
     with pytest.raises(ValueError, match="no padding token is defined"):
         aopc(classifier_forward(model), ids, torch.rand(ids.shape), None, (mask,))
 
 
 @pytest.mark.parametrize("name", [*CURVE_METRICS, "token_overlap"])
 def test_metric_pad_id_without_attention_mask_warns_once(name: str) -> None:
-    ids = _batch()["input_ids"]
-    metric, forward = TOKEN_METRICS[name], classifier_forward(_model())
+    metric, forward, ids, mask, scores = _metric_inputs(name)
     tokens = TokenOptions(pad_token_id=PAD_ID)
-    scores = torch.rand(ids.shape)
     call = metric_call(metric, forward, ids, scores, None, tokens=tokens)
     assert _pad_warnings(call) == 1
-    with_mask = metric_call(
-        metric, forward, ids, scores, _batch()["attention_mask"], tokens=tokens
-    )
+    with_mask = metric_call(metric, forward, ids, scores, mask, tokens=tokens)
     assert _pad_warnings(with_mask) == 0
 
 
@@ -429,8 +419,7 @@ def metric_call(
 @pytest.mark.parametrize("name", [*CURVE_METRICS, "token_overlap", "kendall_tau"])
 def test_metric_with_a_raw_hugging_face_model(name: str) -> None:
     r"""The model returns a ``ModelOutput``: the error names the fix."""
-    batch = _batch()
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids, mask = _inputs()
     scores = torch.rand(ids.shape)
     metric = kendall_tau if name == "kendall_tau" else TOKEN_METRICS[name]
     if name == "kendall_tau":
@@ -461,8 +450,8 @@ class _InfOnRows(nn.Module):
 def test_metric_non_finite_logits_name_the_example(name: str) -> None:
     r"""Non-finite logits on unperturbed inputs, or only on the perturbed rows of
     one example, name that example (not a row of a chunk)."""
-    batch = _batch()
-    ids, mask = batch["input_ids"].clone(), batch["attention_mask"]
+    ids, mask = _inputs()
+    ids = ids.clone()
     metric = TOKEN_METRICS[name]
     short = _InfOnRows(lambda i, m: m.sum(-1) < 8)  # examples 0 and 1
     with pytest.raises(FloatingPointError, match=r"logits.*example\(s\) \[0, 1\]"):
@@ -483,8 +472,7 @@ def test_metric_non_finite_logits_name_the_example(name: str) -> None:
     [(0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError)],
 )
 def test_metric_bad_internal_batch_size(name: str, value: Any, error: type) -> None:
-    batch = _batch()
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids, mask = _inputs()
     forward = classifier_forward(_model())
     if name == "kendall_tau":
         scores = torch.rand(3, NUM_LABELS, ids.shape[1])
@@ -501,8 +489,7 @@ def test_metric_bad_internal_batch_size(name: str, value: Any, error: type) -> N
 
 
 def test_metric_preset_of_another_kind() -> None:
-    batch = _batch()
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids, mask = _inputs()
     forward = classifier_forward(_model())
     with pytest.raises(TypeError, match="aopc takes a PerturbationProtocol"):
         aopc(forward, ids, torch.rand(ids.shape), None, mask, preset=KendallProtocol())
@@ -520,8 +507,7 @@ def _message(call: Callable[[], Any]) -> str:
 def test_methods_and_metrics_share_one_message_per_error(case: str) -> None:
     r"""One input core: a method and a metric reject the same input with the
     same words."""
-    batch = _batch()
-    ids, mask = batch["input_ids"], batch["attention_mask"]
+    ids, mask = _inputs()
     bad_ids, bad_mask = {
         "empty row": (ids, mask * torch.tensor([[1], [0], [1]])),
         "mask shape": (ids, mask[:, :-1]),
