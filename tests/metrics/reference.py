@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 r"""Per-example re-implementations of the reference protocols, written from the
 authors' code (loops over one unpadded sequence at a time), independent of
-captum_ext.metrics. Each returns the curve of target probabilities (None at a
-skipped level) given ``prob(ids, attention) -> probabilities [C]``."""
+captum_ext.metrics. Each curve function returns the curve of target
+probabilities (None at a skipped level) given ``prob(ids, attention) ->
+probabilities [C]``; the score functions turn one example's curve into its
+score."""
 
+import math
 from typing import Callable, List, Optional, Sequence
 
 import numpy as np
@@ -145,3 +148,29 @@ def default_hiding_curves(
         ]
         for suff in (False, True)
     ]
+
+
+# The curve of each preset that deletes the top tokens or keeps only them
+# (``suff``): AOPC's and sufficiency's.
+CURVES = {"normxlogit": normxlogit_curve, "ferret": ferret_curve, None: default_curve}
+Curve = Optional[List[Optional[float]]]
+
+
+def mean_drop(
+    base: float, curve: Curve, empty: float = math.nan, absolute: bool = False
+) -> float:
+    r"""AOPC and sufficiency: the mean of ``base - p`` (or ``|base - p|``) over
+    the levels not skipped; ``empty`` when every level is skipped, NaN when the
+    example is (``curve`` None)."""
+    if curve is None:
+        return math.nan
+    drops = [base - p for p in curve if p is not None]
+    drops = [abs(d) for d in drops] if absolute else drops
+    return sum(drops) / len(drops) if drops else empty
+
+
+def mean_log_odds(base: float, curve: Curve) -> float:
+    r"""Log-odds: the mean of ``log(p / base)``; NaN for a skipped example."""
+    if curve is None:
+        return math.nan
+    return sum(math.log(p / base) for p in curve) / len(curve)

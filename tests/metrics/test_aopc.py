@@ -11,15 +11,11 @@ from captum_ext.metrics import aopc, get_protocol
 from tests.helpers import CLS_ID, SEP_ID
 from tests.metrics import reference
 from tests.metrics.toys import (
-    assert_scores,
     bag_of_words,
     BagOfWords,
     batch_with_scores,
-    case_forward,
-    example,
+    check_reference_loop,
     predicted_class,
-    probabilities,
-    run_metric,
     TOKENS,
 )
 
@@ -34,89 +30,47 @@ CASES = [
 ]
 
 
-def _naive(forward, batch, curve_fn, target, absolute=False):
-    r"""Per-example loop: mean of (p - p~) over the non-skipped levels."""
-    scores = []
-    for row in range(len(batch["input_ids"])):
-        ids, row_scores = example(batch, row)
-        prob = partial(probabilities, forward)
-        t = int(target[row])
-        curve = curve_fn(prob, ids, row_scores, t)
-        if curve is None:
-            scores.append(float("nan"))
-            continue
-        base = float(prob(ids)[t])
-        drops = [base - p for p in curve if p is not None]
-        drops = [abs(d) for d in drops] if absolute else drops
-        scores.append(sum(drops) / len(drops) if drops else 0.0)
-    return torch.tensor(scores, dtype=torch.float64)
-
-
 @pytest.mark.parametrize("name,pad_side", CASES)
 @pytest.mark.parametrize("chunk", [None, 1, 7])
 def test_attcat_matches_reference_loop(name, pad_side, chunk):
-    forward = case_forward(name)
     batch = batch_with_scores(LENGTHS, pad_side=pad_side)
     labels = torch.tensor([0, 1, 2, 0, 1, 2])
-    result = run_metric(aopc, forward, batch, chunk, target=labels, preset="attcat")
-    expected = _naive(
-        forward,
-        batch,
-        partial(reference.attcat_curve, replace=False),
-        labels,
-        absolute=True,
+    curve_fn = partial(reference.attcat_curve, replace=False)
+    score_fn = partial(reference.mean_drop, absolute=True)
+    result = check_reference_loop(
+        aopc, name, batch, chunk, curve_fn, score_fn, labels, preset="attcat"
     )
-    assert_scores(result.score, expected)
     assert result.curve.shape == (6, 9)
     # n < 10 (rows 1 and 3) are skipped: NaN, as documented.
     assert torch.isnan(result.score[[1, 3]]).all()
     assert torch.isnan(result.curve[[1, 3]]).all()
 
 
-@pytest.mark.parametrize("name,pad_side", CASES)
-@pytest.mark.parametrize("chunk", [None, 5])
-def test_normxlogit_matches_reference_loop(name, pad_side, chunk):
-    forward = case_forward(name)
-    batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=3)
-    result = run_metric(aopc, forward, batch, chunk, preset="normxlogit")
-    expected = _naive(
-        forward,
-        batch,
-        partial(reference.normxlogit_curve, suff=False),
-        predicted_class(forward, batch),
+# Deletion of the top tokens under each preset: the batch (lengths, seed), the
+# chunk sizes, and the levels the result reports.
+PRESET_RUNS = [
+    pytest.param(preset, lengths, seed, chunk, levels, id=f"{preset}-{chunk}")
+    for preset, lengths, seed, chunks, levels in (
+        ("normxlogit", LENGTHS, 3, (None, 5), torch.arange(1, 10) / 10),
+        ("ferret", LENGTHS + (3, 5), 5, (None, 4), torch.arange(1, 11) / 10),
+        (None, LENGTHS, 7, (None, 3), torch.arange(1, 11) / 10),
     )
-    assert_scores(result.score, expected)
+    for chunk in chunks
+]
 
 
 @pytest.mark.parametrize("name,pad_side", CASES)
-@pytest.mark.parametrize("chunk", [None, 4])
-def test_ferret_matches_reference_loop(name, pad_side, chunk):
-    forward = case_forward(name)
-    batch = batch_with_scores(LENGTHS + (3, 5), pad_side=pad_side, seed=5)
-    result = run_metric(aopc, forward, batch, chunk, preset="ferret")
-    expected = _naive(
-        forward,
-        batch,
-        partial(reference.ferret_curve, suff=False),
-        predicted_class(forward, batch),
+@pytest.mark.parametrize("preset,lengths,seed,chunk,levels", PRESET_RUNS)
+def test_preset_matches_reference_loop(
+    name, pad_side, preset, lengths, seed, chunk, levels
+):
+    batch = batch_with_scores(lengths, pad_side=pad_side, seed=seed)
+    curve_fn = partial(reference.CURVES[preset], suff=False)
+    score_fn = partial(reference.mean_drop, empty=0.0)
+    result = check_reference_loop(
+        aopc, name, batch, chunk, curve_fn, score_fn, preset=preset
     )
-    assert_scores(result.score, expected)
-
-
-@pytest.mark.parametrize("name,pad_side", CASES)
-@pytest.mark.parametrize("chunk", [None, 3])
-def test_default_matches_reference_loop(name, pad_side, chunk):
-    forward = case_forward(name)
-    batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=7)
-    result = run_metric(aopc, forward, batch, chunk)
-    expected = _naive(
-        forward,
-        batch,
-        partial(reference.default_curve, suff=False),
-        predicted_class(forward, batch),
-    )
-    assert_scores(result.score, expected)
-    torch.testing.assert_close(result.levels, torch.arange(1, 11) / 10)
+    torch.testing.assert_close(result.levels, levels)
 
 
 def test_protocol_grids_are_the_references():

@@ -13,10 +13,9 @@ from tests.metrics.toys import (
     BagOfWords,
     batch_with_scores,
     case_forward,
-    example,
     PAD_INVARIANT_CASES,
+    per_example,
     predicted_class,
-    probabilities,
     run_metric,
     TOKENS,
 )
@@ -24,14 +23,10 @@ from tests.metrics.toys import (
 GRID = torch.arange(11, dtype=torch.float64) / 10
 
 
-def _naive(forward, batch, labels, curves_fn=reference.decoded_curves):
-    curves = []
-    for row in range(len(batch["input_ids"])):
-        ids, row_scores = example(batch, row)
-        prob = partial(probabilities, forward)
-        curves.append(curves_fn(prob, ids, row_scores, int(labels[row])))
-    hiding, revealing = (torch.tensor([c[i] for c in curves]) for i in (0, 1))
-    return hiding.double(), revealing.double()
+def _naive(forward, batch, labels, curves_fn):
+    r"""The reference hiding and revealing curves, ``[batch, 11]`` each."""
+    curves = per_example(forward, batch, labels, curves_fn, lambda base, c: c)
+    return curves[:, 0], curves[:, 1]
 
 
 @pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
@@ -48,7 +43,7 @@ def test_decoded_matches_reference_loop(name, pad_side, chunk):
         labels=labels,
         preset="decoded",
     )
-    hiding, revealing = _naive(forward, batch, labels)
+    hiding, revealing = _naive(forward, batch, labels, reference.decoded_curves)
     assert_scores(result.hiding.curve, hiding)
     assert_scores(result.revealing.curve, revealing)
     assert_scores(result.hiding.score, torch.trapezoid(hiding, GRID, dim=1))
@@ -108,21 +103,15 @@ def test_exact_weights_hide_and_reveal_best():
 
 def test_decoded_needs_labels():
     batch = batch_with_scores((6, 4))
+    decoded = partial(
+        hiding_revealing,
+        bag_of_words(2),
+        batch["input_ids"],
+        batch["scores"],
+        additional_forward_args=batch["attention_mask"],
+        preset="decoded",
+    )
     with pytest.raises(ValueError, match="labels"):
-        hiding_revealing(
-            bag_of_words(2),
-            batch["input_ids"],
-            batch["scores"],
-            additional_forward_args=batch["attention_mask"],
-            preset="decoded",
-            tokens=TOKENS,
-        )
+        decoded(tokens=TOKENS)
     with pytest.raises(ValueError, match="mask_token_id"):
-        hiding_revealing(
-            bag_of_words(2),
-            batch["input_ids"],
-            batch["scores"],
-            additional_forward_args=batch["attention_mask"],
-            labels=[0, 1],
-            preset="decoded",
-        )
+        decoded(labels=[0, 1])

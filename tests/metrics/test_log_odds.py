@@ -9,64 +9,43 @@ from captum_ext.metrics import log_odds
 from tests.helpers import CLS_ID, SEP_ID
 from tests.metrics import reference
 from tests.metrics.toys import (
-    assert_scores,
     bag_of_words,
     BagOfWords,
     batch_with_scores,
-    case_forward,
-    example,
+    check_reference_loop,
     PAD_INVARIANT_CASES,
-    predicted_class,
-    probabilities,
     protocol,
-    run_metric,
     TOKENS,
 )
-
-
-def _naive(forward, batch, target, curve_fn):
-    scores = []
-    for row in range(len(batch["input_ids"])):
-        ids, row_scores = example(batch, row)
-        prob = partial(probabilities, forward)
-        t = int(target[row])
-        curve = curve_fn(prob, ids, row_scores, t)
-        if curve is None:
-            scores.append(float("nan"))
-            continue
-        base = float(prob(ids)[t])
-        scores.append(sum(math.log(p / base) for p in curve) / len(curve))
-    return torch.tensor(scores, dtype=torch.float64)
 
 
 @pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
 @pytest.mark.parametrize("chunk", [None, 1, 8])
 def test_attcat_matches_reference_loop(name, pad_side, chunk):
-    forward = case_forward(name)
     batch = batch_with_scores((12, 4, 10, 16, 11), pad_side=pad_side, seed=11)
     labels = torch.tensor([2, 0, 1, 1, 0])
-    result = run_metric(
+    curve_fn = partial(reference.attcat_curve, replace=True)
+    result = check_reference_loop(
         log_odds,
-        forward,
+        name,
         batch,
         chunk,
-        target=labels,
+        curve_fn,
+        reference.mean_log_odds,
+        labels,
         preset="attcat",
     )
-    curve_fn = partial(reference.attcat_curve, replace=True)
-    assert_scores(result.score, _naive(forward, batch, labels, curve_fn))
     assert torch.isnan(result.score[1])
 
 
 @pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
 @pytest.mark.parametrize("chunk", [None, 3])
 def test_default_matches_reference_loop(name, pad_side, chunk):
-    forward = case_forward(name)
     batch = batch_with_scores((12, 4, 10, 16, 3), pad_side=pad_side, seed=37)
-    result = run_metric(log_odds, forward, batch, chunk)
-    predicted = predicted_class(forward, batch)
     curve_fn = partial(reference.default_curve, suff=False)
-    assert_scores(result.score, _naive(forward, batch, predicted, curve_fn))
+    check_reference_loop(
+        log_odds, name, batch, chunk, curve_fn, reference.mean_log_odds
+    )
 
 
 _HALF = [0.1, 0.2, 0.3, 0.4, 0.5]

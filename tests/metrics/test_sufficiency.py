@@ -7,70 +7,53 @@ from captum_ext.metrics import sufficiency
 
 from tests.metrics import reference
 from tests.metrics.toys import (
-    assert_scores,
     bag_of_words,
     batch_with_scores,
-    case_forward,
-    example,
+    check_reference_loop,
     lively_forward,
     PAD_INVARIANT_CASES,
     predicted_class,
-    probabilities,
     protocol,
     run_metric,
     TOKENS,
 )
 
 LENGTHS = (12, 4, 10, 3, 16, 11)
-
-
-def _naive(forward, batch, curve_fn, empty=float("nan")):
-    target = predicted_class(forward, batch)
-    scores = []
-    for row in range(len(batch["input_ids"])):
-        ids, row_scores = example(batch, row)
-        prob = partial(probabilities, forward)
-        t = int(target[row])
-        base = float(prob(ids)[t])
-        curve = [p for p in curve_fn(prob, ids, row_scores, t) if p is not None]
-        scores.append(sum(base - p for p in curve) / len(curve) if curve else empty)
-    return torch.tensor(scores, dtype=torch.float64)
+# Keeping only the top tokens under each preset but ferret (below): the batch's
+# seed and the chunk sizes.
+PRESET_RUNS = [
+    pytest.param(preset, seed, chunk, id=f"{preset}-{chunk}")
+    for preset, seed, chunks in (
+        ("normxlogit", 13, (None, 1, 6)),
+        (None, 19, (None, 4)),
+    )
+    for chunk in chunks
+]
 
 
 @pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
-@pytest.mark.parametrize("chunk", [None, 1, 6])
-def test_normxlogit_matches_reference_loop(name, pad_side, chunk):
-    forward = case_forward(name)
-    batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=13)
-    result = run_metric(sufficiency, forward, batch, chunk, preset="normxlogit")
-    expected = _naive(forward, batch, partial(reference.normxlogit_curve, suff=True))
-    assert_scores(result.score, expected)
+@pytest.mark.parametrize("preset,seed,chunk", PRESET_RUNS)
+def test_preset_matches_reference_loop(name, pad_side, preset, seed, chunk):
+    batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=seed)
+    curve_fn = partial(reference.CURVES[preset], suff=True)
+    check_reference_loop(
+        sufficiency, name, batch, chunk, curve_fn, reference.mean_drop, preset=preset
+    )
 
 
 @pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
 @pytest.mark.parametrize("chunk", [None, 5])
 def test_ferret_matches_reference_loop(name, pad_side, chunk):
-    forward = case_forward(name)
     batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=17)
     # Row 3 has a single content token with a negative score: nothing is kept
     # at any level, and ferret scores that 1.
     batch["scores"][3] = -1.0
-    result = run_metric(sufficiency, forward, batch, chunk, preset="ferret")
-    expected = _naive(
-        forward, batch, partial(reference.ferret_curve, suff=True), empty=1.0
+    curve_fn = partial(reference.ferret_curve, suff=True)
+    score_fn = partial(reference.mean_drop, empty=1.0)
+    result = check_reference_loop(
+        sufficiency, name, batch, chunk, curve_fn, score_fn, preset="ferret"
     )
-    assert_scores(result.score, expected)
     assert result.score[3].item() == 1.0
-
-
-@pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
-@pytest.mark.parametrize("chunk", [None, 4])
-def test_default_matches_reference_loop(name, pad_side, chunk):
-    forward = case_forward(name)
-    batch = batch_with_scores(LENGTHS, pad_side=pad_side, seed=19)
-    result = run_metric(sufficiency, forward, batch, chunk)
-    expected = _naive(forward, batch, partial(reference.default_curve, suff=True))
-    assert_scores(result.score, expected)
 
 
 @pytest.mark.parametrize("preset", [None, "normxlogit", "ferret"])

@@ -4,8 +4,8 @@ exact token contributions are known, and tiny transformers re-initialised so tha
 their outputs vary visibly with the input."""
 
 from dataclasses import replace
-from functools import lru_cache
-from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
+from functools import lru_cache, partial
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import torch
 from captum_ext import classifier_forward
@@ -118,6 +118,27 @@ def probabilities(
         return forward(input_ids, mask)[0].double().softmax(-1)
 
 
+def per_example(
+    forward: Callable[..., Tensor],
+    batch: Dict[str, Tensor],
+    target: Sequence[int],
+    curve_fn: Callable[..., Any],
+    score_fn: Callable[[float, Any], Any],
+) -> Tensor:
+    r"""The reference loop, one unpadded row of ``batch`` at a time: the row's
+    ``curve_fn(prob, ids, scores, target)`` (a curve of
+    :mod:`tests.metrics.reference`) and its score ``score_fn(base, curve)``,
+    ``base`` the target probability of the whole row; float64 ``[batch, ...]``."""
+    prob = partial(probabilities, forward)
+    scores = []
+    for row in range(len(batch["input_ids"])):
+        ids, row_scores = example(batch, row)
+        t = int(target[row])
+        curve = curve_fn(prob, ids, row_scores, t)
+        scores.append(score_fn(float(prob(ids)[t]), curve))
+    return torch.tensor(scores, dtype=torch.float64)
+
+
 def assert_scores(actual: Tensor, expected: Tensor) -> None:
     r"""Equal up to float32 noise, NaN (a skipped example) included."""
     torch.testing.assert_close(
@@ -129,6 +150,28 @@ def predicted_class(forward: Callable[..., Tensor], batch: Dict[str, Tensor]) ->
     r"""The class ``[batch]`` that ``forward`` predicts for each row of ``batch``."""
     with torch.no_grad():
         return forward(batch["input_ids"], batch["attention_mask"]).argmax(-1)
+
+
+def check_reference_loop(
+    metric: Callable[..., Result],
+    name: str,
+    batch: Dict[str, Tensor],
+    chunk: Optional[int],
+    curve_fn: Callable[..., Any],
+    score_fn: Callable[[float, Any], float],
+    target: Optional[Sequence[int]] = None,
+    **kwargs,
+) -> Result:
+    r"""``metric`` with the model of case ``name`` on ``batch`` (``run_metric``,
+    ``kwargs`` passed on) scores what :func:`per_example` does with
+    ``curve_fn`` and ``score_fn``, for ``target`` (None: the predicted class).
+    Returns the metric's result."""
+    forward = case_forward(name)
+    result = run_metric(metric, forward, batch, chunk, target=target, **kwargs)
+    labels = predicted_class(forward, batch) if target is None else target
+    expected = per_example(forward, batch, labels, curve_fn, score_fn)
+    assert_scores(result.score, expected)  # type: ignore[attr-defined]
+    return result
 
 
 def run_metric(
