@@ -18,14 +18,9 @@ import transformers
 from captum_ext import classifier_forward, UnsupportedModelError
 from captum_ext.metrics import (
     aopc,
-    average_precision,
-    dot_product,
     get_protocol,
-    hiding_revealing,
     kendall_tau,
     KendallProtocol,
-    log_odds,
-    sufficiency,
     token_overlap,
     TokenOptions,
 )
@@ -43,6 +38,7 @@ from tests.helpers import (
     token_batch,
     VOCAB,
 )
+from tests.metrics.toys import PERTURBATION_METRICS, PLAUSIBILITY_METRICS
 
 CONFIGS = pytest.mark.parametrize("config", METHOD_CONFIGS, ids=str)
 LAYERED = [c for c in METHOD_CONFIGS if c.layered is not None]
@@ -310,18 +306,13 @@ def _token_metrics() -> Dict[str, Callable[..., Any]]:
         return lambda f, ids, a, mask, **kw: metric(ids, a, evidence, (mask,), **kw)
 
     return {
-        "aopc": curve(aopc),
-        "log_odds": curve(log_odds),
-        "sufficiency": curve(sufficiency),
-        "hiding_revealing": curve(hiding_revealing),
-        "token_overlap": curve(token_overlap),
-        "average_precision": plausibility(average_precision),
-        "dot_product": plausibility(dot_product),
+        **{m.__name__: curve(m) for m in (*PERTURBATION_METRICS, token_overlap)},
+        **{m.__name__: plausibility(m) for m in PLAUSIBILITY_METRICS},
     }
 
 
 TOKEN_METRICS = _token_metrics()
-CURVE_METRICS = ["aopc", "log_odds", "sufficiency", "hiding_revealing"]
+CURVE_METRICS = [metric.__name__ for metric in PERTURBATION_METRICS]
 
 
 def _metric_inputs(

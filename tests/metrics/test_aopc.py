@@ -15,7 +15,8 @@ from tests.metrics.toys import (
     BagOfWords,
     batch_with_scores,
     check_reference_loop,
-    predicted_class,
+    exact_attributions,
+    shuffled_rows,
     TOKENS,
 )
 
@@ -118,20 +119,13 @@ def test_exact_weights_beat_every_other_ranking():
     model = bag_of_words(2, seed=1)
     batch = batch_with_scores((14, 9, 20, 12), seed=2)
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    target = predicted_class(model, batch)
-    # The logit margin each token adds to the target decides p exactly.
-    margin = model.weights[:, 1] - model.weights[:, 0]
-    exact = margin[ids] * torch.where(target == 1, 1.0, -1.0)[:, None]
+    target, exact = exact_attributions(model, batch)
 
     def score(attr):
         return aopc(model, ids, attr, target, (mask,), tokens=TOKENS).score
 
     best = score(exact)
-    generator = torch.Generator().manual_seed(0)
-    for _ in range(30):
-        shuffled = torch.stack(
-            [row[torch.randperm(len(row), generator=generator)] for row in exact]
-        )
+    for shuffled in shuffled_rows(exact, seed=0):
         assert (best >= score(shuffled) - 1e-6).all()
     assert (best > score(-exact)).all()
 

@@ -13,6 +13,7 @@ from tests.metrics.toys import (
     BagOfWords,
     batch_with_scores,
     case_forward,
+    exact_attributions,
     PAD_INVARIANT_CASES,
     per_example,
     predicted_class,
@@ -88,9 +89,7 @@ def test_exact_weights_hide_and_reveal_best():
     model = bag_of_words(2, seed=8)
     batch = batch_with_scores((14, 9, 20, 17, 11, 13, 19, 15), seed=9)
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    target = predicted_class(model, batch)
-    margin = model.weights[:, 1] - model.weights[:, 0]
-    exact = margin[ids] * torch.where(target == 1, 1.0, -1.0)[:, None]
+    _, exact = exact_attributions(model, batch)
 
     def aucs(attr):
         result = hiding_revealing(model, ids, attr, None, mask, tokens=TOKENS)

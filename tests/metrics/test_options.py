@@ -10,39 +10,35 @@ import captum_ext.metrics
 import pytest
 import torch
 from captum_ext.metrics import (
-    aopc,
-    average_precision,
-    dot_product,
     get_protocol,
     hiding_revealing,
     kendall_tau,
     KendallProtocol,
-    log_odds,
     PerturbationProtocol,
-    sufficiency,
     token_overlap,
     TokenOptions,
 )
 
 from tests.helpers import PAD_ID
-from tests.metrics.toys import batch_with_scores, lively_forward, MASK_ID, TOKENS
+from tests.metrics.toys import (
+    ALL_METRICS,
+    batch_with_scores,
+    CLASS_METRICS,
+    lively_forward,
+    MASK_ID,
+    PERTURBATION_METRICS,
+    TOKENS,
+)
 
-CURVE_METRICS = {
-    aopc: ["attcat", "normxlogit", "ferret"],
-    log_odds: ["attcat"],
-    sufficiency: ["normxlogit", "ferret"],
-    hiding_revealing: ["decoded"],
+PRESETS = {
+    "aopc": ["attcat", "normxlogit", "ferret"],
+    "log_odds": ["attcat"],
+    "sufficiency": ["normxlogit", "ferret"],
+    "hiding_revealing": ["decoded"],
 }
 SHARED_ARGUMENTS = (inspect.getdoc(captum_ext.metrics) or "").split(
     ".. _metric-arguments:"
 )[1]
-ALL_METRICS = [
-    *CURVE_METRICS,
-    kendall_tau,
-    token_overlap,
-    average_precision,
-    dot_product,
-]
 
 
 def _curve_call(metric, forward, batch, **kwargs):
@@ -69,7 +65,7 @@ def _flat(result):
 
 @pytest.mark.parametrize(
     "metric,preset",
-    [(m, p) for m, presets in CURVE_METRICS.items() for p in [None, *presets]],
+    [(m, p) for m in PERTURBATION_METRICS for p in [None, *PRESETS[m.__name__]]],
 )
 @pytest.mark.parametrize("chunk", [1, 2, 3])
 def test_internal_batch_size_equals_unchunked(metric, preset, chunk):
@@ -96,7 +92,7 @@ def test_internal_batch_size_kendall_tau_and_token_overlap(chunk):
         torch.testing.assert_close(_flat(chunked), _flat(whole), equal_nan=True)
 
 
-@pytest.mark.parametrize("metric", list(CURVE_METRICS) + [kendall_tau, token_overlap])
+@pytest.mark.parametrize("metric", PERTURBATION_METRICS + CLASS_METRICS)
 def test_bfloat16_model_gives_float32_results_from_its_logits(metric):
     r"""Probabilities come from the model's logits upcast to float32: a bfloat16
     model's results equal those of the same logits handed over in float32."""

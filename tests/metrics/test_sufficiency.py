@@ -2,7 +2,6 @@
 from functools import partial
 
 import pytest
-import torch
 from captum_ext.metrics import sufficiency
 
 from tests.metrics import reference
@@ -10,11 +9,12 @@ from tests.metrics.toys import (
     bag_of_words,
     batch_with_scores,
     check_reference_loop,
+    exact_attributions,
     lively_forward,
     PAD_INVARIANT_CASES,
-    predicted_class,
     protocol,
     run_metric,
+    shuffled_rows,
     TOKENS,
 )
 
@@ -74,17 +74,11 @@ def test_exact_weights_are_most_sufficient():
     model = bag_of_words(2, seed=4)
     batch = batch_with_scores((14, 9, 20), seed=6)
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    target = predicted_class(model, batch)
-    margin = model.weights[:, 1] - model.weights[:, 0]
-    exact = margin[ids] * torch.where(target == 1, 1.0, -1.0)[:, None]
+    target, exact = exact_attributions(model, batch)
 
     def score(attr):
         return sufficiency(model, ids, attr, target, mask, tokens=TOKENS).score
 
     best = score(exact)
-    generator = torch.Generator().manual_seed(1)
-    for _ in range(30):
-        shuffled = torch.stack(
-            [row[torch.randperm(len(row), generator=generator)] for row in exact]
-        )
+    for shuffled in shuffled_rows(exact, seed=1):
         assert (best <= score(shuffled) + 1e-6).all()

@@ -1,15 +1,37 @@
 #!/usr/bin/env python3
 r"""Models and batches for the metric tests: a bag-of-words classifier whose
 exact token contributions are known, and tiny transformers re-initialised so that
-their outputs vary visibly with the input."""
+their outputs vary visibly with the input; and the one table of every metric."""
 
 from dataclasses import replace
 from functools import lru_cache, partial
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+)
 
 import torch
 from captum_ext import classifier_forward
-from captum_ext.metrics import get_protocol, PerturbationProtocol, TokenOptions
+from captum_ext.metrics import (
+    aopc,
+    average_precision,
+    dot_product,
+    get_protocol,
+    hiding_revealing,
+    kendall_tau,
+    log_odds,
+    PerturbationProtocol,
+    sufficiency,
+    token_overlap,
+    TokenOptions,
+)
 from captum_ext.metrics._utils.protocols import CurveMetric
 from torch import nn, Tensor
 
@@ -26,6 +48,12 @@ PAD_INVARIANT_CASES = [
     ("bert", "right"),
     ("llama", "left"),
 ]
+# Every metric, in the groups of captum_ext.metrics' docstring: faithfulness
+# (perturbation curves), class sensitivity, plausibility (no model).
+PERTURBATION_METRICS = (aopc, log_odds, sufficiency, hiding_revealing)
+CLASS_METRICS = (kendall_tau, token_overlap)
+PLAUSIBILITY_METRICS = (average_precision, dot_product)
+ALL_METRICS = PERTURBATION_METRICS + CLASS_METRICS + PLAUSIBILITY_METRICS
 
 Result = TypeVar("Result")
 
@@ -77,6 +105,28 @@ def lively_forward(family: str, num_labels: int = 3, seed: int = 0):
                 noise = torch.randn(parameter.shape, generator=generator)
                 parameter.copy_(noise * scale)
     return classifier_forward(model)
+
+
+def exact_attributions(
+    model: BagOfWords, batch: Dict[str, Tensor]
+) -> Tuple[Tensor, Tensor]:
+    r"""For a 2-class ``model``: the class it predicts ``[batch]`` and the logit
+    margin each token adds to that class ``[batch, pos]``, which decides its
+    probability exactly (the best possible attributions)."""
+    target = predicted_class(model, batch)
+    margin = model.weights[:, 1] - model.weights[:, 0]  # [vocab]
+    sign = torch.where(target == 1, 1.0, -1.0)[:, None]  # [batch, 1]
+    return target, margin[batch["input_ids"]] * sign
+
+
+def shuffled_rows(scores: Tensor, seed: int, count: int = 30) -> Iterator[Tensor]:
+    r"""``count`` copies of ``scores`` ``[batch, pos]``, each row in a random
+    order: rankings other than the one of ``scores``."""
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(count):
+        yield torch.stack(
+            [row[torch.randperm(len(row), generator=generator)] for row in scores]
+        )
 
 
 def case_forward(name: str) -> Callable[..., Tensor]:
