@@ -2,8 +2,9 @@
 r"""Tiny random-init models of every supported family, built from configs in code
 (no files, well under a second each), and small token batches for them."""
 
-from typing import Dict, Tuple, Type
+from typing import Callable, Dict, Tuple, Type
 
+import pytest
 import torch
 import transformers
 from captum_ext.evaluation.data import TextData
@@ -253,3 +254,20 @@ def tiny_data(n: int = 4, labels: bool = True, pairs: bool = False) -> TextData:
         labels=[i % 3 for i in range(n)] if labels else None,
         label_names=list(TINY_LABEL_NAMES),
     )
+
+
+# ------------------------------------------------------------- pip without network
+def offline_pip_error(
+    monkeypatch: "pytest.MonkeyPatch",
+    module: object,
+    fetch: Callable[[], object],
+    failing_run: Callable[..., object],
+) -> str:
+    r"""The message of the RuntimeError that ``fetch()`` raises when ``module``
+    runs pip through ``failing_run`` (standing in for ``subprocess.run``), as it
+    fails without network (shared by tests/test_datasets.py and
+    tests/test_default_models.py)."""
+    monkeypatch.setattr(module.subprocess, "run", failing_run)  # type: ignore
+    with pytest.raises(RuntimeError) as error:
+        fetch()
+    return str(error.value)

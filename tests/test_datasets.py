@@ -28,6 +28,8 @@ from captum_ext.datasets import (
     verify_sha256,
 )
 
+from tests.helpers import offline_pip_error
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Digests of "label<TAB>text" lines of each split of the real data: a changed
@@ -173,10 +175,9 @@ def test_pip_failure_says_what_to_run(tmp_path, monkeypatch):
     def offline(*args, **kwargs):
         return subprocess.CompletedProcess(args, 1, "", "No matching distribution")
 
-    monkeypatch.setattr(datasets.subprocess, "run", offline)
-    with pytest.raises(RuntimeError) as error:
-        datasets.vader_sdist_path()
-    message = str(error.value)
+    message = offline_pip_error(
+        monkeypatch, datasets, datasets.vader_sdist_path, offline
+    )
     assert "python -m pip download --no-deps --no-binary :all: " in message
     assert "vadersentiment==3.3.2" in message
     assert "PyPI must be reachable once" in message

