@@ -34,6 +34,14 @@ from captum_ext.metrics import aopc, get_protocol, sufficiency, TokenOptions
 
 EXAMPLES = 128
 ELEVEN_LEVELS = replace(get_protocol("aopc"), levels=[i / 10 for i in range(11)])
+# The sizes the decoder of --causal takes from the default model's encoder.
+_SIZES = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+)
 
 
 def _seconds(run: Callable[[], object]) -> float:
@@ -66,14 +74,8 @@ def _causal_model(tokenizer: Any) -> torch.nn.Module:
     encoder = transformers.AutoConfig.from_pretrained(
         base_model_path(), local_files_only=True
     )
-    config = transformers.LlamaConfig(
-        vocab_size=encoder.vocab_size,
-        hidden_size=encoder.hidden_size,
-        num_hidden_layers=encoder.num_hidden_layers,
-        num_attention_heads=encoder.num_attention_heads,
-        intermediate_size=encoder.intermediate_size,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    sizes = {name: getattr(encoder, name) for name in _SIZES}
+    config = transformers.LlamaConfig(**sizes, pad_token_id=tokenizer.pad_token_id)
     config.num_labels = 2
     torch.manual_seed(0)
     return transformers.AutoModelForSequenceClassification.from_config(
