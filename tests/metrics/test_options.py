@@ -30,6 +30,7 @@ from tests.metrics.toys import (
     TOKENS,
 )
 
+# The paper presets of each perturbation metric (its default is always checked).
 PRESETS = {
     "aopc": ["attcat", "normxlogit", "ferret"],
     "log_odds": ["attcat"],
@@ -65,7 +66,11 @@ def _flat(result):
 
 @pytest.mark.parametrize(
     "metric,preset",
-    [(m, p) for m in PERTURBATION_METRICS for p in [None, *PRESETS[m.__name__]]],
+    [
+        (m, p)
+        for m in PERTURBATION_METRICS
+        for p in [None, *PRESETS.get(m.__name__, [])]
+    ],
 )
 @pytest.mark.parametrize("chunk", [1, 2, 3])
 def test_internal_batch_size_equals_unchunked(metric, preset, chunk):
