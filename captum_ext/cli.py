@@ -253,13 +253,8 @@ def _user_model(args: argparse.Namespace) -> Tuple[Any, Any]:
 
 
 def _user_data(args: argparse.Namespace, model: Any) -> Any:
-    try:
-        from captum_ext.evaluation.data import load_data
-    except ImportError:
-        raise ValueError(
-            "reading --data needs captum_ext.evaluation.data, which this "
-            "installation lacks"
-        ) from None
+    from captum_ext.evaluation.data import load_data
+
     config = model.config
     return load_data(
         args.data,
