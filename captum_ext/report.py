@@ -30,6 +30,7 @@ from captum_ext.visualization import (
     explanation_caption,
     explanation_html,
     html_page,
+    normalize,
     terminal_safe,
     word_groups,
 )
@@ -269,11 +270,9 @@ def _layer_plot(
     largest magnitude over the real tokens (as the highlights are), so every
     layer's pattern is visible; special tokens' columns are grey. Green
     supports the class, pink speaks against it, as in the highlights."""
-    matrix = scores.detach().float().cpu()
     special = torch.tensor(specials, dtype=torch.bool)
-    real = matrix[:, ~special] if bool((~special).any()) else matrix
-    peak = real.abs().amax(-1, keepdim=True).clamp_min(1e-12)
-    matrix = (matrix / peak).masked_fill(special, math.nan).numpy()
+    rows = torch.stack([normalize(layer, specials) for layer in scores])
+    matrix = rows.masked_fill(special, math.nan).numpy()  # [layers, tokens]
     fig = Figure(figsize=(max(5.0, 0.35 * len(tokens) + 1.5), 3.8))
     ax = fig.add_subplot()
     colours = colormaps["PiYG"].with_extremes(bad="#dddddd")
