@@ -2,9 +2,11 @@
 r"""``internal_batch_size``: Captum's name for running a batch in chunks to bound
 memory. One validation and one slicing rule for every method and metric."""
 
-from typing import List, Optional
+from typing import Any, List, Optional, Union
 
-__all__ = ["batch_slices", "check_internal_batch_size"]
+from torch import Tensor
+
+__all__ = ["batch_slices", "check_internal_batch_size", "take_rows"]
 
 
 def check_internal_batch_size(
@@ -32,3 +34,12 @@ def batch_slices(batch_size: int, internal_batch_size: Optional[int]) -> List[sl
     ``internal_batch_size`` rows each; one slice for ``None``."""
     step = check_internal_batch_size(internal_batch_size) or max(batch_size, 1)
     return [slice(start, start + step) for start in range(0, batch_size, step)]
+
+
+def take_rows(value: Any, rows: Union[slice, Tensor], batch_size: int) -> Any:
+    r"""``value[rows]`` for a tensor with one row per example (first dimension
+    ``batch_size``, e.g. an attention mask or Integrated Gradients'
+    ``baselines``); anything else is shared by every row and returned as it is."""
+    if isinstance(value, Tensor) and value.dim() > 0 and len(value) == batch_size:
+        return value[rows]
+    return value

@@ -11,7 +11,7 @@ import torch
 from captum._utils.typing import TargetType
 from torch import Tensor
 
-from captum_ext._utils.chunking import batch_slices
+from captum_ext._utils.chunking import batch_slices, take_rows
 from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.finite import check_finite
 
@@ -50,14 +50,6 @@ def _target_rows(target: TargetType, rows: slice, batch_size: int) -> TargetType
     return target
 
 
-def _option_rows(value: Any, rows: slice, batch_size: int) -> Any:
-    r"""A tensor option with one row per example (e.g. Integrated Gradients'
-    ``baselines`` ``[batch, pos]``) sliced like the batch; others as they are."""
-    if isinstance(value, Tensor) and value.dim() >= 1 and len(value) == batch_size:
-        return value[rows]
-    return value
-
-
 def attribute_in_chunks(
     batch: TokenBatch,
     target: TargetType,
@@ -88,7 +80,7 @@ def attribute_in_chunks(
             attribute_chunk(
                 _rows(batch, rows),
                 _target_rows(target, rows, size),
-                **{k: _option_rows(v, rows, size) for k, v in options.items()},
+                **{k: take_rows(v, rows, size) for k, v in options.items()},
             )
             for rows in slices
         ]

@@ -15,15 +15,15 @@ from captum._utils.common import _run_forward
 from captum._utils.progress import NullProgress, progress, Progress
 from torch import nn, Tensor
 
-from captum_ext._utils.chunking import batch_slices, check_internal_batch_size
+from captum_ext._utils.chunking import (
+    batch_slices,
+    check_internal_batch_size,
+    take_rows,
+)
 from captum_ext._utils.finite import check_finite
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext.metrics._utils.inputs import TokenInputs, TokenOptions
-from captum_ext.metrics._utils.perturbation import (
-    perturb_rows,
-    PerturbationPlan,
-    take_rows,
-)
+from captum_ext.metrics._utils.perturbation import perturb_rows, PerturbationPlan
 from captum_ext.metrics._utils.protocols import PerturbationProtocol
 
 __all__ = ["Runner", "progress_bar"]

@@ -12,6 +12,7 @@ from typing import Any, Tuple
 import torch
 from torch import Tensor
 
+from captum_ext._utils.chunking import take_rows
 from captum_ext.metrics._utils.inputs import TokenInputs, TokenOptions
 from captum_ext.metrics._utils.protocols import PerturbationProtocol
 from captum_ext.metrics._utils.ranking import descending_order, ranks_within
@@ -21,7 +22,6 @@ __all__ = [
     "check_token_ids",
     "perturb_rows",
     "plan_perturbations",
-    "take_rows",
 ]
 
 
@@ -147,13 +147,6 @@ def perturb_rows(
     if not protocol.attend_replaced:
         mask = mask.masked_fill(perturbed, 0)
     return input_ids, (mask, *extra)
-
-
-def take_rows(arg: Any, examples: Tensor, batch_size: int) -> Any:
-    # Per-example tensors follow their rows; anything else is shared by all.
-    if isinstance(arg, Tensor) and arg.dim() > 0 and arg.shape[0] == batch_size:
-        return arg[examples]
-    return arg
 
 
 def _repack(
