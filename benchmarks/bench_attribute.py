@@ -45,9 +45,10 @@ import torch
 from captum_ext import classifier_forward, get_adapter
 from captum_ext.datasets import load_split
 from captum_ext.default_models import load_default_model, MAX_LENGTH
-from captum_ext.evaluation.attribute import _registry, attribute_dataset
+from captum_ext.evaluation.attribute import attribute_dataset
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.data import load_data, TextData
+from captum_ext.evaluation.registry import METHODS
 
 BATCH_SIZE = 32
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,9 +118,8 @@ def ratios(args: argparse.Namespace) -> None:
         )
     ]
     forward_loop(model, batches[:2])  # warm-up
-    methods, _, _ = _registry()
     for method in args.methods:
-        explain = methods[method].factory(model, tokenizer)
+        explain = METHODS[method].factory(model, tokenizer)
         rounds = [
             _round(args, model, tokenizer, data, batches, method, explain)
             for _ in range(args.rounds)

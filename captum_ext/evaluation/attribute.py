@@ -70,6 +70,8 @@ from captum_ext._utils.common import classifier_forward
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
+from captum_ext.evaluation.engine import metric_values, SharedForward
+from captum_ext.evaluation.registry import check_names, METHODS, METRICS
 
 __all__ = ["MANIFEST", "ManifestMismatchError", "attribute_dataset"]
 
@@ -87,14 +89,6 @@ Explain = Callable[..., Tensor]
 
 class ManifestMismatchError(ValueError):
     r"""``out_dir`` holds outputs of a run with other arguments, data or model."""
-
-
-def _registry() -> Tuple[Dict[str, Any], Dict[str, Any], Callable[..., Any]]:
-    r"""``METHODS``, ``METRICS`` and ``MetricContext`` of the method/metric
-    registry (the one place that names its module)."""
-    from captum_ext.evaluation import registry
-
-    return registry.METHODS, registry.METRICS, registry.MetricContext
 
 
 def attribute_dataset(
@@ -186,24 +180,14 @@ def attribute_dataset(
 def _check_names(
     methods: Sequence[str], metrics: Optional[Sequence[str]]
 ) -> Tuple[List[Any], List[Any]]:
-    method_registry, metric_registry, _ = _registry()
     if isinstance(methods, str) or not methods:
         raise ValueError("methods must be a non-empty list of method names")
-    chosen = []
-    for names, registry, kind in (
-        (methods, method_registry, "method"),
-        (metrics or [], metric_registry, "metric"),
-    ):
-        unknown = [name for name in names if name not in registry]
-        if unknown:
-            raise ValueError(
-                f"unknown {kind}(s) {', '.join(map(repr, unknown))}; choose from "
-                f"{', '.join(map(repr, registry))}"
-            )
-        if len(set(names)) != len(names):
-            raise ValueError(f"a {kind} is listed twice: {list(names)}")
-        chosen.append([registry[name] for name in names])
-    return chosen[0], chosen[1]
+    method_specs = [METHODS[name] for name in check_names(methods, METHODS, "method")]
+    if not metrics:
+        return method_specs, []
+    return method_specs, [
+        METRICS[name] for name in check_names(metrics, METRICS, "metric")
+    ]
 
 
 def _check_target(target: str, data: TextData) -> None:
@@ -459,12 +443,21 @@ class _Job:
         yield "predicted", predicted.tolist()
         yield "probabilities", probabilities.cpu().tolist()
         yield "target", target.tolist()
+        shared = SharedForward(self.forward)  # one forward per distinct row
         for index, name in enumerate(self.names):
             explain = self.explainers[index]
             scores = first_scores if index == 0 else _call(explain, batch, target)
             yield name, _per_token(scores, valid, name)
-            for column, values in self._metric_values(explain, batch, target, scores):
-                yield f"{name}/{column}", values
+            for column, value in metric_values(
+                self.metric_specs,
+                shared,
+                (batch.input_ids, batch.attention_mask, batch.token_type_ids),
+                target,
+                scores,
+                explain,
+                self.tokenizer,
+            ):
+                yield f"{name}/{column}", value.per_example.reshape(-1).tolist()
 
     def _first_method(
         self, batch: EncodedBatch, gold: Optional[Tensor]
@@ -493,34 +486,9 @@ class _Job:
         with torch.no_grad():
             return self.forward(batch.input_ids, *batch.forward_args())
 
-    def _metric_values(
-        self, explain: Explain, batch: EncodedBatch, target: Tensor, scores: Tensor
-    ) -> Iterator[Tuple[str, List[float]]]:
-        if not self.metric_specs:
-            return
-        _, _, metric_context = _registry()
-        context = metric_context(
-            self.forward,
-            batch.input_ids,
-            batch.attention_mask,
-            target,
-            self.tokenizer,
-            lambda classes: _call(explain, batch, classes),
-        )
-        for spec in self.metric_specs:
-            for column, value in spec.compute(context, scores).items():
-                yield column, value.per_example.reshape(-1).tolist()
-
 
 def _call(explain: Explain, batch: EncodedBatch, target: Optional[Tensor]) -> Tensor:
-    # Type ids only for pairs, so single-text calls keep the three-argument
-    # form; gradients on even if the caller runs under no_grad.
-    extra = {}
-    if batch.token_type_ids is not None:
-        extra["token_type_ids"] = batch.token_type_ids
-    with torch.set_grad_enabled(True):
-        scores = explain(batch.input_ids, batch.attention_mask, target, **extra)
-    return scores.detach()
+    return explain(batch.input_ids, batch.attention_mask, target, batch.token_type_ids)
 
 
 def _per_token(scores: Tensor, valid: Tensor, name: str) -> List[List[float]]:

@@ -15,7 +15,17 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+)
 
 import torch
 from torch import nn, Tensor
@@ -32,12 +42,22 @@ from captum_ext.evaluation.registry import (
     MetricContext,
     METRICS,
     MetricSpec,
+    MetricValue,
     use_decoder_texts,
 )
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
 from captum_ext.visualization import Explanation, special_token_mask
 
-__all__ = ["ExampleData", "benchmark", "default_max_length"]
+__all__ = [
+    "ExampleData",
+    "SharedForward",
+    "benchmark",
+    "default_max_length",
+    "metric_values",
+]
+
+# A batch's (input_ids, attention_mask, token_type_ids or None), each [batch, pos].
+_Inputs = Tuple[Tensor, Tensor, Optional[Tensor]]
 
 # Longest input the engine feeds a model whose tokenizer states no limit.
 FALLBACK_MAX_LENGTH = 512
@@ -65,7 +85,7 @@ def default_max_length(model: nn.Module, tokenizer: Any) -> int:
 
 
 # --------------------------------------------------------------- shared forward
-class _SharedForward:
+class SharedForward:
     r"""Logits memoised per input row, for all metrics of all methods on one
     batch.
 
@@ -144,10 +164,10 @@ class _Batch:
     labels: Optional[Tensor]  # [batch] gold labels
     target: Tensor = field(default_factory=lambda: torch.empty(0))  # [batch]
     probs: Tensor = field(default_factory=lambda: torch.empty(0))  # [batch, C]
-    shared: Optional[_SharedForward] = None
+    shared: Optional[SharedForward] = None
 
     @property
-    def inputs(self) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+    def inputs(self) -> _Inputs:
         e = self.encoded
         return e.input_ids, e.attention_mask, e.token_type_ids
 
@@ -183,7 +203,7 @@ def _predict(forward: Callable[..., Tensor], batch: _Batch) -> None:
     logits = forward(*batch.inputs)  # [batch, C]
     batch.probs = logits.float().softmax(-1)
     batch.target = logits.argmax(-1)
-    batch.shared = _SharedForward(forward)
+    batch.shared = SharedForward(forward)
     batch.shared.remember(logits, *batch.inputs)
 
 
@@ -203,20 +223,44 @@ class _MethodShard:
 
 
 def _other_classes(
-    explain: MethodFn, batch: _Batch, scores: Tensor
+    explain: MethodFn, inputs: _Inputs, target: Tensor, scores: Tensor
 ) -> Callable[[Tensor], Tensor]:
-    r"""``explain(target)`` for Kendall-tau: rows asking for the class already
-    explained reuse their scores; only the other rows run the method again."""
+    r"""``explain(classes)`` for Kendall-tau: rows asking for the class already
+    explained (``target``) reuse their ``scores``; only the other rows run the
+    method again."""
 
-    def explain_for(target: Tensor) -> Tensor:
+    def explain_for(classes: Tensor) -> Tensor:
         out = scores.clone()
-        redo = (target != batch.target).nonzero().flatten()
+        redo = (classes != target).nonzero().flatten()
         if len(redo):
-            ids, mask, types = (None if t is None else t[redo] for t in batch.inputs)
-            out[redo] = explain(ids, mask, target[redo], types).detach().float()
+            ids, mask, types = (None if t is None else t[redo] for t in inputs)
+            out[redo] = explain(ids, mask, classes[redo], types).detach().float()
         return out
 
     return explain_for
+
+
+def metric_values(
+    metrics: Sequence[MetricSpec],
+    forward: Callable[..., Tensor],
+    inputs: _Inputs,
+    target: Tensor,
+    scores: Tensor,
+    explain: MethodFn,
+    tokenizer: Any,
+    labels: Optional[Tensor] = None,
+) -> Iterator[Tuple[str, MetricValue]]:
+    r"""``(column, value)`` of every metric on one batch's ``scores``
+    ``[batch, pos]`` for ``target`` ``[batch]``; ``inputs`` are the batch's
+    ``(input_ids, attention_mask, token_type_ids or None)`` and ``forward`` its
+    :class:`SharedForward`, shared by every metric and method of the batch."""
+    ids, mask, types = inputs
+    other_classes = _other_classes(explain, inputs, target, scores)
+    context = MetricContext(
+        forward, ids, mask, target, tokenizer, other_classes, types, labels
+    )
+    for metric in metrics:
+        yield from metric.compute(context, scores).items()
 
 
 def _score_batch(
@@ -239,28 +283,22 @@ def _score_batch(
     shard.forward_seconds += forward_seconds
     shard.ratios.append(seconds / max(forward_seconds, 1e-9))
     assert batch.shared is not None
-    context = MetricContext(
+    for column, value in metric_values(
+        metrics,
         batch.shared,
-        ids,
-        mask,
+        batch.inputs,
         batch.target,
+        scores,
+        explain,
         tokenizer,
-        _other_classes(explain, batch, scores),
-        types,
         batch.labels,
-    )
-    for metric in metrics:
-        for column, value in metric.compute(context, scores).items():
-            per_example = value.per_example.reshape(-1).double().cpu().tolist()
-            shard.values.setdefault(column, {}).update(
-                zip(batch.encoded.rows, per_example)
-            )
-            if value.curve is not None:
-                curve = value.curve.double().cpu().tolist()
-                shard.curves.setdefault(column, {}).update(
-                    zip(batch.encoded.rows, curve)
-                )
-                shard.grids[column] = [float(g) for g in value.grid or []]
+    ):
+        per_example = value.per_example.reshape(-1).double().cpu().tolist()
+        shard.values.setdefault(column, {}).update(zip(batch.encoded.rows, per_example))
+        if value.curve is not None:
+            curve = value.curve.double().cpu().tolist()
+            shard.curves.setdefault(column, {}).update(zip(batch.encoded.rows, curve))
+            shard.grids[column] = [float(g) for g in value.grid or []]
     return scores
 
 

@@ -148,7 +148,8 @@ def register_method(
 def check_names(
     names: Optional[Sequence[str]], registry: Dict[str, Any], kind: str
 ) -> List[str]:
-    r"""``names`` validated against ``registry`` (all of it when None)."""
+    r"""``names`` validated against ``registry`` (all of it when None): known,
+    at least one, none listed twice."""
     if names is None:
         return list(registry)
     unknown = [name for name in names if name not in registry]
@@ -158,6 +159,8 @@ def check_names(
         )
     if not names:
         raise ValueError(f"no {kind} chosen; available: {', '.join(registry)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"a {kind} is listed twice: {list(names)}")
     return list(names)
 
 
@@ -174,7 +177,9 @@ ScoreFn = Callable[[Tensor, Tensor, tuple], Tensor]
 
 def _explainer(scores: ScoreFn) -> MethodFn:
     r"""The engine's call convention, ``explain(input_ids, attention_mask, target,
-    token_type_ids=None)``, around ``scores``; the scores come back detached."""
+    token_type_ids=None)``, around ``scores``; gradients are on whatever the
+    caller's mode (gradient methods need them), and the scores come back
+    detached."""
 
     def explain(
         input_ids: Tensor,
@@ -183,7 +188,8 @@ def _explainer(scores: ScoreFn) -> MethodFn:
         token_type_ids: Optional[Tensor] = None,
     ) -> Tensor:
         args = _forward_args(attention_mask, token_type_ids)
-        return scores(input_ids, target, args).detach()
+        with torch.enable_grad():
+            return scores(input_ids, target, args).detach()
 
     return explain
 

@@ -20,6 +20,8 @@ from captum_ext.evaluation.attribute import (
     ManifestMismatchError,
 )
 from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.engine import benchmark
+from captum_ext.evaluation.registry import METHODS, MethodSpec, MetricContext, METRICS
 
 from tests.helpers import (
     assert_same_state,
@@ -33,9 +35,6 @@ MORE = ["bad bad bad", "the film", "it was not fun and not good and very boring"
 LABELS = [i % 3 for i in range(9)]
 DATA = TextData("tiny.csv", TINY_TEXTS + MORE, labels=LABELS)
 METHOD_NAMES = ["NormXLogit", "AttCAT", "Saliency"]
-# The registry wherever attribute_dataset takes it from.
-METHODS, METRICS, MetricContext = attribute_module._registry()
-MethodSpec = type(METHODS["NormXLogit"])
 
 
 def tokenizer():
@@ -123,6 +122,22 @@ def test_metric_values_equal_each_example_alone(tmp_path: Path) -> None:
         value = METRICS["aopc"].compute(context, scores)["AOPC"].per_example
         assert table["NormXLogit/AOPC"][index] == pytest.approx(float(value), abs=1e-6)
     assert {"AttCAT/AOPC", "Saliency/AOPC"} <= set(table.columns)
+
+
+def test_metric_values_of_text_pairs_equal_the_benchmarks(tmp_path: Path) -> None:
+    data = TextData("pairs.csv", DATA.texts, text_pairs=DATA.texts[::-1])
+    methods, metrics = ["NormXLogit", "Saliency"], ["aopc", "kendall_tau"]
+    model = tiny_labelled_bert()
+    table = pd.read_parquet(
+        run(tmp_path / "out", model, data, methods, metrics=metrics)
+    )
+    result = benchmark(
+        model, tokenizer(), data, methods, metrics, max_length=10, progress=False
+    )
+    for row in result.per_example():
+        for column in ("AOPC", "Kendall-tau"):
+            written = table[f"{row['method']}/{column}"][row["row"]]
+            assert written == pytest.approx(row[column], abs=1e-6), (row, column)
 
 
 def test_reads_back_with_datasets_in_data_order(tmp_path: Path) -> None:
@@ -226,7 +241,7 @@ def test_model_state_is_left_alone_also_on_error(tmp_path: Path, monkeypatch) ->
     def failing(model, tokenizer):
         explain = METHODS["NormXLogit"].factory(model, tokenizer)
 
-        def explain_or_fail(input_ids, attention_mask, target):
+        def explain_or_fail(input_ids, attention_mask, target, token_type_ids=None):
             explain(input_ids, attention_mask, target)  # runs the forward pass
             raise RuntimeError("method failed midway")
 
@@ -258,12 +273,16 @@ def test_text_pairs(tmp_path: Path) -> None:
 
 
 def test_bad_arguments(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="unknown method\\(s\\) 'Nope'; choose from"):
+    with pytest.raises(
+        ValueError, match="unknown method\\(s\\) \\['Nope'\\]; available"
+    ):
         run(tmp_path / "a", methods=["Nope"])
-    with pytest.raises(ValueError, match="unknown metric\\(s\\) 'auc'"):
+    with pytest.raises(ValueError, match="unknown metric\\(s\\) \\['auc'\\]"):
         run(tmp_path / "a", metrics=["auc"])
     with pytest.raises(ValueError, match="non-empty list"):
         run(tmp_path / "a", methods="NormXLogit")
+    with pytest.raises(ValueError, match="a method is listed twice"):
+        run(tmp_path / "a", methods=["NormXLogit", "NormXLogit"])
     with pytest.raises(ValueError, match="batch_size must be a positive int"):
         run(tmp_path / "a", batch_size=0)
     with pytest.raises(ValueError, match="target must be one of"):

@@ -294,7 +294,7 @@ def test_shared_forward_reuses_rows_and_matches_the_model():
         calls.append(len(input_ids))
         return forward(input_ids, attention_mask)
 
-    shared = engine._SharedForward(counting)
+    shared = engine.SharedForward(counting)
     with torch.no_grad():
         expected = forward(ids, mask)
         assert torch.allclose(shared(ids, mask), expected, atol=1e-6)
