@@ -137,7 +137,7 @@ def model_lock(model: nn.Module) -> threading.RLock:
 
 
 @contextmanager
-def eval_semantics(model: nn.Module) -> Iterator[None]:
+def eval_semantics(model: object) -> Iterator[None]:
     r"""Runs the block holding ``model``'s lock (:func:`model_lock`), with every
     submodule in eval mode, then restores each submodule's own ``training`` flag.
     Warns when the model was in training mode (a leaf module, such as a dropout,
@@ -145,7 +145,11 @@ def eval_semantics(model: nn.Module) -> Iterator[None]:
     reproducible; the flag of a wrapper that holds the model (e.g.
     :class:`~captum_ext.ClassifierLogits`) is ignored. Nested blocks in one thread
     re-enter the lock, and the innermost restores the flags it found (eval), the
-    outermost the caller's."""
+    outermost the caller's. Anything that is not a module (a plain function
+    passed as ``forward_func`` or decoder) has no mode and runs as it is."""
+    if not isinstance(model, nn.Module):
+        yield
+        return
     with model_lock(model):
         modes = [(module, module.training) for module in model.modules()]
         leaves = (m for m in model.modules() if next(m.children(), None) is None)

@@ -4,7 +4,6 @@ decoded onto the input tokens through the vocabulary (Hou & Castanon, ICML 2023,
 https://proceedings.mlr.press/v202/hou23a.html)."""
 
 import inspect
-from contextlib import nullcontext
 from functools import partial
 from typing import Any, Callable, Dict, Optional, Tuple, Type, Union
 
@@ -83,10 +82,6 @@ def check_options(tau: Optional[int], relu: Optional[str]) -> None:
         raise ValueError(f"relu must be one of {RELU_MODES}, got {relu!r}")
 
 
-def _decoder_context(decoder: Decoder) -> Any:
-    return eval_semantics(decoder) if isinstance(decoder, nn.Module) else nullcontext()
-
-
 @torch.no_grad()
 def decoded_input_probabilities(
     decoder: Decoder, hidden: Tensor, batch: TokenBatch, vocab_size: int
@@ -109,7 +104,7 @@ def decoded_input_probabilities(
     tokens = batch.input_ids[example]  # [rows, pos]: the tokens of each row's example
     dtype = result_dtype(hidden.dtype)
     pieces = []
-    with _decoder_context(decoder):
+    with eval_semantics(decoder):
         for start in range(0, len(states), _DECODE_ROWS):
             # The vocabulary matmul runs in the decoder's dtype; the log-sum-exp
             # over the vocabulary in float32.
