@@ -7,13 +7,12 @@ of a whole batch, so a chunk can never be smaller than the batch; here the
 every forward pass.
 """
 
-from contextlib import nullcontext
-from typing import Any, Callable, ContextManager, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
 from captum._utils.common import _run_forward
 from captum._utils.progress import NullProgress, progress, Progress
-from torch import nn, Tensor
+from torch import Tensor
 
 from captum_ext._utils.chunking import (
     batch_slices,
@@ -56,25 +55,18 @@ class Runner:
         self.chunk = check_internal_batch_size(internal_batch_size)
         self.bar = bar
 
-    def _eval_semantics(self) -> ContextManager[None]:
-        r"""A ``forward_func`` that is a module (e.g. ``classifier_forward(model)``)
-        runs in eval mode, with a warning if it was training (dropout would make
-        every score random); a plain function is run as it is."""
-        if isinstance(self.forward_func, nn.Module):
-            return eval_semantics(self.forward_func)
-        return nullcontext()
-
     def _log_probs(
         self, input_ids: Tensor, args: Tuple[Any, ...], examples: Tensor
     ) -> Tensor:
         r"""``[rows, classes]`` for the rows of ``examples`` (``[rows]``)."""
-        with self._eval_semantics():
+        # A module forward_func (e.g. classifier_forward(model)) runs in eval mode,
+        # with a warning if it was training: dropout would make every score random.
+        with eval_semantics(self.forward_func):
             logits = _run_forward(self.forward_func, input_ids, None, args)
         _check_logits(logits)
-        # Rows of one example may repeat (one per level): scatter them so that
-        # the error names examples of the batch, not rows of the chunk.
-        per_example = logits.new_zeros(self.inputs.batch_size, logits.shape[1])
-        check_finite(per_example.index_add(0, examples, logits), "the model's logits")
+        # Rows of one example may repeat (one per level): the error names
+        # examples of the batch, not rows of the chunk.
+        check_finite(logits, "the model's logits", examples)
         self.bar.update(len(input_ids))
         return logits.detach().float().log_softmax(-1)
 
