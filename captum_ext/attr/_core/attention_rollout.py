@@ -44,6 +44,6 @@ class AttentionRollout(LastLayerAttention):
     https://aclanthology.org/2020.acl-main.385/
     """
 
-    def _rolled_out(self, weights: List[Tensor]) -> List[Tensor]:
-        r"""Every layer's head-averaged attention, first layer first."""
-        return weights
+    def _rolled_out(self, attentions: List[Tensor]) -> List[Tensor]:
+        r"""Every layer's attention, first layer first."""
+        return attentions

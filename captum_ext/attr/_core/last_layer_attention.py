@@ -51,14 +51,15 @@ class LastLayerAttention(ForwardOnlyAttribution):
         resolve_target(target, out.logits)  # validated only: class-agnostic
         # the head average is taken in float32 at least: bfloat16 sums of
         # probabilities lose the small weights
-        dtype = result_dtype(out.attentions[0].dtype)
-        weights = [layer.to(dtype).mean(1) for layer in out.attentions]
+        rolled_out = self._rolled_out(list(out.attentions))
+        dtype = result_dtype(rolled_out[0].dtype)
+        weights = [layer.to(dtype).mean(1) for layer in rolled_out]
         position = self.adapter.tokens.classification_position(
             batch.input_ids, batch.attention_mask
         )  # [batch]
-        return rollout_row(self._rolled_out(weights), position), out.logits
+        return rollout_row(weights, position), out.logits
 
-    def _rolled_out(self, weights: List[Tensor]) -> List[Tensor]:
-        r"""The layers whose head-averaged attentions ``[batch, query, key]``
-        (first layer first) are multiplied: the last one alone."""
-        return weights[-1:]
+    def _rolled_out(self, attentions: List[Tensor]) -> List[Tensor]:
+        r"""The layers whose attentions ``[batch, heads, query, key]`` (first
+        layer first) are head-averaged and multiplied: the last one alone."""
+        return attentions[-1:]
