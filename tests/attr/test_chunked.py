@@ -3,6 +3,9 @@ import pytest
 import torch
 from captum_ext._utils.common import TokenBatch
 from captum_ext.attr._core.chunked import attribute_in_chunks
+from torch import nn
+
+MODEL = nn.Dropout().eval()  # the model whose eval semantics the chunks run in
 
 
 def _batch(size: int = 5, pos: int = 4) -> TokenBatch:
@@ -25,14 +28,16 @@ def _echo(batch, target, **options):
 def test_chunks_slice_the_batch_the_target_and_per_example_options(chunk):
     batch = _batch()
     target, offset = [0, 1, 2, 3, 4], torch.tensor([10, 20, 30, 40, 50])
-    scores = attribute_in_chunks(batch, target, chunk, _echo, "Echo", offset=offset)
+    scores = attribute_in_chunks(
+        MODEL, batch, target, chunk, _echo, "Echo", offset=offset
+    )
     expected = batch.input_ids.float() + torch.tensor([10.0, 21, 32, 43, 54])[:, None]
     assert torch.equal(scores, expected)
 
 
 def test_a_target_of_the_wrong_length_is_refused_before_chunking():
     with pytest.raises(ValueError, match="target has 2 entries but the batch has 5"):
-        attribute_in_chunks(_batch(), [0, 1], 2, _echo, "Echo")
+        attribute_in_chunks(MODEL, _batch(), [0, 1], 2, _echo, "Echo")
 
 
 @pytest.mark.parametrize("chunk", [None, 1, 2])
@@ -47,4 +52,17 @@ def test_non_finite_attributions_name_the_callers_example(chunk):
 
     match = r"Echo's attributions contain NaN or inf for example\(s\) \[3\]"
     with pytest.raises(FloatingPointError, match=match):
-        attribute_in_chunks(_batch(), None, chunk, infinite_in_example_3, "Echo")
+        attribute_in_chunks(MODEL, _batch(), None, chunk, infinite_in_example_3, "Echo")
+
+
+def test_chunks_run_in_eval_semantics_and_the_mode_comes_back():
+    model = nn.Sequential(nn.Dropout()).train()
+
+    def mode_of_model(batch, target):
+        training = float(model[0].training)
+        return batch.input_ids.float() * 0 + training, torch.zeros(len(batch.input_ids), 2)
+
+    with pytest.warns(UserWarning, match="training mode"):
+        scores = attribute_in_chunks(model, _batch(), None, 2, mode_of_model, "Mode")
+    assert torch.equal(scores, torch.zeros(5, 4))  # eval inside every chunk
+    assert model.training and model[0].training

@@ -15,7 +15,7 @@ from captum_ext._utils.common import (
     run_model,
     TokenBatch,
 )
-from captum_ext._utils.hooks import eval_semantics, HookSet
+from captum_ext._utils.hooks import HookSet
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 
@@ -140,14 +140,14 @@ class CAT(GradientAttribution):
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
         if self._uses_attention:
             self.adapter.require_attention_weights(type(self).__name__)
-        with eval_semantics(self.model):
-            scores = attribute_in_chunks(
-                batch,
-                target,
-                internal_batch_size,
-                self._layer_scores,
-                type(self).__name__,
-            )  # [batch, L, pos]
+        scores = attribute_in_chunks(
+            self.model,
+            batch,
+            target,
+            internal_batch_size,
+            self._layer_scores,
+            type(self).__name__,
+        )  # [batch, L, pos]
         scores = scores.masked_fill(~batch.valid[:, None], 0)
         return scores if return_layers else scores.sum(1)
 

@@ -9,11 +9,12 @@ from typing import Any, Callable, Optional, Tuple
 
 import torch
 from captum._utils.typing import TargetType
-from torch import Tensor
+from torch import nn, Tensor
 
 from captum_ext._utils.chunking import batch_slices, take_rows
 from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.finite import check_finite
+from captum_ext._utils.hooks import eval_semantics
 
 __all__ = ["attribute_in_chunks", "result_dtype"]
 
@@ -51,6 +52,7 @@ def _target_rows(target: TargetType, rows: slice, batch_size: int) -> TargetType
 
 
 def attribute_in_chunks(
+    model: nn.Module,
     batch: TokenBatch,
     target: TargetType,
     internal_batch_size: Optional[int],
@@ -59,7 +61,8 @@ def attribute_in_chunks(
     **options: Any,
 ) -> Tensor:
     r"""Runs ``attribute_chunk(chunk, target, **options)`` on consecutive chunks
-    of at most ``internal_batch_size`` examples (the whole batch for None) and
+    of at most ``internal_batch_size`` examples (the whole batch for None) in
+    ``model``'s eval semantics (holding its lock; mode restored afterwards) and
     concatenates the attributions along dim 0. A per-example ``target`` (a list
     or 1-d tensor) and tensor ``options`` whose first dimension is the batch
     size are sliced with the chunk.
@@ -73,17 +76,18 @@ def attribute_in_chunks(
     """
     size = len(batch.input_ids)
     scores, peaks = [], []
-    for rows in batch_slices(size, internal_batch_size):
-        chunk_scores, outputs = attribute_chunk(
-            _rows(batch, rows),
-            _target_rows(target, rows, size),
-            **{k: take_rows(v, rows, size) for k, v in options.items()},
-        )
-        scores.append(chunk_scores)
-        # Only each row's largest magnitude is kept for the NaN/inf check (NaN
-        # and inf survive it), not the outputs themselves (with a decoder, a
-        # chunk's hidden states [chunk, pos, d]), so memory stays one chunk's.
-        peaks.append(outputs.detach().abs().flatten(1).amax(1))  # [chunk]
+    with eval_semantics(model):
+        for rows in batch_slices(size, internal_batch_size):
+            chunk_scores, outputs = attribute_chunk(
+                _rows(batch, rows),
+                _target_rows(target, rows, size),
+                **{k: take_rows(v, rows, size) for k, v in options.items()},
+            )
+            scores.append(chunk_scores)
+            # Only each row's largest magnitude is kept for the NaN/inf check
+            # (NaN and inf survive it), not the outputs themselves (with a
+            # decoder, hidden states [chunk, pos, d]): memory stays one chunk's.
+            peaks.append(outputs.detach().abs().flatten(1).amax(1))  # [chunk]
     check_finite(torch.cat(peaks), "the model's outputs")
     attributions = torch.cat(scores)
     check_finite(attributions, f"{method}'s attributions")

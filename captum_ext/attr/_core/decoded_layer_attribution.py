@@ -446,15 +446,15 @@ class DecodedLayerAttribution(LayerAttribution):
             relu=relu,
             internal_batch_size=internal_batch_size,
         )
-        with eval_semantics(self.model):
-            return attribute_in_chunks(
-                batch,
-                target,
-                internal_batch_size,
-                chunk,
-                type(self).__name__,
-                **attribute_kwargs,
-            )
+        return attribute_in_chunks(
+            self.model,
+            batch,
+            target,
+            internal_batch_size,
+            chunk,
+            type(self).__name__,
+            **attribute_kwargs,
+        )
 
     def _chunk_scores(
         self,

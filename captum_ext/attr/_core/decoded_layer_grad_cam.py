@@ -18,7 +18,7 @@ from captum_ext._utils.common import (
     run_model,
     TokenBatch,
 )
-from captum_ext._utils.hooks import eval_semantics, HookSet
+from captum_ext._utils.hooks import HookSet
 from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 from captum_ext.attr._core.decoded_layer_attribution import (
     aggregate,
@@ -150,10 +150,9 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             tau=tau,
             relu=relu,
         )
-        with eval_semantics(self.model):
-            return attribute_in_chunks(
-                batch, target, internal_batch_size, chunk, type(self).__name__
-            )
+        return attribute_in_chunks(
+            self.model, batch, target, internal_batch_size, chunk, type(self).__name__
+        )
 
     def _all_layers_chunk(
         self,

@@ -12,7 +12,6 @@ from captum.log import log_usage
 from torch import nn, Tensor
 
 from captum_ext._utils.common import parse_token_batch, TokenBatch
-from captum_ext._utils.hooks import eval_semantics
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._core.chunked import attribute_in_chunks
 
@@ -98,8 +97,9 @@ class ForwardOnlyAttribution(Attribution):
         if self._uses_attention:
             self.adapter.require_attention_weights(type(self).__name__)
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
-        with eval_semantics(self.adapter.model), torch.no_grad():
+        with torch.no_grad():
             scores = attribute_in_chunks(
+                self.adapter.model,
                 batch,
                 target,
                 internal_batch_size,

@@ -17,7 +17,7 @@ from captum_ext._utils.common import (
     run_model,
     TokenBatch,
 )
-from captum_ext._utils.hooks import eval_semantics, HookSet
+from captum_ext._utils.hooks import HookSet
 from captum_ext.adapters import BlockParts, get_adapter, ModelAdapter
 from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.rollout import rollout_products, rollout_row
@@ -354,9 +354,9 @@ class GlobEnc(Attribution):
         internal_batch_size: Optional[int],
         chunk_fn: Callable[..., Tuple[Tensor, Tensor]],
     ) -> Tensor:
-        with torch.no_grad(), eval_semantics(self.model):
+        with torch.no_grad():
             return attribute_in_chunks(
-                batch, target, internal_batch_size, chunk_fn, "GlobEnc"
+                self.model, batch, target, internal_batch_size, chunk_fn, "GlobEnc"
             )
 
     def _row(
