@@ -296,7 +296,10 @@ def _explain(args: argparse.Namespace) -> int:
 
         model, tokenizer = load_default_model(args.task, device=args.device)
         args.max_length = args.max_length or MAX_LENGTH
-        if _needs_decoders(args.methods, default=True):
+        from captum_ext.evaluation.registry import needs_decoders
+
+        # No --methods: explain's defaults, the decoded method included.
+        if args.methods is None or needs_decoders(args.methods):
             decoder_texts = default_decoder_texts()
     explanation = explain(
         model,
@@ -316,16 +319,6 @@ def _explain(args: argparse.Namespace) -> int:
         )
         print(f"wrote {args.html}")
     return 0
-
-
-def _needs_decoders(methods: Optional[Sequence[str]], default: bool) -> bool:
-    r"""Whether the chosen methods fit decoders (the slow part of the first
-    run); ``default`` when no method is named."""
-    if methods is None:
-        return default
-    from captum_ext.evaluation.registry import METHODS
-
-    return any(METHODS[name].needs_decoders for name in methods)
 
 
 def _run_benchmark(args: argparse.Namespace) -> Any:

@@ -537,11 +537,9 @@ def _layer_maps(
     return {
         name: (
             example.tokens,
-            spec.factory(model, tokenizer)(input_ids, mask, target, token_types)[
-                0
-            ].cpu(),
+            factory(model, tokenizer)(input_ids, mask, target, token_types)[0].cpu(),
         )
-        for name, spec in LAYER_MAPS.items()
+        for name, factory in LAYER_MAPS.items()
         if name in chosen
     }
 

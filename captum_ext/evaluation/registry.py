@@ -87,6 +87,7 @@ __all__ = [
     "decoders_for",
     "register_method",
     "register_metric",
+    "needs_decoders",
     "use_decoder_texts",
 ]
 
@@ -162,6 +163,12 @@ def check_names(
     if len(set(names)) != len(names):
         raise ValueError(f"a {kind} is listed twice: {list(names)}")
     return list(names)
+
+
+def needs_decoders(names: Sequence[str]) -> bool:
+    r"""Whether any of the named methods fits decoders (see
+    :func:`use_decoder_texts`)."""
+    return any(METHODS[name].needs_decoders for name in names)
 
 
 def _forward_args(attention_mask: Tensor, token_type_ids: Optional[Tensor]) -> tuple:
@@ -414,19 +421,12 @@ register_method("Random", _random, "control")
 
 
 # ------------------------------------------------------------------ layer maps
-@dataclass(frozen=True)
-class LayerMapSpec:
-    r"""``factory(model, tokenizer)`` returns ``fn(input_ids, attention_mask,
-    target, token_type_ids=None) -> [batch, layers, pos]``: the report draws one
-    heatmap per entry. ``needs_decoders`` as in :class:`MethodSpec`."""
-
-    factory: MethodFactory
-    needs_decoders: bool = False
-
-
-LAYER_MAPS: Dict[str, LayerMapSpec] = {
-    "AttCAT": LayerMapSpec(_captum_ext(AttCAT, return_layers=True)),
-    "Decoded Grad-CAM": LayerMapSpec(_decoded(all_layers=True), needs_decoders=True),
+# Per-layer scores of a method chosen in the run: ``factory(model, tokenizer)``
+# returns ``fn(input_ids, attention_mask, target, token_type_ids=None) -> [batch,
+# layers, pos]``, and the report draws one heatmap per entry.
+LAYER_MAPS: Dict[str, MethodFactory] = {
+    "AttCAT": _captum_ext(AttCAT, return_layers=True),
+    "Decoded Grad-CAM": _decoded(all_layers=True),
 }
 
 

@@ -12,7 +12,7 @@ from torch import nn
 from captum_ext.datasets import load_split, TASKS, TextDataset
 from captum_ext.default_models import load_default_model, MAX_LENGTH
 from captum_ext.evaluation.engine import benchmark
-from captum_ext.evaluation.registry import check_names, METHODS
+from captum_ext.evaluation.registry import check_names, METHODS, needs_decoders
 from captum_ext.evaluation.results import BenchmarkResult
 
 __all__ = [
@@ -37,9 +37,6 @@ class DefaultTask:
     tokenizer: Any
     data: TextDataset
     max_length: int = MAX_LENGTH
-
-    def decoder_texts(self) -> List[str]:
-        return default_decoder_texts()
 
 
 def default_decoder_texts() -> List[str]:
@@ -67,13 +64,11 @@ def benchmark_default_tasks(
 ) -> BenchmarkResult:
     r""":func:`~captum_ext.evaluation.benchmark` on each built-in task, one
     result. ``options`` go to it (``batch_size``, ``device``, ``progress``)."""
+    chosen = check_names(methods, METHODS, "method")
+    decoder_texts = default_decoder_texts() if needs_decoders(chosen) else None
     results = []
     for name in tasks:
         task = default_task(name, n, device=options.get("device"))
-        chosen = check_names(methods, METHODS, "method")
-        decoder_texts = None
-        if any(METHODS[m].needs_decoders for m in chosen):
-            decoder_texts = task.decoder_texts()
         results.append(
             benchmark(
                 task.model,
