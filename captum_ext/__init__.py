@@ -12,19 +12,13 @@ from captum_ext._utils.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "ModelAdapter",
-    "UnsupportedModelError",
-    "classifier_forward",
-    "get_adapter",
-]
-
+# name -> the module that defines it, imported on first use
 _WHERE = {
     "ModelAdapter": "captum_ext.adapters",
     "UnsupportedModelError": "captum_ext.adapters",
     "classifier_forward": "captum_ext._utils.common",
     "get_adapter": "captum_ext.adapters",
 }
-
+__all__ = list(_WHERE)
 
 __getattr__, __dir__ = lazy_attributes(__name__, _WHERE, globals())

@@ -13,19 +13,6 @@ it imports them, never the other way round. Names are imported on first use.
 
 from captum_ext._utils.lazy import lazy_attributes
 
-__all__ = [
-    "BenchmarkResult",
-    "DataError",
-    "ManifestMismatchError",
-    "MethodResult",
-    "TextData",
-    "attribute_dataset",
-    "benchmark",
-    "benchmark_default_tasks",
-    "load_classifier",
-    "load_data",
-]
-
 _WHERE = {
     "BenchmarkResult": "results",
     "DataError": "data",
@@ -38,7 +25,7 @@ _WHERE = {
     "load_classifier": "models",
     "load_data": "data",
 }
-
+__all__ = list(_WHERE)
 
 __getattr__, __dir__ = lazy_attributes(
     __name__,
