@@ -22,7 +22,7 @@ import torch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from captum_ext._utils.atomic import atomic_path
+from captum_ext._utils.atomic import atomic_path, write_text_atomically
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult, SUSPECT_RATIO
 from captum_ext.visualization import (
     display_texts,
@@ -87,11 +87,6 @@ CURVE_AXES = {
 AREAS = ("Hide", "Reveal")  # summarised by the area under the curve
 _MARKERS = ("o", "s", "^", "D", "v", "P", "*")  # 7 is coprime with 10 colours
 _LINESTYLES = {"captum_ext": "-", "captum": "--", "baseline": "-."}
-
-
-def _write_text(path: Path, text: str) -> None:
-    with atomic_path(path) as temporary:
-        temporary.write_text(text, encoding="utf-8")
 
 
 class Cell(NamedTuple):
@@ -239,8 +234,13 @@ def _save(fig: Figure, path: Path) -> None:
         fig.savefig(temporary, dpi=110, format="png")
 
 
+def _curve_rows(result: BenchmarkResult, task: str, metric: str) -> List[MethodResult]:
+    r"""The task's rows with a per-level curve of ``metric`` (none: no plot)."""
+    return [row for row in _rows(result, task) if metric in row.curves]
+
+
 def _curve_plot(result: BenchmarkResult, task: str, metric: str, path: Path) -> bool:
-    rows = [row for row in _rows(result, task) if metric in row.curves]
+    rows = _curve_rows(result, task, metric)
     if not rows:
         return False
     fig = Figure(figsize=(8, 4.2))
@@ -414,8 +414,10 @@ def _curve_caption(metric: str) -> str:
 def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
     body = [f"<h2>{html.escape(task)}</h2>", _html_table(_cells(result, task))]
     for metric in result.metrics:
-        path = _curve_path(out_dir, task, metric)
-        if path.exists():
+        # The rule plot_all drew by, not the files in out_dir: an earlier run's
+        # plot of a metric without a curve now must not be shown.
+        if _curve_rows(result, task, metric):
+            path = _curve_path(out_dir, task, metric)
             body.append(_figure(path, _curve_caption(metric)))
     for name in result.layer_maps.get(task, {}):
         path = _layer_path(out_dir, task, name)
@@ -431,7 +433,8 @@ def write_html(result: BenchmarkResult, path: Path) -> None:
     body = [_definitions_html(result), _config_html(result)]
     for task in _tasks(result):
         body += _task_html(result, task, path.parent)
-    _write_text(path, html_page("captum_ext benchmark", "\n".join(body)))
+    page = html_page("captum_ext benchmark", "\n".join(body))
+    write_text_atomically(path, lambda handle: handle.write(page))
 
 
 def write_report(result: BenchmarkResult, out_dir: Path) -> Dict[str, Path]:
@@ -447,7 +450,9 @@ def write_report(result: BenchmarkResult, out_dir: Path) -> Dict[str, Path]:
     result.to_csv(paths["csv"])
     result.to_json(paths["json"])
     markdown = markdown_table(result) + "\n\n" + _markdown_definitions(result)
-    _write_text(paths["markdown"], markdown + "\n")
+    write_text_atomically(
+        paths["markdown"], lambda handle: handle.write(markdown + "\n")
+    )
     plot_all(result, out_dir)
     write_html(result, paths["html"])
     return paths

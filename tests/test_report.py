@@ -166,6 +166,16 @@ def test_plots_are_png_files(tmp_path):
     assert not (tmp_path / "sentiment_LOdds_curve.png").exists()
 
 
+def test_html_report_shows_this_runs_plots_only(tmp_path):
+    # An earlier run into the same directory plotted LOdds; this one has no
+    # LOdds curve, so its page must not embed the old picture.
+    stale = tmp_path / "sentiment_LOdds_curve.png"
+    stale.write_bytes(b"\x89PNG\r\n\x1a\n stale")
+    page = write_report(_fake_result(), tmp_path)["html"].read_text()
+    assert len(re.findall(r'src="data:image/png;base64,', page)) == 2
+    assert 'alt="sentiment_LOdds_curve"' not in page
+
+
 def test_html_report_is_self_contained_and_escaped(tmp_path):
     paths = write_report(_fake_result(), tmp_path)
     page = paths["html"].read_text()

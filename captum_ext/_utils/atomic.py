@@ -5,9 +5,9 @@ name and renamed, so a killed job never leaves a half-written file."""
 import os
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional, TextIO, Union
 
-__all__ = ["atomic_path"]
+__all__ = ["atomic_path", "write_text_atomically"]
 
 
 @contextmanager
@@ -21,3 +21,15 @@ def atomic_path(path: Path, tag: Optional[str] = None) -> Iterator[Path]:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def write_text_atomically(
+    path: Union[str, Path], write: Callable[[TextIO], object]
+) -> Path:
+    r"""A UTF-8 text file written by ``write(handle)`` under the temporary name of
+    :func:`atomic_path`, then renamed to ``path`` (returned)."""
+    path = Path(path)
+    with atomic_path(path) as temporary:
+        with temporary.open("w", newline="", encoding="utf-8") as handle:
+            write(handle)
+    return path

@@ -64,7 +64,7 @@ import torch
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from captum_ext._utils.atomic import atomic_path
+from captum_ext._utils.atomic import atomic_path, write_text_atomically
 from captum_ext._utils.chunking import check_internal_batch_size
 from captum_ext._utils.common import classifier_forward
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
@@ -273,8 +273,9 @@ def _prepare(out: Path, manifest: Dict[str, Any]) -> List[int]:
             f"{out} holds shards but no {MANIFEST}; choose an empty --out directory"
         )
     else:
-        with atomic_path(path) as temporary:
-            temporary.write_text(json.dumps(manifest, indent=2))
+        write_text_atomically(
+            path, lambda handle: json.dump(manifest, handle, indent=2)
+        )
     for stale in out.glob(".part-*.tmp-*"):
         stale.unlink()
     shards = range(manifest["shards"])

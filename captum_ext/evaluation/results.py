@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from torch import Tensor
 
-from captum_ext._utils.atomic import atomic_path
+from captum_ext._utils.atomic import write_text_atomically
 from captum_ext.visualization import Explanation
 
 __all__ = ["BenchmarkResult", "MethodResult", "SUSPECT_RATIO"]
@@ -156,12 +156,12 @@ class BenchmarkResult:
         columns = list(records[0]) if records else ["task", "method"]
         for record in records:
             columns += [c for c in record if c not in columns]
-        return _write_atomically(path, lambda f: _csv(f, columns, records))
+        return write_text_atomically(path, lambda f: _csv(f, columns, records))
 
     def to_json(self, path: Union[str, Path]) -> Path:
         r"""Writes :meth:`to_dict` as strict JSON."""
         document = self.to_dict()
-        return _write_atomically(
+        return write_text_atomically(
             path,
             lambda f: json.dump(document, f, indent=1, allow_nan=False, default=str),
         )
@@ -215,12 +215,3 @@ def _csv(handle: Any, columns: List[str], records: List[Dict[str, Any]]) -> None
     writer = csv.DictWriter(handle, fieldnames=columns)
     writer.writeheader()
     writer.writerows(records)
-
-
-def _write_atomically(path: Union[str, Path], write: Any) -> Path:
-    r"""Writes to a temporary name, then renames: no half-written file."""
-    path = Path(path)
-    with atomic_path(path) as temporary:
-        with temporary.open("w", newline="", encoding="utf-8") as handle:
-            write(handle)
-    return path
