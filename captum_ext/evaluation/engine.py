@@ -30,11 +30,13 @@ from typing import (
 import torch
 from torch import nn, Tensor
 
+from captum_ext._utils.chunking import check_internal_batch_size
 from captum_ext._utils.common import classifier_forward
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.registry import (
     check_names,
+    IG_STEPS,
     LAYER_MAPS,
     MethodFn,
     METHODS,
@@ -554,8 +556,7 @@ def _check_labels(metrics: Sequence[MetricSpec], data: ExampleData) -> None:
 
 
 def _check_options(batch_size: int, n_examples: int, data: ExampleData) -> None:
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    check_internal_batch_size(batch_size, "batch_size")
     if n_examples < 0:
         raise ValueError(f"n_examples must be >= 0, got {n_examples}")
     if len(data) == 0:
@@ -572,8 +573,6 @@ def _config(
 ) -> Dict[str, Any]:
     import captum
     import transformers
-
-    from captum_ext.evaluation.registry import IG_STEPS
 
     return {
         "tasks": {task: len(data)},

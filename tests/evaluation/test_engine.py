@@ -311,3 +311,10 @@ def test_shared_forward_reuses_rows_and_matches_the_model():
     plain = aopc(forward, ids, scores, **kwargs)
     cached = aopc(shared, ids, scores, **kwargs)
     assert torch.allclose(plain.curve, cached.curve, atol=1e-6, equal_nan=True)
+
+
+def test_batch_size_follows_the_one_chunk_size_rule():
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        run(methods=["Random"], metrics=["aopc"], batch_size=0)
+    with pytest.raises(TypeError, match="batch_size must be a positive int"):
+        run(methods=["Random"], metrics=["aopc"], batch_size=2.5)
