@@ -405,7 +405,7 @@ def _attribute(args: argparse.Namespace) -> int:
         args.out,
         metrics=args.metrics,
         batch_size=args.batch_size,
-        max_length=args.max_length or _default_length(model, tokenizer),
+        max_length=args.max_length,
         device=args.device,
         progress=_progress(args),
         shard_size=args.shard_size,
@@ -414,12 +414,6 @@ def _attribute(args: argparse.Namespace) -> int:
     if os.environ.get("RANK", "0") == "0":  # one line per job, not per rank
         print(f"wrote {path}")
     return 0
-
-
-def _default_length(model: Any, tokenizer: Any) -> int:
-    from captum_ext.evaluation.engine import default_max_length
-
-    return default_max_length(model, tokenizer)
 
 
 # ------------------------------------------------------------------ entry

@@ -70,7 +70,11 @@ from captum_ext._utils.common import classifier_forward
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
-from captum_ext.evaluation.engine import metric_values, SharedForward
+from captum_ext.evaluation.engine import (
+    default_max_length,
+    metric_values,
+    SharedForward,
+)
 from captum_ext.evaluation.registry import check_names, METHODS, METRICS
 
 __all__ = ["MANIFEST", "ManifestMismatchError", "attribute_dataset"]
@@ -126,7 +130,8 @@ def attribute_dataset(
             per-example values are added. Default: None.
         batch_size (int, optional): examples per attribution call. Default: 16.
         max_length (int, optional): tokens per example after truncation.
-            Default: the tokenizer's ``model_max_length``.
+            Default: the most both the tokenizer and the model's positions
+            allow (:func:`~captum_ext.evaluation.engine.default_max_length`).
         device (str, optional): ``"cpu"`` or ``"cuda"``. Default: ``"cpu"``.
         progress (bool, optional): progress with examples/s and ETA on stderr
             (rank 0). Default: True.
@@ -148,7 +153,7 @@ def attribute_dataset(
     _check_target(target, data)
     if model.training:
         raise ValueError("the model is in training mode; call model.eval() first")
-    length = _max_length(tokenizer, max_length)
+    length = _max_length(model, tokenizer, max_length)
     out = Path(out_dir)
     arguments = {
         "methods": list(methods),
@@ -200,17 +205,10 @@ def _check_target(target: str, data: TextData) -> None:
         )
 
 
-def _max_length(tokenizer: Any, max_length: Optional[int]) -> int:
-    if max_length is not None:
-        return int(check_internal_batch_size(max_length, "max_length") or 0)
-    # Tokenizers without a known limit report a huge sentinel (int(1e30)).
-    limit = getattr(tokenizer, "model_max_length", None)
-    if limit is None or limit > 1_000_000:
-        raise ValueError(
-            "the tokenizer does not say how many tokens the model takes; pass "
-            "max_length (--max-length)"
-        )
-    return int(limit)
+def _max_length(model: nn.Module, tokenizer: Any, max_length: Optional[int]) -> int:
+    if max_length is None:
+        return default_max_length(model, tokenizer)
+    return int(check_internal_batch_size(max_length, "max_length") or 0)
 
 
 # ------------------------------------------------------------------- manifest

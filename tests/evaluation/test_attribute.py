@@ -272,6 +272,17 @@ def test_text_pairs(tmp_path: Path) -> None:
     assert torch.allclose(torch.tensor(table["NormXLogit"][0]), expected, atol=1e-6)
 
 
+def test_max_length_defaults_to_what_tokenizer_and_model_allow(tmp_path: Path) -> None:
+    unlimited = tiny_tokenizer()  # states no limit (a huge sentinel)
+    model = tiny_labelled_bert()  # 64 position embeddings
+    out = attribute_dataset(
+        model, unlimited, DATA, ["Random"], tmp_path / "out", progress=False
+    )
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["arguments"]["max_length"] == 64
+    assert pd.read_parquet(out)["truncated"].sum() == 0
+
+
 def test_bad_arguments(tmp_path: Path) -> None:
     with pytest.raises(
         ValueError, match="unknown method\\(s\\) \\['Nope'\\]; available"
