@@ -222,22 +222,16 @@ def _agreed_missing_shards(
 ) -> List[int]:
     r"""Rank 0 checks (or writes) the manifest and lists the shards still to do;
     every rank gets the same list, or the same error."""
-    failure: Optional[Exception] = None
-    verdict: Tuple[str, List[int]] = ("", [])
+    verdict: Tuple[Optional[Exception], List[int]] = (None, [])
     if context.is_main:
         try:
             manifest = _manifest(arguments, model, tokenizer, data)
-            verdict = ("", _prepare(out, manifest))
+            verdict = (None, _prepare(out, manifest))
         except (OSError, ManifestMismatchError) as error:
-            failure = error
-            verdict = (f"{type(error).__name__}: {error}", [])
-    problem, missing = context.broadcast(verdict)
+            verdict = (error, [])
+    failure, missing = context.broadcast(verdict)  # pickled: the same error
     if failure is not None:
         raise failure
-    if problem.startswith(ManifestMismatchError.__name__):
-        raise ManifestMismatchError(f"rank 0 found: {problem}")
-    if problem:
-        raise OSError(f"rank 0 found: {problem}")
     return missing
 
 

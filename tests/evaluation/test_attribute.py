@@ -6,6 +6,7 @@ call."""
 
 import json
 import os
+import pickle
 from pathlib import Path
 from typing import List
 
@@ -281,6 +282,24 @@ def test_max_length_defaults_to_what_tokenizer_and_model_allow(tmp_path: Path) -
     manifest = json.loads((out / MANIFEST).read_text())
     assert manifest["arguments"]["max_length"] == 64
     assert pd.read_parquet(out)["truncated"].sum() == 0
+
+
+@pytest.mark.parametrize(
+    "error",
+    [ManifestMismatchError("max_length differs: 10 != 12"), PermissionError(13, "no")],
+)
+def test_other_ranks_raise_the_error_rank_0_found(error) -> None:
+    class OtherRank:
+        is_main = False
+
+        def broadcast(self, verdict):  # what rank 0 sent, through pickle
+            return pickle.loads(pickle.dumps((error, [])))
+
+    with pytest.raises(type(error)) as raised:
+        attribute_module._agreed_missing_shards(
+            OtherRank(), Path("unused"), {}, None, None, DATA
+        )
+    assert str(raised.value) == str(error)
 
 
 def test_bad_arguments(tmp_path: Path) -> None:
