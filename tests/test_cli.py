@@ -277,6 +277,6 @@ def test_benchmark_on_your_model_and_data_equals_the_python_api(
         data, label_column="label", label2id=model.config.label2id, num_labels=3
     )
     api = benchmark(model, tokenizer, loaded, ["AttCAT", "Random"], ["aopc"])
-    for cli_row, row in zip(written, api.rows):
+    for cli_row, row in zip(written, api.rows, strict=True):
         assert cli_row["method"] == row.method
         assert cli_row["AOPC"] == pytest.approx(row.metrics["AOPC"], abs=1e-6)

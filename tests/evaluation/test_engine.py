@@ -107,7 +107,7 @@ def test_values_do_not_depend_on_batching():
     options = dict(methods=["NormXLogit", "AttCAT"], metrics=["aopc", "sufficiency"])
     one = run(data, batch_size=6, **options)
     pairs = run(data, batch_size=2, **options)
-    for a, b in zip(one.rows, pairs.rows):
+    for a, b in zip(one.rows, pairs.rows, strict=True):
         for column in a.per_example:
             torch.testing.assert_close(
                 torch.tensor(a.per_example[column]),
