@@ -16,20 +16,13 @@ from captum_ext.cli import main, METHOD_NAMES, METRIC_NAMES
 from captum_ext.evaluation import registry
 from captum_ext.evaluation.registry import METHODS, METRICS
 
-from tests.helpers import (
-    embedding_decoders,
-    save_tiny_model,
-    tiny_masked_lm,
-    tiny_tokenizer,
-)
+from tests.helpers import save_tiny_model, tiny_masked_lm, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "the movie was <script> & fun"
 
 
-@pytest.fixture(autouse=True)
-def no_decoder_fitting(monkeypatch):
-    monkeypatch.setattr(registry, "decoders_for", embedding_decoders)
+pytestmark = pytest.mark.usefixtures("no_decoder_fitting")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from captum_ext.evaluation.registry import (
 
 from tests.helpers import (
     CLS_ID,
-    embedding_decoders,
     PAD_ID,
     SEP_ID,
     tiny_labelled_bert,
@@ -42,11 +41,9 @@ def test_registries_hold_the_new_methods_and_captum_baselines():
     assert columns == ["AOPC", "LOdds", "Kendall-tau", "Hide", "Reveal", "Sufficiency"]
 
 
+@pytest.mark.usefixtures("no_decoder_fitting")
 @pytest.mark.parametrize("pairs", [False, True])
-def test_every_method_returns_one_score_per_position_zero_on_padding(
-    monkeypatch, pairs
-):
-    monkeypatch.setattr(registry, "decoders_for", embedding_decoders)
+def test_every_method_returns_one_score_per_position_zero_on_padding(pairs):
     model, tokenizer = tiny_labelled_bert(), tiny_tokenizer()
     second = TINY_TEXTS[3:6] if pairs else None
     encoded = tokenizer(TINY_TEXTS[:3], second, padding=True, return_tensors="pt")
