@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import pandas as pd
@@ -98,19 +99,11 @@ def test_explain_tells_when_the_text_is_truncated(model_dir, capsys):
     ],
 )
 def test_explain_bad_options_end_in_one_line(model_dir, capsys, extra, expected):
-    with pytest.raises(SystemExit) if "invalid int" in expected else _no_raise() as e:
+    with pytest.raises(SystemExit) if "invalid int" in expected else nullcontext() as e:
         code = main(["explain", TEXT, "--model", str(model_dir), *extra])
     if "invalid int" in expected:
         code = e.value.code
     one_line_error(capsys, code, expected)
-
-
-class _no_raise:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 @pytest.mark.parametrize("text", ["", "   \n "])
