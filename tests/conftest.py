@@ -4,11 +4,13 @@ and the real default models, fine-tuned once and cached under
 :func:`captum_ext._utils.cache.cache_root` (a few minutes the first time,
 seconds afterwards)."""
 
-from typing import Tuple
+from typing import Iterator, Tuple
 
 import pytest
 import torch
 from captum_ext.default_models import load_default_model
+
+from tests.helpers import embedding_decoders_in_registry
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -32,3 +34,11 @@ def source_model() -> Tuple[torch.nn.Module, object]:
     r"""``(model, tokenizer)``: all-MiniLM-L6-v2 fine-tuned to tell movie /
     tweet / product / editorial snippets apart, in eval mode."""
     return load_default_model("source")
+
+
+@pytest.fixture
+def no_decoder_fitting() -> Iterator[None]:
+    r"""The registry's decoders are :func:`tests.helpers.embedding_decoders`
+    (the tied input embeddings) instead of decoders fitted on real text."""
+    with embedding_decoders_in_registry():
+        yield

@@ -2,7 +2,8 @@
 r"""Tiny random-init models of every supported family, built from configs in code
 (no files, well under a second each), and small token batches for them."""
 
-from typing import Callable, Dict, Tuple, Type
+from contextlib import contextmanager
+from typing import Callable, Dict, Iterator, Tuple, Type
 
 import pytest
 import torch
@@ -241,6 +242,18 @@ def embedding_decoders(model: nn.Module, tokenizer: object) -> list:
     from captum_ext.attr import EmbeddingDecoder
 
     return [EmbeddingDecoder(model)] * (model.config.num_hidden_layers + 1)
+
+
+@contextmanager
+def embedding_decoders_in_registry() -> Iterator[None]:
+    r"""Within the block the registry's ``decoders_for`` is
+    :func:`embedding_decoders`: nothing is fitted on real text or read from the
+    cache (the ``no_decoder_fitting`` fixture of ``tests/conftest.py``)."""
+    from captum_ext.evaluation import registry
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(registry, "decoders_for", embedding_decoders)
+        yield
 
 
 def tiny_data(n: int = 4, labels: bool = True, pairs: bool = False) -> TextData:

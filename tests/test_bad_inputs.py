@@ -33,6 +33,7 @@ from tests.helpers import (
     is_causal,
     PAD_ID,
     SEP_ID,
+    tiny_base_model,
     tiny_classifier,
     tiny_masked_lm,
     token_batch,
@@ -118,7 +119,7 @@ def test_family_the_method_does_not_support(config: MethodConfig, family: str) -
 def _headless(kind: str) -> nn.Module:
     if kind == "masked_lm":
         return tiny_masked_lm("bert")
-    return transformers.BertModel(_model().config).eval()
+    return tiny_base_model("bert")
 
 
 @CONFIGS

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import pandas as pd
@@ -16,20 +17,13 @@ from captum_ext.cli import main, METHOD_NAMES, METRIC_NAMES
 from captum_ext.evaluation import registry
 from captum_ext.evaluation.registry import METHODS, METRICS
 
-from tests.helpers import (
-    embedding_decoders,
-    save_tiny_model,
-    tiny_masked_lm,
-    tiny_tokenizer,
-)
+from tests.helpers import save_tiny_model, tiny_masked_lm, tiny_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "the movie was <script> & fun"
 
 
-@pytest.fixture(autouse=True)
-def no_decoder_fitting(monkeypatch):
-    monkeypatch.setattr(registry, "decoders_for", embedding_decoders)
+pytestmark = pytest.mark.usefixtures("no_decoder_fitting")
 
 
 @pytest.fixture(scope="module")
@@ -105,19 +99,11 @@ def test_explain_tells_when_the_text_is_truncated(model_dir, capsys):
     ],
 )
 def test_explain_bad_options_end_in_one_line(model_dir, capsys, extra, expected):
-    with pytest.raises(SystemExit) if "invalid int" in expected else _no_raise() as e:
+    with pytest.raises(SystemExit) if "invalid int" in expected else nullcontext() as e:
         code = main(["explain", TEXT, "--model", str(model_dir), *extra])
     if "invalid int" in expected:
         code = e.value.code
     one_line_error(capsys, code, expected)
-
-
-class _no_raise:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 @pytest.mark.parametrize("text", ["", "   \n "])
@@ -277,6 +263,6 @@ def test_benchmark_on_your_model_and_data_equals_the_python_api(
         data, label_column="label", label2id=model.config.label2id, num_labels=3
     )
     api = benchmark(model, tokenizer, loaded, ["AttCAT", "Random"], ["aopc"])
-    for cli_row, row in zip(written, api.rows):
+    for cli_row, row in zip(written, api.rows, strict=True):
         assert cli_row["method"] == row.method
         assert cli_row["AOPC"] == pytest.approx(row.metrics["AOPC"], abs=1e-6)

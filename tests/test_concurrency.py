@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Callable, Dict, List, Tuple
 
+import peft  # a test dependency (setup.cfg [test])
 import pytest
 import torch
 from captum_ext import classifier_forward
@@ -170,7 +171,6 @@ def test_wrappers_share_the_lock(model: nn.Module) -> None:
 
 
 def test_peft_wrapper_shares_the_lock() -> None:
-    peft = pytest.importorskip("peft")
     model = tiny_classifier("bert")  # LoRA injects modules: a model of its own
     lock = model_lock(model)
     config = peft.LoraConfig(target_modules=["query", "value"], r=2)

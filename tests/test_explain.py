@@ -3,21 +3,12 @@ r"""``captum_ext.explain.explain``: one text, several methods."""
 
 import pytest
 import torch
-from captum_ext.evaluation import registry
 from captum_ext.evaluation.registry import METHODS
 from captum_ext.explain import default_methods, explain
 
-from tests.helpers import (
-    embedding_decoders,
-    TINY_LABEL_NAMES,
-    tiny_labelled_bert,
-    tiny_tokenizer,
-)
+from tests.helpers import TINY_LABEL_NAMES, tiny_labelled_bert, tiny_tokenizer
 
-
-@pytest.fixture(autouse=True)
-def no_decoder_fitting(monkeypatch):
-    monkeypatch.setattr(registry, "decoders_for", embedding_decoders)
+pytestmark = pytest.mark.usefixtures("no_decoder_fitting")
 
 
 def test_scores_every_non_control_method_without_decoders_by_default():

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import pytest
 import torch
-from captum_ext import get_adapter, UnsupportedModelError
+from captum_ext import classifier_forward, get_adapter, UnsupportedModelError
 from captum_ext.attr import AttCAT, DecodedLayerGradCam, EmbeddingDecoder, GlobEnc
 from hypothesis import given, HealthCheck, settings, strategies as st
 from torch import nn, Tensor
@@ -31,11 +31,12 @@ from tests.helpers import (
 
 PAIRS = config_family_pairs()
 GRADIENT_PAIRS = config_family_pairs(lambda c, f: c.needs_gradients)
-# Families whose own logits do not change when the input is padded on the left:
-# Llama's rotary positions are relative. Encoders read position 0 (a pad when
-# left-padded) and, like GPT-2, number positions from the first column whatever
-# the mask says, so the model itself gives another output for a left-padded input.
-LEFT_PAD_INVARIANT = ("llama",)
+# Families whose logits, as the methods compute them (the adapter's keyword
+# arguments: position ids from the mask for decoder-only families), do not change
+# when the input is padded on the left. Encoders read position 0 (a pad when
+# left-padded) and number positions from the first column whatever the mask says,
+# so the model itself gives another output for a left-padded input.
+LEFT_PAD_INVARIANT = ("gpt2", "llama")
 LEFT_PAIRS = config_family_pairs(lambda c, f: f in LEFT_PAD_INVARIANT)
 LENGTHS = (7, 4, 9)
 TARGETS = [2, 0, 1]
@@ -106,12 +107,15 @@ def test_right_padding_invariance(config: MethodConfig, family: str) -> None:
 
 @pytest.mark.parametrize("family", ALL_FAMILIES)
 def test_which_models_are_left_padding_invariant(family: str) -> None:
-    r"""The model's own logits decide where left-padding invariance can be asked
-    of a method: only for :data:`LEFT_PAD_INVARIANT`."""
-    model = _shared_model(family)
+    r"""The model's logits, run as the methods run it
+    (:func:`captum_ext.classifier_forward`), decide where left-padding invariance
+    can be asked of a method: only for :data:`LEFT_PAD_INVARIANT`."""
+    forward = classifier_forward(_shared_model(family))
     with torch.no_grad():
-        left = model(**_batch(family, pad_side="left")).logits
-        right = model(**_batch(family)).logits
+        left, right = (
+            forward(batch["input_ids"], batch["attention_mask"])
+            for batch in (_batch(family, pad_side="left"), _batch(family))
+        )
     invariant = torch.allclose(left, right, atol=1e-5, rtol=0)
     assert invariant == (family in LEFT_PAD_INVARIANT)
 

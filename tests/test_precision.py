@@ -18,8 +18,9 @@ exactly zero.
 """
 
 import copy
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List
 
+import numpy as np
 import pytest
 import torch
 from captum.attr import LayerIntegratedGradients
@@ -35,7 +36,10 @@ from captum_ext.attr import (
     NormXLogit,
 )
 from captum_ext.datasets import load_split
+from captum_ext.evaluation.batches import bucketed_batches
+from captum_ext.evaluation.tasks import default_decoder_texts
 from captum_ext.metrics import aopc
+from scipy.stats import rankdata, spearmanr
 from torch import nn, Tensor
 
 pytestmark = pytest.mark.integration
@@ -85,48 +89,23 @@ def _method_table(model: nn.Module, decoders: List[nn.Module]) -> Dict[str, Run]
     return table
 
 
-def _ranks(values: Tensor) -> Tensor:
-    r"""Average ranks (ties share the mean of their ranks), ``[n]``."""
-    order = values.argsort()
-    ranks = torch.empty_like(values, dtype=torch.float64)
-    ranks[order] = torch.arange(len(values), dtype=torch.float64)
-    for value in values.unique():
-        tied = values == value
-        ranks[tied] = ranks[tied].mean()
-    return ranks
+def _same_ranks(a: Tensor, b: Tensor) -> bool:
+    r"""Whether ``a`` and ``b`` rank their entries alike, ties included."""
+    return bool(np.array_equal(rankdata(a.cpu()), rankdata(b.cpu())))
 
 
 def _spearman(a: Tensor, b: Tensor) -> float:
-    ra, rb = _ranks(a), _ranks(b)
-    if torch.equal(ra, rb):  # all-tied vectors (e.g. all zero) included
+    if _same_ranks(a, b):  # all-tied vectors (e.g. all zero) included
         return 1.0
-    ra, rb = ra - ra.mean(), rb - rb.mean()
-    return float((ra * rb).sum() / (ra.norm() * rb.norm()).clamp_min(1e-12))
+    if a.unique().numel() == 1 or b.unique().numel() == 1:
+        return 0.0  # one vector all tied: no order to agree with
+    return float(spearmanr(a.cpu(), b.cpu()).statistic)
 
 
 def _top_overlap(a: Tensor, b: Tensor) -> float:
     k = min(TOP, len(a))
     top_a, top_b = set(a.topk(k).indices.tolist()), set(b.topk(k).indices.tolist())
     return len(top_a & top_b) / k
-
-
-def _buckets(tokenizer: object, texts: List[str]) -> List[Tuple[Tensor, Tensor]]:
-    r"""``(input_ids, attention_mask)`` of :data:`BUCKETS` batches of snippets of
-    similar length, each padded to its own longest."""
-    lengths = [len(tokenizer(t)["input_ids"]) for t in texts]  # type: ignore
-    ordered = [texts[i] for i in sorted(range(len(texts)), key=lengths.__getitem__)]
-    size = -(-len(ordered) // BUCKETS)
-    batches = []
-    for start in range(0, len(ordered), size):
-        encoded = tokenizer(  # type: ignore[operator]
-            ordered[start : start + size],
-            truncation=True,
-            max_length=MAX_LENGTH,
-            padding=True,
-            return_tensors="pt",
-        )
-        batches.append((encoded["input_ids"], encoded["attention_mask"]))
-    return batches
 
 
 def _aopc_gap(
@@ -137,9 +116,7 @@ def _aopc_gap(
     rows = [
         row
         for row in range(len(ids))
-        if not torch.equal(
-            _ranks(low[row][mask[row].bool()]), _ranks(exact[row][mask[row].bool()])
-        )
+        if not _same_ranks(low[row][mask[row].bool()], exact[row][mask[row].bool()])
     ]
     if not rows:
         return 0.0
@@ -155,13 +132,22 @@ def _aopc_gap(
 def setup(sentiment_model: tuple) -> dict:
     model, tokenizer = sentiment_model
     texts = list(load_split("sentiment", "test").texts[:SNIPPETS])
-    train = load_split("sentiment", "train").texts
-    decoders = list(load_fitted_decoders(model, tokenizer, train).heads)
+    decoders = list(
+        load_fitted_decoders(model, tokenizer, default_decoder_texts()).heads
+    )
     low = copy.deepcopy(model).to(torch.bfloat16)
     low_decoders = [copy.deepcopy(d).to(torch.bfloat16) for d in decoders]
     return dict(
         forward=classifier_forward(model),
-        batches=_buckets(tokenizer, texts),
+        batches=[
+            (batch.input_ids, batch.attention_mask)
+            for batch in bucketed_batches(
+                tokenizer,
+                texts,
+                batch_size=-(-len(texts) // BUCKETS),
+                max_length=MAX_LENGTH,
+            )
+        ],
         exact=_method_table(model, decoders),
         low=_method_table(low, low_decoders),
     )

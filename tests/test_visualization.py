@@ -325,11 +325,10 @@ def test_ansi_tokens_cannot_emit_terminal_escapes_from_tokens():
 
 
 @pytest.mark.integration
-def test_default_model_attcat_row_is_visible_and_words_are_joined():
+def test_default_model_attcat_row_is_visible_and_words_are_joined(sentiment_model):
     from captum_ext.attr import AttCAT
-    from captum_ext.default_models import load_default_model
 
-    model, tokenizer = load_default_model("sentiment")
+    model, tokenizer = sentiment_model
     batch = tokenizer(["A hopelessly monotonous gimmick."], return_tensors="pt")
     ids, mask = batch["input_ids"], batch["attention_mask"]
     scores = AttCAT(model).attribute(ids, additional_forward_args=(mask,))

@@ -1,10 +1,8 @@
 #!/usr/bin/env python3
 import pytest
 import torch
-import transformers
 from captum_ext import get_adapter, UnsupportedModelError
 from captum_ext.attr import LogAt, NormXLogit
-from transformers.modeling_outputs import SequenceClassifierOutput
 
 from tests.attr.token_method_checks import assert_checked_sentences, attribute, unpadded
 from tests.helpers import (
@@ -12,6 +10,7 @@ from tests.helpers import (
     is_causal,
     tiny_classifier,
     tiny_masked_lm,
+    tiny_mean_pool_classifier,
     token_batch,
 )
 
@@ -136,26 +135,10 @@ def test_checked_sentences_on_default_model(sentiment_model):
     )
 
 
-class _MeanPoolingBert(transformers.BertForSequenceClassification):
-    r"""A custom head: the classifier reads the mean of the final hidden states
-    over the real tokens, not [CLS] through the pooler."""
-
-    def forward(self, input_ids=None, attention_mask=None, **kwargs):
-        kwargs.pop("return_dict", None)
-        out = self.bert(input_ids, attention_mask=attention_mask, **kwargs)
-        mask = attention_mask[..., None].to(out.last_hidden_state.dtype)
-        pooled = (out.last_hidden_state * mask).sum(1) / mask.sum(1)
-        return SequenceClassifierOutput(
-            logits=self.classifier(pooled), hidden_states=out.hidden_states
-        )
-
-
 @pytest.mark.parametrize("method", [LogAt, NormXLogit])
 def test_a_mean_pooling_head_is_refused(method):
     r"""The standard head at [CLS] does not give this model's logits, so every
     score would be a wrong number: the call raises instead."""
-    standard = tiny_classifier("bert")
-    model = _MeanPoolingBert(standard.config).eval()
-    model.load_state_dict(standard.state_dict())
+    model = tiny_mean_pool_classifier()
     with pytest.raises(UnsupportedModelError, match="not the standard bert head"):
         attribute(method(model), token_batch())

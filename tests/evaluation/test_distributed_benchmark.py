@@ -56,11 +56,11 @@ def test_two_ranks_equal_one_process(tmp_path):
     one, two = json.loads(single.read_text()), json.loads(double.read_text())
     assert (one["world"], two["world"]) == (1, 2)
     assert one["examples"] == two["examples"]
-    for a, b in zip(one["scores"], two["scores"]):
+    for a, b in zip(one["scores"], two["scores"], strict=True):
         torch.testing.assert_close(
             torch.tensor(a), torch.tensor(b), rtol=1e-4, atol=1e-9
         )
-    for a, b in zip(one["rows"], two["rows"]):
+    for a, b in zip(one["rows"], two["rows"], strict=True):
         assert a[:3] == b[:3]  # method, n, rows 0..5
         assert a[3] == pytest.approx(b[3], abs=1e-6, nan_ok=True)
         for column in a[4]:

@@ -22,7 +22,7 @@ from captum_ext.evaluation.registry import (
 from captum_ext.metrics import aopc, TokenOptions
 
 from tests.helpers import (
-    embedding_decoders,
+    embedding_decoders_in_registry,
     PAD_ID,
     tiny_data,
     tiny_labelled_bert,
@@ -33,9 +33,7 @@ from tests.helpers import (
 FAST = ["NormXLogit", "AttCAT", "Saliency", "Attention", "Random"]
 
 
-@pytest.fixture(autouse=True)
-def no_decoder_fitting(monkeypatch):
-    monkeypatch.setattr(registry, "decoders_for", embedding_decoders)
+pytestmark = pytest.mark.usefixtures("no_decoder_fitting")
 
 
 def run(data=None, **kwargs):
@@ -47,8 +45,7 @@ def run(data=None, **kwargs):
 
 @pytest.fixture(scope="module")
 def full_result():
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(registry, "decoders_for", embedding_decoders)
+    with embedding_decoders_in_registry():  # module scope: no function fixture
         return run(batch_size=4)
 
 
@@ -107,7 +104,7 @@ def test_values_do_not_depend_on_batching():
     options = dict(methods=["NormXLogit", "AttCAT"], metrics=["aopc", "sufficiency"])
     one = run(data, batch_size=6, **options)
     pairs = run(data, batch_size=2, **options)
-    for a, b in zip(one.rows, pairs.rows):
+    for a, b in zip(one.rows, pairs.rows, strict=True):
         for column in a.per_example:
             torch.testing.assert_close(
                 torch.tensor(a.per_example[column]),

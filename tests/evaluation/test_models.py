@@ -6,11 +6,15 @@ import json
 
 import pytest
 import torch
-import transformers
 from captum_ext import UnsupportedModelError
 from captum_ext.evaluation.models import load_classifier, resolve_device
 
-from tests.helpers import save_tiny_model, tiny_masked_lm, tiny_tokenizer
+from tests.helpers import (
+    save_tiny_model,
+    tiny_base_model,
+    tiny_masked_lm,
+    tiny_tokenizer,
+)
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +53,7 @@ def test_a_masked_lm_directory_is_refused(tmp_path):
 
 
 def test_a_bare_encoder_directory_is_refused(tmp_path):
-    config = transformers.BertConfig(
-        vocab_size=99, hidden_size=32, num_hidden_layers=1, num_attention_heads=4
-    )
-    transformers.BertModel(config).save_pretrained(tmp_path)
+    tiny_base_model("bert").save_pretrained(tmp_path)
     tiny_tokenizer().save_pretrained(tmp_path)
     with pytest.raises(UnsupportedModelError, match="BertModel, not a sequence"):
         load_classifier(tmp_path)

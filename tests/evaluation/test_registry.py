@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 r"""The method and metric registries: names, families, call convention, and the
-paper baselines' equations on a tiny random BERT."""
+paper baselines' wiring to their classes on a tiny random BERT."""
 
 import pytest
 import torch
+from captum_ext.attr import AttentionRollout, EmbeddingNorm, LastLayerAttention
 from captum_ext.evaluation import registry
 from captum_ext.evaluation.registry import (
     check_names,
@@ -13,15 +14,7 @@ from captum_ext.evaluation.registry import (
     use_decoder_texts,
 )
 
-from tests.helpers import (
-    CLS_ID,
-    embedding_decoders,
-    PAD_ID,
-    SEP_ID,
-    tiny_labelled_bert,
-    TINY_TEXTS,
-    tiny_tokenizer,
-)
+from tests.helpers import tiny_labelled_bert, TINY_TEXTS, tiny_tokenizer
 
 
 def test_registries_hold_the_new_methods_and_captum_baselines():
@@ -42,11 +35,9 @@ def test_registries_hold_the_new_methods_and_captum_baselines():
     assert columns == ["AOPC", "LOdds", "Kendall-tau", "Hide", "Reveal", "Sufficiency"]
 
 
+@pytest.mark.usefixtures("no_decoder_fitting")
 @pytest.mark.parametrize("pairs", [False, True])
-def test_every_method_returns_one_score_per_position_zero_on_padding(
-    monkeypatch, pairs
-):
-    monkeypatch.setattr(registry, "decoders_for", embedding_decoders)
+def test_every_method_returns_one_score_per_position_zero_on_padding(pairs):
     model, tokenizer = tiny_labelled_bert(), tiny_tokenizer()
     second = TINY_TEXTS[3:6] if pairs else None
     encoded = tokenizer(TINY_TEXTS[:3], second, padding=True, return_tensors="pt")
@@ -97,39 +88,28 @@ def test_decoders_are_fitted_on_the_given_texts_only(monkeypatch):
     assert seen == [["one text", "another"]]
 
 
-def paper_baseline(name: str, ids: torch.Tensor, mask: torch.Tensor):
-    model = tiny_labelled_bert()
-    scores = METHODS[name].factory(model, tiny_tokenizer())(ids, mask, None)
-    output = model(
-        input_ids=ids,
-        attention_mask=mask,
-        output_attentions=True,
-        output_hidden_states=True,
-    )
-    return scores, output
-
-
-def test_attention_baselines_are_the_cls_row_of_head_averaged_weights():
-    ids = torch.tensor([[CLS_ID, 7, 8, 9, SEP_ID], [CLS_ID, 10, SEP_ID, PAD_ID, 0]])
-    mask = (torch.arange(5) < torch.tensor([[5], [3]])).long()
-    last, output = paper_baseline("Attention", ids, mask)
-    weights = [layer.mean(1).detach() for layer in output.attentions]
-    torch.testing.assert_close(last, weights[-1][:, 0] * mask)
-    rollout, _ = paper_baseline("Attention rollout", ids, mask)
-    for b in range(2):  # naive: row 0 of W^L @ ... @ W^1, one example at a time
-        product = torch.eye(5)
-        for layer in weights:
-            product = layer[b] @ product
-        torch.testing.assert_close(rollout[b], product[0] * mask[b])
-    assert rollout[1, 3:].abs().max() == 0  # pads get nothing
-
-
-def test_embedding_norm_is_the_norm_of_hidden_states_0():
-    ids = torch.tensor([[CLS_ID, 7, 8, SEP_ID]])
-    scores, output = paper_baseline("Embedding norm", ids, torch.ones_like(ids))
-    expected = output.hidden_states[0].norm(dim=-1).detach()
-    torch.testing.assert_close(scores, expected)
-    assert scores.min() > 0
+@pytest.mark.parametrize("pairs", [False, True])
+@pytest.mark.parametrize(
+    "name, method",
+    [
+        ("Attention", LastLayerAttention),
+        ("Attention rollout", AttentionRollout),
+        ("Embedding norm", EmbeddingNorm),
+    ],
+)
+def test_paper_baselines_run_their_classes(name, method, pairs):
+    r"""The registry's baseline is its class's ``attribute`` on the same inputs,
+    bit for bit (the formulas: ``tests/attr/test_last_layer_attention.py``,
+    ``test_attention_rollout.py`` and ``test_embedding_norm.py``)."""
+    model, tokenizer = tiny_labelled_bert(), tiny_tokenizer()
+    second = TINY_TEXTS[3:6] if pairs else None
+    encoded = tokenizer(TINY_TEXTS[:3], second, padding=True, return_tensors="pt")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    types = encoded["token_type_ids"] if pairs else None
+    scores = METHODS[name].factory(model, tokenizer)(ids, mask, None, types)
+    args = (mask,) if types is None else (mask, types)
+    expected = method(model).attribute(ids, additional_forward_args=args)
+    assert torch.equal(scores, expected)
 
 
 def test_random_scores_depend_on_the_example_and_class_not_the_batch():

@@ -5,10 +5,9 @@ chosen method fits decoders."""
 
 import pytest
 from captum_ext.datasets import TextDataset
-from captum_ext.evaluation import registry, tasks
+from captum_ext.evaluation import tasks
 
 from tests.helpers import (
-    embedding_decoders,
     TINY_LABEL_NAMES,
     tiny_labelled_bert,
     TINY_TEXTS,
@@ -17,7 +16,7 @@ from tests.helpers import (
 
 
 @pytest.fixture
-def splits_read(monkeypatch):
+def splits_read(monkeypatch, no_decoder_fitting):
     read = []
 
     def load_split(task, split="test"):
@@ -30,7 +29,6 @@ def splits_read(monkeypatch):
         "load_default_model",
         lambda name, device=None: (tiny_labelled_bert(), tiny_tokenizer()),
     )
-    monkeypatch.setattr(registry, "decoders_for", embedding_decoders)
     return read
 
 

@@ -16,22 +16,15 @@ from tests.metrics.toys import (
     batch_with_scores,
     check_reference_loop,
     exact_attributions,
+    PAD_INVARIANT_CASES,
     shuffled_rows,
     TOKENS,
 )
 
 LENGTHS = (12, 4, 10, 9, 15, 11)
-# Models whose output does not depend on the padding side, for each side.
-CASES = [
-    ("bow", "right"),
-    ("bow", "left"),
-    ("bert", "right"),
-    ("llama", "right"),
-    ("llama", "left"),
-]
 
 
-@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
 @pytest.mark.parametrize("chunk", [None, 1, 7])
 def test_attcat_matches_reference_loop(name, pad_side, chunk):
     batch = batch_with_scores(LENGTHS, pad_side=pad_side)
@@ -60,7 +53,7 @@ PRESET_RUNS = [
 ]
 
 
-@pytest.mark.parametrize("name,pad_side", CASES)
+@pytest.mark.parametrize("name,pad_side", PAD_INVARIANT_CASES)
 @pytest.mark.parametrize("preset,lengths,seed,chunk,levels", PRESET_RUNS)
 def test_preset_matches_reference_loop(
     name, pad_side, preset, lengths, seed, chunk, levels

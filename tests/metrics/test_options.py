@@ -18,43 +18,26 @@ from captum_ext.metrics import (
     token_overlap,
     TokenOptions,
 )
+from captum_ext.metrics._utils.protocols import _PRESETS, CurveMetric
 
 from tests.helpers import PAD_ID
 from tests.metrics.toys import (
     ALL_METRICS,
     batch_with_scores,
     CLASS_METRICS,
+    CURVE_PRESETS,
+    gold_labels,
     lively_forward,
     MASK_ID,
     PERTURBATION_METRICS,
+    PRESET_CASES,
+    run_metric,
     TOKENS,
 )
 
-# The paper presets of each perturbation metric (its default is always checked).
-PRESETS = {
-    "aopc": ["attcat", "normxlogit", "ferret"],
-    "log_odds": ["attcat"],
-    "sufficiency": ["normxlogit", "ferret"],
-    "hiding_revealing": ["decoded"],
-}
 SHARED_ARGUMENTS = (inspect.getdoc(captum_ext.metrics) or "").split(
     ".. _metric-arguments:"
 )[1]
-
-
-def _curve_call(metric, forward, batch, **kwargs):
-    labels = [0, 1, 2, 1, 0][: len(batch["input_ids"])]
-    extra = {"labels": labels} if metric is hiding_revealing else {}
-    return metric(
-        forward,
-        batch["input_ids"],
-        batch["scores"],
-        None,
-        batch["attention_mask"],
-        tokens=TokenOptions(MASK_ID, PAD_ID, special_tokens_mask=batch["special"]),
-        **extra,
-        **kwargs,
-    )
 
 
 def _flat(result):
@@ -64,22 +47,14 @@ def _flat(result):
     return torch.cat([_flat(part) for part in result])
 
 
-@pytest.mark.parametrize(
-    "metric,preset",
-    [
-        (m, p)
-        for m in PERTURBATION_METRICS
-        for p in [None, *PRESETS.get(m.__name__, [])]
-    ],
-)
+@pytest.mark.parametrize("metric,preset", PRESET_CASES)
 @pytest.mark.parametrize("chunk", [1, 2, 3])
 def test_internal_batch_size_equals_unchunked(metric, preset, chunk):
     forward = lively_forward("bert")
     batch = batch_with_scores((12, 4, 10, 16, 11), seed=41)
-    whole = _curve_call(metric, forward, batch, preset=preset)
-    chunked = _curve_call(
-        metric, forward, batch, preset=preset, internal_batch_size=chunk
-    )
+    labels = gold_labels(metric, batch)
+    whole = run_metric(metric, forward, batch, preset=preset, **labels)
+    chunked = run_metric(metric, forward, batch, chunk, preset=preset, **labels)
     torch.testing.assert_close(_flat(chunked), _flat(whole), equal_nan=True)
 
 
@@ -137,6 +112,16 @@ def test_token_options_from_tokenizer():
     assert tokens.special_token_ids == (2, 3, 0, 4)
     with pytest.raises(AttributeError):
         tokens.pad_token_id = 1  # frozen
+
+
+def test_the_tests_preset_table_lists_every_preset():
+    r"""``toys.CURVE_PRESETS``, which the option and perturbation tests run over,
+    names every preset of every perturbation metric, the default first."""
+    listed = {metric.__name__: presets for metric, presets in CURVE_PRESETS.items()}
+    assert set(listed) == set(CurveMetric.__args__)  # type: ignore[attr-defined]
+    for name, presets in listed.items():
+        assert presets[0] is None
+        assert set(presets) == set(_PRESETS[name]), name
 
 
 def test_presets_are_one_typed_table():

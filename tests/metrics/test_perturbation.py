@@ -9,7 +9,6 @@ from captum_ext.metrics import (
     hiding_revealing,
     log_odds,
     PerturbationProtocol,
-    sufficiency,
     TokenOptions,
 )
 
@@ -17,20 +16,14 @@ from tests.helpers import PAD_ID
 from tests.metrics.toys import (
     bag_of_words,
     batch_with_scores,
-    MASK_ID,
+    gold_labels,
+    PERTURBATION_METRICS,
+    PRESET_CASES,
     protocol,
+    run_metric,
     SPECIALS,
     TOKENS,
 )
-
-METRICS = [aopc, log_odds, sufficiency, hiding_revealing]
-PRESETS = {
-    aopc: [None, "attcat", "normxlogit", "ferret"],
-    log_odds: [None, "attcat"],
-    sufficiency: [None, "normxlogit", "ferret"],
-    hiding_revealing: [None, "decoded"],
-}
-CASES = [(metric, preset) for metric in METRICS for preset in PRESETS[metric]]
 
 
 class Recorder:
@@ -45,34 +38,17 @@ class Recorder:
         return self.model(input_ids, attention_mask)
 
 
-def _run(metric, preset, forward, batch, **kwargs):
-    extra = (
-        {"labels": [0] * len(batch["input_ids"])} if metric is hiding_revealing else {}
-    )
-    return metric(
-        forward,
-        batch["input_ids"],
-        batch["scores"],
-        None,
-        (batch["attention_mask"],),
-        preset=preset,
-        tokens=TokenOptions(MASK_ID, PAD_ID, special_tokens_mask=batch["special"]),
-        **extra,
-        **kwargs,
-    )
-
-
 def _result(output):
     return output.hiding if isinstance(output, tuple) and len(output) == 2 else output
 
 
-@pytest.mark.parametrize("metric,preset", CASES)
+@pytest.mark.parametrize("metric,preset", PRESET_CASES)
 @pytest.mark.parametrize("pad_side", ["right", "left"])
 def test_specials_and_padding_never_perturbed(metric, preset, pad_side):
     forward = Recorder()
     batch = batch_with_scores((12, 5, 10, 3), pad_side=pad_side)
     batch["scores"][batch["special"]] = 100.0  # ranked first, yet never touched
-    _run(metric, preset, forward, batch)
+    run_metric(metric, forward, batch, preset=preset, **gold_labels(metric, batch))
     for input_ids, mask, _ in forward.calls:
         for row_ids, row_mask in zip(input_ids, mask):
             attended = row_ids[row_mask.bool()].tolist()
@@ -86,12 +62,13 @@ def test_specials_and_padding_never_perturbed(metric, preset, pad_side):
                 assert bool(row_mask[-1])
 
 
-@pytest.mark.parametrize("metric,preset", CASES)
+@pytest.mark.parametrize("metric,preset", PRESET_CASES)
 @pytest.mark.parametrize("chunk", [None, 1, 5])
 def test_cost_is_levels_plus_one_passes(metric, preset, chunk):
     forward = Recorder()
     batch = batch_with_scores((12, 5, 10, 11, 14, 9, 10), seed=2)
-    result = _result(_run(metric, preset, forward, batch, internal_batch_size=chunk))
+    labels = gold_labels(metric, batch)
+    result = _result(run_metric(metric, forward, batch, chunk, preset=preset, **labels))
     levels = len(result.levels) * (2 if metric is hiding_revealing else 1)
     rows = [len(call[0]) for call in forward.calls]
     assert sum(rows) <= 7 * (levels + 1)
@@ -140,7 +117,7 @@ def test_mask_and_pad_replacement():
     assert int((input_ids == 7).sum()) == 3 and int(mask.sum()) == 5
 
 
-@pytest.mark.parametrize("metric", METRICS)
+@pytest.mark.parametrize("metric", PERTURBATION_METRICS)
 def test_single_token_inputs(metric):
     batch = {
         "input_ids": torch.tensor([[10], [11]]),
@@ -148,7 +125,9 @@ def test_single_token_inputs(metric):
         "scores": torch.tensor([[1.0], [-1.0]]),
         "special": torch.zeros(2, 1, dtype=torch.bool),
     }
-    result = _result(_run(metric, None, Recorder(2), batch))
+    result = _result(
+        run_metric(metric, Recorder(2), batch, **gold_labels(metric, batch))
+    )
     assert torch.isfinite(result.score).all()
 
 

@@ -46,6 +46,7 @@ PAD_INVARIANT_CASES = [
     ("bow", "right"),
     ("bow", "left"),
     ("bert", "right"),
+    ("llama", "right"),
     ("llama", "left"),
 ]
 # Every metric, in the groups of captum_ext.metrics' docstring: faithfulness
@@ -54,6 +55,15 @@ PERTURBATION_METRICS = (aopc, log_odds, sufficiency, hiding_revealing)
 CLASS_METRICS = (kendall_tau, token_overlap)
 PLAUSIBILITY_METRICS = (average_precision, dot_product)
 ALL_METRICS = PERTURBATION_METRICS + CLASS_METRICS + PLAUSIBILITY_METRICS
+# Every preset of each perturbation metric, None (the clean default) first;
+# tests/metrics/test_options.py checks it against the library's preset table.
+CURVE_PRESETS = {
+    aopc: (None, "attcat", "normxlogit", "ferret"),
+    log_odds: (None, "attcat"),
+    sufficiency: (None, "normxlogit", "ferret"),
+    hiding_revealing: (None, "decoded"),
+}
+PRESET_CASES = [(m, p) for m in PERTURBATION_METRICS for p in CURVE_PRESETS[m]]
 
 Result = TypeVar("Result")
 
@@ -222,6 +232,14 @@ def check_reference_loop(
     expected = per_example(forward, batch, labels, curve_fn, score_fn)
     assert_scores(result.score, expected)  # type: ignore[attr-defined]
     return result
+
+
+def gold_labels(metric: Callable[..., Any], batch: Dict[str, Tensor]) -> Dict:
+    r"""``labels`` (classes 0, 1, 2, 0, ... by row) for ``hiding_revealing``, whose
+    ``"decoded"`` preset needs gold labels; nothing for the other metrics."""
+    if metric is not hiding_revealing:
+        return {}
+    return {"labels": [row % 3 for row in range(len(batch["input_ids"]))]}
 
 
 def run_metric(
