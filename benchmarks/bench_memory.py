@@ -24,7 +24,9 @@ loading peak. The forward pass is measured the same way (``torch.no_grad``).
 
 A second table runs the methods whose memory grows with the batch on a batch of
 ``--chunk-batch`` (8) inputs of the same length, unchunked and with
-``internal_batch_size`` 4, 2 and 1: the peak falls with the chunk size.
+``internal_batch_size`` 4, 2 and 1: the peak falls with the chunk size. The
+forward pass of that batch, which has no ``internal_batch_size``, is measured
+once and shown in every column for reference.
 
 Usage::
 
@@ -272,8 +274,12 @@ def _print_chunks(kind: str, threads: int, batch: int, chunks: List[int]) -> Non
     print(f"\nbatch {batch} x {LENGTH} tokens: peak MiB by internal_batch_size")
     header = ["None"] + [str(chunk) for chunk in chunks]
     print(f"{'method':<44} " + " ".join(f"{h:>8}" for h in header))
-    for name in ("forward",) + CHUNKED:
-        sizes: List[Optional[int]] = [None, *chunks]
+    sizes: List[Optional[int]] = [None, *chunks]
+    # The forward pass takes no internal_batch_size: one measurement of this
+    # batch is the reference in every column.
+    forward = _measure("forward", kind, threads, batch)["peak_mib"]
+    print(f"{'forward':<44} " + " ".join(f"{forward:8.1f}" for _ in sizes))
+    for name in CHUNKED:
         peaks = [
             _measure(name, kind, threads, batch, chunk)["peak_mib"] for chunk in sizes
         ]
