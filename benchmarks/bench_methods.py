@@ -61,6 +61,7 @@ from captum_ext.attr import (
     LogAt,
     NormXLogit,
 )
+from captum_ext.evaluation.models import DTYPES
 from torch import nn, Tensor
 
 BATCH = 32
@@ -78,11 +79,6 @@ TARGETS = {
 }
 MIN_SPEEDUP_OVER_IG = 20.0
 MMAP_ENV = "MALLOC_MMAP_THRESHOLD_"
-DTYPES = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
 
 Method = Callable[[Tensor, Tensor, Tensor], object]
 
