@@ -24,7 +24,9 @@ loading peak. The forward pass is measured the same way (``torch.no_grad``).
 
 A second table runs the methods whose memory grows with the batch on a batch of
 ``--chunk-batch`` (8) inputs of the same length, unchunked and with
-``internal_batch_size`` 4, 2 and 1: the peak falls with the chunk size.
+``internal_batch_size`` 4, 2 and 1: the peak falls with the chunk size. The
+forward pass of that batch, which has no ``internal_batch_size``, is measured
+once and shown in every column for reference.
 
 Usage::
 
@@ -36,29 +38,27 @@ Usage::
 import argparse
 import json
 import os
-import re
-import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import torch
-from benchmarks.common import random_minilm
+from benchmarks.common import (
+    attribute_run,
+    Builder,
+    captum_ext_methods,
+    MMAP_ENV,
+    MMAP_THRESHOLD,
+    PeakMemory,
+    random_ids,
+    random_minilm,
+    Run,
+)
 from captum.attr import LayerIntegratedGradients
 from captum_ext import classifier_forward, get_adapter
 from captum_ext._utils.cache import cache_root, is_complete
-from captum_ext.attr import (
-    AttCAT,
-    CAT,
-    DecodedLayerAttribution,
-    DecodedLayerGradCam,
-    EmbeddingDecoder,
-    GlobEnc,
-    LogAt,
-    NormXLogit,
-)
+from captum_ext.attr import DecodedLayerAttribution, EmbeddingDecoder
 from torch import nn, Tensor
 
 LENGTH = 512
@@ -66,19 +66,7 @@ WARM_UP_LENGTH = 32
 MIDDLE_LAYER = 3  # of MiniLM's 6
 IG_STEPS = 20
 IG_INTERNAL_BATCH = 5
-MMAP_THRESHOLD = 64 * 1024
 DEFAULT_CACHE = "default-sentiment-v1"  # captum_ext.default_models' cache entry
-
-# (input_ids, attention_mask, target) -> anything
-Run = Callable[[Tensor, Tensor, Tensor], object]
-
-
-def _attribute(method: object, chunk: Optional[int] = None, **kwargs: object) -> Run:
-    if chunk is not None:
-        kwargs["internal_batch_size"] = chunk
-    return lambda ids, mask, target: method.attribute(  # type: ignore[attr-defined]
-        ids, target=target, additional_forward_args=(mask,), **kwargs
-    )
 
 
 def _forward(model: nn.Module, _chunk: Optional[int]) -> Run:
@@ -96,7 +84,7 @@ def _decoded_ig(model: nn.Module, chunk: Optional[int]) -> Run:
         model, MIDDLE_LAYER, EmbeddingDecoder(model), LayerIntegratedGradients
     )
     rows = IG_INTERNAL_BATCH if chunk is None else chunk
-    return _attribute(method, n_steps=IG_STEPS, internal_batch_size=rows)
+    return attribute_run(method, rows, n_steps=IG_STEPS)
 
 
 def _captum_ig(model: nn.Module, _chunk: Optional[int]) -> Run:
@@ -104,35 +92,19 @@ def _captum_ig(model: nn.Module, _chunk: Optional[int]) -> Run:
     method = LayerIntegratedGradients(
         classifier_forward(model), get_adapter(model).word_embeddings()
     )
-    return _attribute(method, n_steps=IG_STEPS, internal_batch_size=IG_INTERNAL_BATCH)
-
-
-def _sweep(model: nn.Module, chunk: Optional[int]) -> Run:
-    method = DecodedLayerGradCam(model, MIDDLE_LAYER, EmbeddingDecoder(model))
-    kwargs = {} if chunk is None else {"internal_batch_size": chunk}
-    return lambda ids, mask, target: method.attribute_all_layers(
-        ids, target, mask, **kwargs
-    )
-
-
-Builder = Callable[[nn.Module, Optional[int]], Run]
+    return attribute_run(method, IG_INTERNAL_BATCH, n_steps=IG_STEPS)
 
 
 def method_table() -> Dict[str, Builder]:
     r"""Name -> builder of ``run(input_ids, attention_mask, target)`` from the
     model and an ``internal_batch_size`` (None: unchunked); the first entry is
-    the forward pass the others are compared with. Add a method here."""
+    the forward pass the others are compared with. Add a method here or in
+    :func:`benchmarks.common.captum_ext_methods`."""
+    one_layer = f"DecodedLayerGradCam(l={MIDDLE_LAYER})"
+    methods = captum_ext_methods(MIDDLE_LAYER).items()
     return {
         "forward": _forward,
-        "LogAt": lambda m, c: _attribute(LogAt(m), c),
-        "NormXLogit": lambda m, c: _attribute(NormXLogit(m), c),
-        "CAT": lambda m, c: _attribute(CAT(m), c),
-        "AttCAT": lambda m, c: _attribute(AttCAT(m), c),
-        "GlobEnc": lambda m, c: _attribute(GlobEnc(m), c),
-        f"DecodedLayerGradCam(l={MIDDLE_LAYER})": lambda m, c: _attribute(
-            DecodedLayerGradCam(m, MIDDLE_LAYER, EmbeddingDecoder(m)), c
-        ),
-        "DecodedLayerGradCam(all layers)": _sweep,
+        **{one_layer if n == "DecodedLayerGradCam" else n: b for n, b in methods},
         f"DecodedLayerAttribution(LIG {IG_STEPS}/{IG_INTERNAL_BATCH})": _decoded_ig,
         f"Captum LayerIntegratedGradients({IG_STEPS}/{IG_INTERNAL_BATCH})": _captum_ig,
     }
@@ -157,68 +129,6 @@ def _load(kind: str) -> nn.Module:
     return load_default_model("sentiment")[0]
 
 
-def _inputs(model: nn.Module, batch: int, length: int) -> Tuple[Tensor, Tensor]:
-    config: Any = model.config
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, config.vocab_size, (batch, length), generator=generator)
-    ids[:, 0], ids[:, -1] = config.cls_token_id, config.sep_token_id
-    return ids, torch.ones_like(ids)
-
-
-def _status_kib(field: str) -> int:
-    text = Path("/proc/self/status").read_text()
-    match = re.search(rf"^{field}:\s+(\d+) kB", text, re.MULTILINE)
-    if match is None:
-        raise OSError(f"no {field} in /proc/self/status")
-    return int(match.group(1))
-
-
-def _reset_peak() -> bool:
-    r"""Resets ``VmHWM`` to the current RSS; False where that is not possible."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
-
-
-def _peak_kib(exact: bool) -> int:
-    if exact:
-        return _status_kib("VmHWM")
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-
-
-class PeakMemory:
-    r"""Peak memory of a ``with`` block above what was in use when it began, in
-    MiB (``.mib``): ``torch.cuda.max_memory_allocated`` on CUDA, the peak RSS
-    (``VmHWM``, reset through ``/proc/self/clear_refs``) on the CPU. ``.exact``
-    is False where the RSS peak could not be reset (then ``ru_maxrss``)."""
-
-    def __init__(self, device: str = "cpu") -> None:
-        self.cuda = device.startswith("cuda")
-        self.mib = 0.0
-        self.exact = True
-        self._before = 0
-
-    def __enter__(self) -> "PeakMemory":
-        if self.cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            self._before = torch.cuda.memory_allocated()
-        else:
-            self.exact = _reset_peak()
-            self._before = _status_kib("VmRSS") * 1024
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
-            peak = torch.cuda.max_memory_allocated()
-        else:
-            peak = _peak_kib(self.exact) * 1024
-        self.mib = (peak - self._before) / 2**20
-
-
 def worker(
     name: str, kind: str, threads: int, batch: int, chunk: Optional[int]
 ) -> Dict[str, float]:
@@ -226,10 +136,11 @@ def worker(
     torch.set_num_threads(threads)
     model = _load(kind)
     run = method_table()[name](model, chunk)
-    ids, mask = _inputs(model, batch, LENGTH)
+    ids = random_ids(model, batch, LENGTH)
+    mask = torch.ones_like(ids)
     target = torch.zeros(batch, dtype=torch.long)  # the cost does not depend on it
-    short_ids, short_mask = _inputs(model, batch, WARM_UP_LENGTH)
-    run(short_ids, short_mask, target)
+    short_ids = random_ids(model, batch, WARM_UP_LENGTH)
+    run(short_ids, torch.ones_like(short_ids), target)
     start = time.perf_counter()
     with PeakMemory() as peak:
         run(ids, mask, target)
@@ -248,10 +159,7 @@ def _measure(
     command = [sys.executable, "-m", "benchmarks.bench_memory", "--worker", name]
     command += ["--model", kind, "--threads", str(threads), "--batch", str(batch)]
     command += [] if chunk is None else ["--chunk", str(chunk)]
-    # A fixed mmap threshold: glibc serves every large block with mmap and unmaps
-    # it when freed, so RSS follows the live tensors instead of keeping freed
-    # heap pages that the next allocation reuses unseen.
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD)}
+    env = {**os.environ, MMAP_ENV: str(MMAP_THRESHOLD)}  # see benchmarks.common
     done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -272,8 +180,12 @@ def _print_chunks(kind: str, threads: int, batch: int, chunks: List[int]) -> Non
     print(f"\nbatch {batch} x {LENGTH} tokens: peak MiB by internal_batch_size")
     header = ["None"] + [str(chunk) for chunk in chunks]
     print(f"{'method':<44} " + " ".join(f"{h:>8}" for h in header))
-    for name in ("forward",) + CHUNKED:
-        sizes: List[Optional[int]] = [None, *chunks]
+    sizes: List[Optional[int]] = [None, *chunks]
+    # The forward pass takes no internal_batch_size: one measurement of this
+    # batch is the reference in every column.
+    forward = _measure("forward", kind, threads, batch)["peak_mib"]
+    print(f"{'forward':<44} " + " ".join(f"{forward:8.1f}" for _ in sizes))
+    for name in CHUNKED:
         peaks = [
             _measure(name, kind, threads, batch, chunk)["peak_mib"] for chunk in sizes
         ]

@@ -16,7 +16,7 @@ callable ``(input_ids, attention_mask, target) -> scores``) is timed and each
 time divided by one plain forward pass (``torch.no_grad``) measured in the same
 run; its peak memory above what was in use before the call
 (``torch.cuda.max_memory_allocated`` on CUDA, the peak RSS on the CPU, see
-:class:`benchmarks.bench_memory.PeakMemory`; in one process, so the CPU figures
+:class:`benchmarks.common.PeakMemory`; in one process, so the CPU figures
 are indicative: ``bench_memory`` measures each method in a fresh process) is
 divided by the forward's. Each method runs unchunked and with
 ``internal_batch_size`` (``--internal-batch-size``, default a quarter of the
@@ -48,19 +48,18 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import transformers
-from benchmarks.bench_memory import MMAP_THRESHOLD, PeakMemory
-from benchmarks.common import random_minilm
+from benchmarks.common import (
+    captum_ext_methods,
+    MMAP_ENV,
+    MMAP_THRESHOLD,
+    PeakMemory,
+    random_ids,
+    random_minilm,
+    Run,
+)
 from captum.attr import LayerIntegratedGradients
 from captum_ext import classifier_forward, get_adapter, UnsupportedModelError
-from captum_ext.attr import (
-    AttCAT,
-    CAT,
-    DecodedLayerGradCam,
-    EmbeddingDecoder,
-    GlobEnc,
-    LogAt,
-    NormXLogit,
-)
+from captum_ext.evaluation.models import DTYPES
 from torch import nn, Tensor
 
 BATCH = 32
@@ -77,14 +76,17 @@ TARGETS = {
     "DecodedGradCam all layers": 4.0,
 }
 MIN_SPEEDUP_OVER_IG = 20.0
-MMAP_ENV = "MALLOC_MMAP_THRESHOLD_"
-DTYPES = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
+# The rows, in order: the label printed (TARGETS' keys) -> the method's name in
+# benchmarks.common.captum_ext_methods
+ROWS = {
+    "NormXLogit": "NormXLogit",
+    "LogAt": "LogAt",
+    "AttCAT": "AttCAT",
+    "CAT": "CAT",
+    "DecodedGradCam one layer": "DecodedLayerGradCam",
+    "DecodedGradCam all layers": "DecodedLayerGradCam(all layers)",
+    "GlobEnc": "GlobEnc",
 }
-
-Method = Callable[[Tensor, Tensor, Tensor], object]
 
 
 _ENCODER_BASE = dict(
@@ -122,42 +124,23 @@ _SHAPE_CONFIGS: Dict[str, Tuple[type, Dict[str, Any]]] = {
 SHAPES = ("default", *_SHAPE_CONFIGS)
 
 
-def method_table(model: nn.Module, chunk: Optional[int] = None) -> Dict[str, Method]:
-    r"""Name -> ``run(input_ids, attention_mask, target)`` with
-    ``internal_batch_size=chunk``; add a method here. GlobEnc is left out of
+def method_table(model: nn.Module, chunk: Optional[int] = None) -> Dict[str, Run]:
+    r"""Label -> ``run(input_ids, attention_mask, target)`` with
+    ``internal_batch_size=chunk``; add a method to :data:`ROWS` (and
+    :func:`benchmarks.common.captum_ext_methods`). GlobEnc is left out of
     models it does not support."""
-    options = {} if chunk is None else {"internal_batch_size": chunk}
-
-    def captum_ext_method(method: object, entry: str = "attribute") -> Method:
-        call = getattr(method, entry)
-        return lambda ids, mask, target: call(
-            ids, target=target, additional_forward_args=(mask,), **options
-        )
-
-    decoder = EmbeddingDecoder(model)
-    middle = get_adapter(model).num_layers // 2
-    table = {
-        "NormXLogit": captum_ext_method(NormXLogit(model)),
-        "LogAt": captum_ext_method(LogAt(model)),
-        "AttCAT": captum_ext_method(AttCAT(model)),
-        "CAT": captum_ext_method(CAT(model)),
-        "DecodedGradCam one layer": captum_ext_method(
-            DecodedLayerGradCam(model, middle, decoder)
-        ),
-        # The tied-embedding decoder costs what a fitted head costs (the
-        # full-vocabulary softmax at every position and layer dominates).
-        "DecodedGradCam all layers": captum_ext_method(
-            DecodedLayerGradCam(model, 0, decoder), "attribute_all_layers"
-        ),
-    }
-    try:
-        table["GlobEnc"] = captum_ext_method(GlobEnc(model))
-    except UnsupportedModelError:
-        pass
+    methods = captum_ext_methods()
+    table = {}
+    for label, name in ROWS.items():
+        try:
+            table[label] = methods[name](model, chunk)
+        except UnsupportedModelError:
+            if name != "GlobEnc":
+                raise
     return table
 
 
-def _integrated_gradients(model: nn.Module, chunked: bool = True) -> Method:
+def _integrated_gradients(model: nn.Module, chunked: bool = True) -> Run:
     r"""Captum's LayerIntegratedGradients on the word embeddings; ``chunked``:
     ``internal_batch_size`` = the batch (one batch of rows per pass)."""
     adapter = get_adapter(model)
@@ -222,23 +205,6 @@ def _real_text_ids(tokenizer: object) -> Tensor:
     return torch.tensor(rows)
 
 
-def _random_ids(model: nn.Module, batch: int, length: int) -> Tensor:
-    r"""Random ids ``[batch, length]``, framed by the config's [CLS]/[SEP] (or
-    <s>/</s>) where it has them."""
-    config: Any = model.config
-    generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(1000, config.vocab_size, (batch, length), generator=generator)
-    first = getattr(config, "cls_token_id", None) or getattr(
-        config, "bos_token_id", None
-    )
-    last = getattr(config, "sep_token_id", None) or getattr(
-        config, "eos_token_id", None
-    )
-    if first is not None and last is not None:
-        ids[:, 0], ids[:, -1] = first, last
-    return ids
-
-
 def _default_model() -> Tuple[nn.Module, Tensor]:
     from captum_ext.default_models import load_default_model
 
@@ -247,14 +213,14 @@ def _default_model() -> Tuple[nn.Module, Tensor]:
         ids = _real_text_ids(tokenizer)
     except Exception as error:  # no data: the cost does not depend on the text
         print(f"real text unavailable ({error}); using random ids")
-        ids = _random_ids(model, BATCH, LENGTH)
+        ids = random_ids(model, BATCH, LENGTH)
     return model, ids
 
 
 def _tiny_model() -> Tuple[nn.Module, Tensor]:
     r"""The default model's architecture (all-MiniLM-L6-v2) with random weights."""
     model = random_minilm()
-    return model, _random_ids(model, BATCH, LENGTH)
+    return model, random_ids(model, BATCH, LENGTH)
 
 
 def _shape_model(
@@ -268,7 +234,7 @@ def _shape_model(
         model = transformers.AutoModelForSequenceClassification.from_config(
             config_class(**arguments), attn_implementation="eager", dtype=dtype
         )
-    return model.eval(), _random_ids(model, batch, length)
+    return model.eval(), random_ids(model, batch, length)
 
 
 def _load(args: argparse.Namespace, dtype: torch.dtype) -> Tuple[nn.Module, Tensor]:
@@ -304,7 +270,7 @@ def _row(name: str, seconds: float, ratio: float, mib: float, base_mib: float) -
     )
 
 
-def _runs(model: nn.Module, chunk: int, device: str) -> List[Tuple[str, Method, bool]]:
+def _runs(model: nn.Module, chunk: int, device: str) -> List[Tuple[str, Run, bool]]:
     r"""(name, run, single run?) of every row: each method unchunked and with
     ``internal_batch_size``, then Integrated Gradients."""
     rows = [(name, run, False) for name, run in method_table(model).items()]
@@ -333,7 +299,7 @@ def main() -> None:
     args = parser.parse_args()
     if not args.device.startswith("cuda") and MMAP_ENV not in os.environ:
         # glibc reads the threshold at start-up only: run again with it set, so
-        # that freed tensors leave the RSS (see benchmarks.bench_memory).
+        # that freed tensors leave the RSS (see benchmarks.common.MMAP_ENV).
         environment = {**os.environ, MMAP_ENV: str(MMAP_THRESHOLD)}
         command = [sys.executable, "-m", "benchmarks.bench_methods", *sys.argv[1:]]
         os.execve(sys.executable, command, environment)

@@ -25,6 +25,7 @@ import argparse
 import statistics
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
@@ -67,13 +68,10 @@ def _ratio(
     return statistics.median(seconds), statistics.median(ratios)
 
 
-def _causal_model(tokenizer: Any) -> torch.nn.Module:
-    r"""A random-init Llama classifier with the default model's sizes."""
-    from captum_ext.default_models import base_model_path
-
-    encoder = transformers.AutoConfig.from_pretrained(
-        base_model_path(), local_files_only=True
-    )
+def _causal_model(path: Path, tokenizer: Any) -> torch.nn.Module:
+    r"""A random-init Llama classifier with the sizes of the encoder at ``path``
+    (the default model's)."""
+    encoder = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
     sizes = {name: getattr(encoder, name) for name in _SIZES}
     config = transformers.LlamaConfig(**sizes, pad_token_id=tokenizer.pad_token_id)
     config.num_labels = 2
@@ -86,20 +84,21 @@ def _causal_model(tokenizer: Any) -> torch.nn.Module:
 def _model(untrained: bool, causal: bool) -> Tuple[torch.nn.Module, Any]:
     from captum_ext.default_models import base_model_path, load_default_model
 
-    if causal:
-        tokenizer = load_default_model("sentiment")[1]
-        tokenizer.padding_side = "left"
-        return _causal_model(tokenizer), tokenizer
-    if not untrained:
+    if not (untrained or causal):
         return load_default_model("sentiment")
+    # The base encoder's tokenizer is the default model's (fine-tuning saves it
+    # unchanged), without fine-tuning the default model on a first run.
+    path = base_model_path()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    if causal:
+        tokenizer.padding_side = "left"
+        return _causal_model(path, tokenizer), tokenizer
     # The same encoder, tokenizer and cost, with a new (untrained) head; the
     # report about that head's missing weights is expected, so it is silenced.
     transformers.logging.set_verbosity_error()
-    path = base_model_path()
     model = transformers.AutoModelForSequenceClassification.from_pretrained(
         path, num_labels=2, attn_implementation="eager", local_files_only=True
     )
-    tokenizer = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
     return model.eval(), tokenizer
 
 

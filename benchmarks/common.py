@@ -1,16 +1,41 @@
 #!/usr/bin/env python3
 r"""Pieces the benchmark scripts share: the default model's architecture with
-random weights, tokenised text batches, and gradient x activation at the
-embedding output (the reference saliency of GlobEnc's protocol and the paper's
-layer-0 Grad-CAM)."""
+random weights, random and tokenised batches, captum_ext's methods as
+``run(input_ids, attention_mask, target)`` callables, peak memory of a block,
+and gradient x activation at the embedding output (the reference saliency of
+GlobEnc's protocol and the paper's layer-0 Grad-CAM)."""
 
-from typing import Sequence, Tuple
+import re
+import resource
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 import transformers
 from captum.attr import LayerGradientXActivation
 from captum_ext import classifier_forward, get_adapter
+from captum_ext.attr import (
+    AttCAT,
+    CAT,
+    DecodedLayerGradCam,
+    EmbeddingDecoder,
+    GlobEnc,
+    LogAt,
+    NormXLogit,
+)
 from torch import nn, Tensor
+
+# glibc's fixed mmap threshold for CPU memory runs: every large block is served
+# with mmap and unmapped when freed, so the RSS follows the live tensors instead
+# of keeping freed heap pages that the next allocation reuses unseen. glibc reads
+# it at start-up only: set it in the environment of a new process.
+MMAP_ENV = "MALLOC_MMAP_THRESHOLD_"
+MMAP_THRESHOLD = 64 * 1024
+
+# (input_ids, attention_mask, target) -> anything
+Run = Callable[[Tensor, Tensor, Tensor], object]
+# (model, internal_batch_size or None for the whole batch) -> Run
+Builder = Callable[[nn.Module, Optional[int]], Run]
 
 
 def random_minilm() -> nn.Module:
@@ -32,6 +57,23 @@ def random_minilm() -> nn.Module:
     return transformers.AutoModelForSequenceClassification.from_config(
         config, attn_implementation="eager"
     ).eval()
+
+
+def random_ids(model: nn.Module, batch: int, length: int) -> Tensor:
+    r"""Random ids ``[batch, length]`` (seeded, from id 1000 up), framed by the
+    config's [CLS]/[SEP] (or <s>/</s>) where it has them."""
+    config: Any = model.config
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, config.vocab_size, (batch, length), generator=generator)
+    first = getattr(config, "cls_token_id", None) or getattr(
+        config, "bos_token_id", None
+    )
+    last = getattr(config, "sep_token_id", None) or getattr(
+        config, "eos_token_id", None
+    )
+    if first is not None and last is not None:
+        ids[:, 0], ids[:, -1] = first, last
+    return ids
 
 
 def encode(
@@ -62,3 +104,101 @@ def embedding_grad_x_activation(
         input_ids, target=target, additional_forward_args=(mask,)
     )
     return attribution.detach()
+
+
+def attribute_run(
+    method: object,
+    chunk: Optional[int] = None,
+    entry: str = "attribute",
+    **kwargs: object,
+) -> Run:
+    r"""``method.<entry>`` as a :data:`Run`, with ``internal_batch_size=chunk``
+    (None, the methods' default: the whole batch at once) and ``kwargs``."""
+    call = getattr(method, entry)
+    return lambda ids, mask, target: call(
+        ids,
+        target=target,
+        additional_forward_args=(mask,),
+        internal_batch_size=chunk,
+        **kwargs,
+    )
+
+
+def captum_ext_methods(layer: Optional[int] = None) -> Dict[str, Builder]:
+    r"""captum_ext's methods, name -> :data:`Builder`: the classes' names, and
+    ``"DecodedLayerGradCam(all layers)"`` for its sweep over every layer.
+    ``layer``: DecodedLayerGradCam's layer; None: the model's middle one
+    (``num_layers // 2``). GlobEnc's builder raises
+    :class:`~captum_ext.UnsupportedModelError` on models it does not support."""
+
+    def grad_cam(model: nn.Module) -> DecodedLayerGradCam:
+        at = get_adapter(model).num_layers // 2 if layer is None else layer
+        return DecodedLayerGradCam(model, at, EmbeddingDecoder(model))
+
+    return {
+        "LogAt": lambda m, c: attribute_run(LogAt(m), c),
+        "NormXLogit": lambda m, c: attribute_run(NormXLogit(m), c),
+        "CAT": lambda m, c: attribute_run(CAT(m), c),
+        "AttCAT": lambda m, c: attribute_run(AttCAT(m), c),
+        "GlobEnc": lambda m, c: attribute_run(GlobEnc(m), c),
+        "DecodedLayerGradCam": lambda m, c: attribute_run(grad_cam(m), c),
+        # The tied-embedding decoder costs what a fitted head costs (the
+        # full-vocabulary softmax at every position and layer dominates).
+        "DecodedLayerGradCam(all layers)": lambda m, c: attribute_run(
+            grad_cam(m), c, "attribute_all_layers"
+        ),
+    }
+
+
+def _status_kib(field: str) -> int:
+    text = Path("/proc/self/status").read_text()
+    match = re.search(rf"^{field}:\s+(\d+) kB", text, re.MULTILINE)
+    if match is None:
+        raise OSError(f"no {field} in /proc/self/status")
+    return int(match.group(1))
+
+
+def _reset_peak() -> bool:
+    r"""Resets ``VmHWM`` to the current RSS; False where that is not possible."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _peak_kib(exact: bool) -> int:
+    if exact:
+        return _status_kib("VmHWM")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+
+
+class PeakMemory:
+    r"""Peak memory of a ``with`` block above what was in use when it began, in
+    MiB (``.mib``): ``torch.cuda.max_memory_allocated`` on CUDA, the peak RSS
+    (``VmHWM``, reset through ``/proc/self/clear_refs``) on the CPU. ``.exact``
+    is False where the RSS peak could not be reset (then ``ru_maxrss``)."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.cuda = device.startswith("cuda")
+        self.mib = 0.0
+        self.exact = True
+        self._before = 0
+
+    def __enter__(self) -> "PeakMemory":
+        if self.cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self._before = torch.cuda.memory_allocated()
+        else:
+            self.exact = _reset_peak()
+            self._before = _status_kib("VmRSS") * 1024
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated()
+        else:
+            peak = _peak_kib(self.exact) * 1024
+        self.mib = (peak - self._before) / 2**20
