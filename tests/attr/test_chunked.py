@@ -59,8 +59,8 @@ def test_chunks_run_in_eval_semantics_and_the_mode_comes_back():
     model = nn.Sequential(nn.Dropout()).train()
 
     def mode_of_model(batch, target):
-        training = float(model[0].training)
-        return batch.input_ids.float() * 0 + training, torch.zeros(len(batch.input_ids), 2)
+        scores = torch.full(batch.input_ids.shape, float(model[0].training))
+        return scores, torch.zeros(len(scores), 2)
 
     with pytest.warns(UserWarning, match="training mode"):
         scores = attribute_in_chunks(model, _batch(), None, 2, mode_of_model, "Mode")
