@@ -89,6 +89,38 @@ def tiny_masked_lm(family: str, seed: int = 0) -> nn.Module:
     return model.eval()
 
 
+def tiny_causal_lm(
+    family: str,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "eager",
+) -> nn.Module:
+    r"""A random-init ``*ForCausalLM`` model (``family`` in :data:`CAUSAL_FAMILIES`)
+    in eval mode."""
+    torch.manual_seed(seed)
+    model = transformers.AutoModelForCausalLM.from_config(
+        _config(family, 2), attn_implementation=attn_implementation
+    )
+    return model.to(dtype).eval()
+
+
+def continuation_batch(
+    prompt_lengths: Tuple[int, ...] = (5, 3, 7),
+    target_lengths: Tuple[int, ...] = (3, 1, 2),
+    seed: int = 0,
+) -> Dict[str, Tensor]:
+    r"""Left-padded random prompts (``input_ids``, ``attention_mask``) and their
+    continuations ``target`` ``[batch, T]``, right-padded with -100."""
+    prompts = token_batch(prompt_lengths, pad_side="left", seed=seed, causal=True)
+    generator = torch.Generator().manual_seed(seed + 1)
+    target = torch.full((len(target_lengths), max(target_lengths)), -100)
+    for row, length in enumerate(target_lengths):
+        target[row, :length] = torch.randint(
+            FIRST_CONTENT_ID, VOCAB, (length,), generator=generator
+        )
+    return dict(prompts, target=target)
+
+
 def token_batch(
     lengths: Tuple[int, ...] = (7, 4, 9),
     pad_side: str = "right",
