@@ -77,8 +77,8 @@ class TeacherForcedBatch:
     def target_log_probs(
         self, logits: Tensor, contrast: Optional[Tensor] = None
     ) -> Tensor:
-        r"""``[batch, T]`` ``log p(y_t | prompt, y_<t)`` (float32 or wider) from the logits
-        of :meth:`model_inputs` (``[batch, P + T - 1, vocab]``); with
+        r"""``[batch, T]`` ``log p(y_t | prompt, y_<t)`` (float32 or wider) from
+        the logits of :meth:`model_inputs` (``[batch, P + T - 1, vocab]``); with
         ``contrast`` (foil ids ``[batch, T]``), ``log p(y_t) - log p(y'_t)``.
         Zero where a row has no target."""
         # [batch, T, vocab]: only the predicting positions are normalised, in
