@@ -61,7 +61,7 @@ class EmbeddingDecoder(nn.Module):
         width = self.weight.shape[1]
         if width != adapter.hidden_size:
             raise UnsupportedModelError(
-                f"{adapter.family}: word embeddings have size {width} but hidden "
+                f"{adapter.family_name}: word embeddings have size {width} but hidden "
                 f"states {adapter.hidden_size}, so h @ E^T is undefined; use the "
                 "MLM head or a fitted decoder (load_fitted_decoder)"
             )

@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+r"""The family table: everything captum_ext knows about each architecture family,
+one keyword-built :class:`_Family` record per family, registered for its
+``config.model_type`` values (never recognised by ``isinstance`` on a model
+class), with the heads applied to every position and the module lookups that read
+a record."""
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+from torch import nn, Tensor
+
+from captum_ext.adapters.errors import UnsupportedModelError
+from captum_ext.adapters.wrappers import _effective_layer, _typed
+
+
+@dataclass(frozen=True)
+class BlockParts:
+    r"""Modules of one post-LN encoder block used by norm-based decompositions.
+
+    ``value`` maps ``[batch, pos, d_model] -> [batch, pos, heads * head_dim]``
+    (bias included; a LoRA-wrapped projection stays wrapped, since only its output
+    is used); ``attention_output`` is the projection after the heads (``W_O``,
+    ``b_O``), whose weight is read; ``layernorm1`` follows attention + residual,
+    ``layernorm2`` follows feed-forward + residual.
+    """
+
+    value: nn.Module
+    attention_output: nn.Linear
+    layernorm1: nn.LayerNorm
+    layernorm2: nn.LayerNorm
+
+
+@dataclass(frozen=True, kw_only=True)
+class _PartPaths:
+    r"""Paths of :class:`BlockParts` inside one block."""
+
+    value: str
+    attention_output: str
+    layernorm1: str
+    layernorm2: str
+
+
+# A classification head on every position: (model, [batch, pos, d]) -> [b, pos, C].
+_Head = Callable[[nn.Module, Tensor], Tensor]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Family:
+    r"""Everything captum_ext knows about one architecture family.
+
+    Module paths are relative to ``model.base_model`` unless said otherwise.
+    """
+
+    name: str
+    embedding_output: Tuple[str, ...]  # hidden_states[0]; first path that exists
+    blocks: Optional[str]  # None: weights shared across layers (ALBERT)
+    final_output: Optional[str] = None  # hidden_states[L] if not the last block
+    parts: Optional[_PartPaths] = None  # post-LN encoders only (GlobEnc)
+    head: _Head
+    classifier: str = "classifier"  # the head's attribute on the full model
+    causal: bool = False  # classifies from the last non-pad token
+    # Position ids start at pad_token_id + 1 (RoBERTa), so that many embeddings
+    # are never used by a token.
+    positions_after_pad: bool = False
+    # Pass position_ids = cumsum(attention_mask) - 1, so left padding does not
+    # shift absolute positions (as Hugging Face's generate() does).
+    position_ids_from_mask: bool = False
+    # Without special ids in the config: the tokenizer wraps every sequence in a
+    # special first and last token ([CLS] ... [SEP]).
+    framed_by_specials: bool = False
+    mlm_head_paths: Tuple[str, ...] = ()  # on the full model
+    mlm_head_builders: Tuple[Callable[[nn.Module], nn.Module], ...] = ()
+
+
+def _module(root: nn.Module, path: str) -> nn.Module:
+    r"""``root.a.b.0.c`` for ``path = "a.b.0.c"``; AttributeError if absent."""
+    return root.get_submodule(path)
+
+
+def _first_token_head(head: nn.Module, hidden: Tensor) -> Tensor:
+    r"""Applies a head that reads position 0 (``x[:, 0]``) to every position.
+
+    Every position becomes its own length-1 sequence, so the head's own code runs
+    unchanged: ``[batch, pos, d_model] -> [batch, pos, out]``.
+    """
+    batch, pos, d_model = hidden.shape
+    out = head(hidden.reshape(batch * pos, 1, d_model))
+    return out.reshape(batch, pos, -1)
+
+
+# Heads on every position, one per family. Dropout is left out: attributions are
+# computed in eval semantics, where dropout is the identity.
+def _bert_head(model: nn.Module, hidden: Tensor) -> Tensor:
+    pooled = _first_token_head(_module(model, "bert.pooler"), hidden)
+    return _module(model, "classifier")(pooled)
+
+
+def _classification_head(model: nn.Module, hidden: Tensor) -> Tensor:
+    # RobertaClassificationHead / ElectraClassificationHead read features[:, 0, :].
+    return _first_token_head(_module(model, "classifier"), hidden)
+
+
+def _albert_head(model: nn.Module, hidden: Tensor) -> Tensor:
+    pooler = nn.Sequential(
+        _module(model, "albert.pooler"), _module(model, "albert.pooler_activation")
+    )
+    return _module(model, "classifier")(pooler(hidden))
+
+
+def _deberta_head(model: nn.Module, hidden: Tensor) -> Tensor:
+    pooled = _first_token_head(_module(model, "pooler"), hidden)
+    return _module(model, "classifier")(pooled)
+
+
+def _distilbert_head(model: nn.Module, hidden: Tensor) -> Tensor:
+    pre_classifier = _module(model, "pre_classifier")
+    return _module(model, "classifier")(torch.relu(pre_classifier(hidden)))
+
+
+def _score_head(model: nn.Module, hidden: Tensor) -> Tensor:
+    return _module(model, "score")(hidden)
+
+
+# Masked-LM heads of the *ForMaskedLM classes (hidden -> vocabulary logits).
+def _distilbert_mlm_head(model: nn.Module) -> nn.Module:
+    names = ("vocab_transform", "activation", "vocab_layer_norm", "vocab_projector")
+    return nn.Sequential(*(_module(model, name) for name in names))
+
+
+def _electra_mlm_head(model: nn.Module) -> nn.Module:
+    names = ("generator_predictions", "generator_lm_head")
+    return nn.Sequential(*(_module(model, name) for name in names))
+
+
+_BERT_PARTS = _PartPaths(
+    value="attention.self.value",
+    attention_output="attention.output.dense",
+    layernorm1="attention.output.LayerNorm",
+    layernorm2="output.LayerNorm",
+)
+
+_FAMILIES: Dict[str, _Family] = {}
+
+
+def _register(family: _Family, *model_types: str) -> None:
+    for model_type in model_types:
+        _FAMILIES[model_type] = family
+
+
+_BERT = _Family(
+    name="bert",
+    embedding_output=("embeddings",),
+    blocks="encoder.layer",
+    parts=_BERT_PARTS,
+    head=_bert_head,
+    framed_by_specials=True,
+    mlm_head_paths=("cls",),
+)
+_register(_BERT, "bert")
+# BERT's layout with another head and positions that start after the pad id.
+_register(
+    replace(
+        _BERT,
+        name="roberta",
+        head=_classification_head,
+        positions_after_pad=True,
+        mlm_head_paths=("lm_head",),
+    ),
+    "roberta",
+    "xlm-roberta",
+    "camembert",
+)
+_register(
+    _Family(
+        name="electra",
+        embedding_output=("embeddings_project", "embeddings"),
+        blocks="encoder.layer",
+        parts=_BERT_PARTS,
+        head=_classification_head,
+        framed_by_specials=True,
+        mlm_head_builders=(_electra_mlm_head,),
+    ),
+    "electra",
+)
+_register(
+    _Family(
+        name="distilbert",
+        embedding_output=("embeddings",),
+        blocks="transformer.layer",
+        parts=_PartPaths(
+            value="attention.v_lin",
+            attention_output="attention.out_lin",
+            layernorm1="sa_layer_norm",
+            layernorm2="output_layer_norm",
+        ),
+        head=_distilbert_head,
+        framed_by_specials=True,
+        mlm_head_builders=(_distilbert_mlm_head,),
+    ),
+    "distilbert",
+)
+_register(
+    _Family(
+        name="albert",
+        embedding_output=("encoder.embedding_hidden_mapping_in",),
+        blocks=None,
+        head=_albert_head,
+        framed_by_specials=True,
+        mlm_head_paths=("predictions",),
+    ),
+    "albert",
+)
+_register(
+    _Family(
+        name="deberta-v2",
+        embedding_output=("embeddings",),
+        blocks="encoder.layer",
+        head=_deberta_head,
+        framed_by_specials=True,
+        mlm_head_paths=("cls", "lm_predictions"),
+    ),
+    "deberta-v2",
+)
+_GPT2 = _Family(
+    name="gpt2",
+    embedding_output=("drop",),
+    blocks="h",
+    final_output="ln_f",
+    head=_score_head,
+    classifier="score",
+    causal=True,
+    position_ids_from_mask=True,
+)
+_register(_GPT2, "gpt2")
+# The same decoder-only classifier, under other module names.
+_register(
+    replace(
+        _GPT2,
+        name="llama",
+        embedding_output=("embed_tokens",),
+        blocks="layers",
+        final_output="norm",
+    ),
+    "llama",
+    "mistral",
+    "qwen2",
+)
+
+
+def supported_families() -> List[str]:
+    r"""The ``config.model_type`` values that have an adapter."""
+    return sorted(_FAMILIES)
+
+
+def _blocks(base_model: nn.Module, family: _Family) -> List[nn.Module]:
+    if family.blocks is None:
+        raise UnsupportedModelError(
+            f"{family.name}: blocks share their weights across layers, so no single "
+            "module holds one layer; this method needs one module per layer."
+        )
+    return list(_module(base_model, family.blocks).children())
+
+
+def _embedding_output(base_model: nn.Module, family: _Family) -> nn.Module:
+    for path in family.embedding_output:
+        try:
+            return _module(base_model, path)
+        except AttributeError:
+            continue
+    raise UnsupportedModelError(
+        f"{family.name}: none of {family.embedding_output} exists on the base "
+        "model; cannot locate the embedding output"
+    )
+
+
+def _part_paths(family: _Family) -> _PartPaths:
+    if family.parts is None:
+        raise UnsupportedModelError(
+            f"{family.name} is not a post-LayerNorm encoder with separate "
+            "value/output projections and two LayerNorms per block, so the "
+            "norm-based decomposition is not defined for it; supported: "
+            + ", ".join(sorted(k for k, f in _FAMILIES.items() if f.parts))
+        )
+    return family.parts
+
+
+def _block_parts(block: nn.Module, paths: _PartPaths, what: str) -> BlockParts:
+    def part(path: str, kind: type) -> Any:
+        name = f"{what}'s {path}"
+        return _typed(_effective_layer(_module(block, path), name), kind, name)
+
+    return BlockParts(
+        value=_module(block, paths.value),
+        attention_output=part(paths.attention_output, nn.Linear),
+        layernorm1=part(paths.layernorm1, nn.LayerNorm),
+        layernorm2=part(paths.layernorm2, nn.LayerNorm),
+    )
+
+
+def _find_mlm_head(model: nn.Module, family: _Family) -> Optional[nn.Module]:
+    for path in family.mlm_head_paths:
+        if hasattr(model, path):
+            return _module(model, path)
+    for build in family.mlm_head_builders:
+        try:
+            return build(model)
+        except AttributeError:
+            continue
+    return None
+
+
+def _require_classifier(model: nn.Module, family: _Family) -> None:
+    r"""A masked-LM or a bare ``*Model`` has no classification head."""
+    if not hasattr(model, family.classifier):
+        raise UnsupportedModelError(
+            f"{type(model).__name__} has no sequence-classification head; "
+            "load it with AutoModelForSequenceClassification"
+        )
