@@ -52,10 +52,22 @@ _FAMILY_CONFIGS: Dict[str, Tuple[Type[transformers.PretrainedConfig], dict]] = {
         dict(intermediate_size=37, num_key_value_heads=2, **_CAUSAL_SPECIALS),
     ),
 }
+# Llama-style families that share Llama's module names (causal-LM adapter tests).
+_LLAMA_STYLE = dict(
+    intermediate_size=37, num_key_value_heads=2, head_dim=8, **_CAUSAL_SPECIALS
+)
+_FAMILY_CONFIGS.update(
+    mistral=(transformers.MistralConfig, _LLAMA_STYLE),
+    qwen2=(transformers.Qwen2Config, _LLAMA_STYLE),
+    qwen3=(transformers.Qwen3Config, _LLAMA_STYLE),
+    gemma=(transformers.GemmaConfig, _LLAMA_STYLE),
+)
 
 ENCODER_FAMILIES = ("bert", "roberta", "electra", "distilbert", "albert", "deberta-v2")
 CAUSAL_FAMILIES = ("gpt2", "llama")
 ALL_FAMILIES = ENCODER_FAMILIES + CAUSAL_FAMILIES
+# Every causal-LM family of the adapters (the method tests run on CAUSAL_FAMILIES).
+CAUSAL_LM_FAMILIES = CAUSAL_FAMILIES + ("mistral", "qwen2", "qwen3", "gemma")
 # Post-LayerNorm encoders with separate value/output projections (GlobEnc).
 POST_LN_FAMILIES = ("bert", "roberta", "electra", "distilbert")
 

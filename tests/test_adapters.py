@@ -3,6 +3,7 @@ import pytest
 import torch
 from captum_ext import get_adapter, UnsupportedModelError
 from captum_ext._utils.common import parse_token_batch, resolve_target
+from captum_ext._utils.hooks import HookSet
 from captum_ext.adapters import check_head_reproduces, supported_families
 from captum_ext.adapters.families import _Family
 from captum_ext.attr import AttCAT
@@ -10,11 +11,13 @@ from torch import nn
 
 from tests.helpers import (
     ALL_FAMILIES,
+    CAUSAL_LM_FAMILIES,
     CLS_ID,
     is_causal,
     POST_LN_FAMILIES,
     SEP_ID,
     tiny_base_model,
+    tiny_causal_lm,
     tiny_classifier,
     tiny_masked_lm,
     tiny_mean_pool_classifier,
@@ -367,3 +370,52 @@ def test_non_classifiers_are_refused(build, family):
     classifier = get_adapter(tiny_classifier(family))
     logits = classifier.head_on_every_position(hidden)  # [batch, pos, C]
     assert logits.shape == (1, 4, classifier.num_labels)
+
+
+# ------------------------------------------------------ causal LMs
+@pytest.mark.parametrize("family", CAUSAL_LM_FAMILIES)
+def test_causal_lm_head_reproduces_logits(family):
+    model = tiny_causal_lm(family)
+    adapter = get_adapter(model)
+    assert adapter.is_causal_lm and adapter.is_causal
+    batch = token_batch(pad_side="left", causal=True)
+    mask = batch["attention_mask"]
+    kwargs = adapter.tokens.forward_kwargs(mask, None)
+    final_norm = adapter.hidden_state_module(adapter.num_layers)
+    with HookSet() as hooks:
+        embedded = hooks.capture_output(adapter.hidden_state_module(0))
+        normed = hooks.capture_output(final_norm)
+        block_out = hooks.capture_input(final_norm)  # the final norm's input
+        out = model(batch["input_ids"], **kwargs, output_hidden_states=True)
+    torch.testing.assert_close(embedded[0], out.hidden_states[0], atol=0, rtol=0)
+    torch.testing.assert_close(normed[0], out.hidden_states[-1], atol=0, rtol=0)
+    # hidden_states[L] is already normed: only the LM head is applied to it ...
+    last = adapter.lm_head_on_every_position(out.hidden_states[-1], layer=-1)
+    torch.testing.assert_close(last, out.logits, atol=0, rtol=0)
+    # ... while a state before the final norm gets the norm first.
+    pre_norm = adapter.lm_head_on_every_position(block_out[0])
+    torch.testing.assert_close(pre_norm, out.logits, atol=1e-6, rtol=0)
+    assert not torch.allclose(
+        adapter.lm_head_on_every_position(out.hidden_states[-1]), out.logits
+    )
+
+
+@pytest.mark.parametrize(
+    "build, family, missing",
+    [
+        (tiny_classifier, "gpt2", "sequence classifier"),
+        (tiny_classifier, "llama", "sequence classifier"),
+        (tiny_base_model, "gpt2", "no LM head"),
+        (tiny_base_model, "llama", "no LM head"),
+        (tiny_masked_lm, "bert", "masked LM"),
+        (tiny_classifier, "roberta", "an encoder"),
+    ],
+)
+def test_not_a_causal_lm_is_refused_with_what_is_missing(build, family, missing):
+    adapter = get_adapter(build(family))
+    assert not adapter.is_causal_lm
+    hidden = torch.zeros(1, 4, adapter.hidden_size)
+    with pytest.raises(UnsupportedModelError, match=missing):
+        adapter.lm_head_on_every_position(hidden)
+    with pytest.raises(UnsupportedModelError, match="AutoModelForCausalLM"):
+        adapter.require_causal_lm("LogAt")

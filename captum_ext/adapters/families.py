@@ -56,7 +56,9 @@ class _Family:
     name: str
     embedding_output: Tuple[str, ...]  # hidden_states[0]; first path that exists
     blocks: Optional[str]  # None: weights shared across layers (ALBERT)
-    final_output: Optional[str] = None  # hidden_states[L] if not the last block
+    # hidden_states[L] if not the last block: the final norm of decoder-only
+    # families, which Hugging Face applies before reporting hidden_states[L].
+    final_output: Optional[str] = None
     parts: Optional[_PartPaths] = None  # post-LN encoders only (GlobEnc)
     head: _Head
     classifier: str = "classifier"  # the head's attribute on the full model
@@ -71,6 +73,9 @@ class _Family:
     # special first and last token ([CLS] ... [SEP]).
     framed_by_specials: bool = False
     mlm_head_paths: Tuple[str, ...] = ()  # on the full model
+    # The LM head of a *ForCausalLM model (on the full model): it maps the final
+    # norm's output to next-token logits.
+    lm_head: Optional[str] = None
     mlm_head_builders: Tuple[Callable[[nn.Module], nn.Module], ...] = ()
 
 
@@ -232,9 +237,11 @@ _GPT2 = _Family(
     classifier="score",
     causal=True,
     position_ids_from_mask=True,
+    lm_head="lm_head",
 )
 _register(_GPT2, "gpt2")
-# The same decoder-only classifier, under other module names.
+# The same decoder-only model, under other module names (Gemma scales its
+# embeddings inside embed_tokens, so hidden_states[0] is still its output).
 _register(
     replace(
         _GPT2,
@@ -246,6 +253,8 @@ _register(
     "llama",
     "mistral",
     "qwen2",
+    "qwen3",
+    "gemma",
 )
 
 
@@ -313,8 +322,19 @@ def _find_mlm_head(model: nn.Module, family: _Family) -> Optional[nn.Module]:
 
 def _require_classifier(model: nn.Module, family: _Family) -> None:
     r"""A masked-LM or a bare ``*Model`` has no classification head."""
-    if not hasattr(model, family.classifier):
+    if not _has_classifier(model, family):
         raise UnsupportedModelError(
             f"{type(model).__name__} has no sequence-classification head; "
             "load it with AutoModelForSequenceClassification"
         )
+
+
+def _find_lm_head(model: nn.Module, family: _Family) -> Optional[nn.Module]:
+    r"""The LM head of a causal LM, or None (a bare ``*Model``, a classifier)."""
+    if family.lm_head is None or not hasattr(model, family.lm_head):
+        return None
+    return _module(model, family.lm_head)
+
+
+def _has_classifier(model: nn.Module, family: _Family) -> bool:
+    return hasattr(model, family.classifier)

@@ -2,7 +2,7 @@
 r"""The :class:`ModelAdapter` of one Hugging Face model and :func:`get_adapter`,
 which finds its family (see :mod:`captum_ext.adapters.families`)."""
 
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import torch
 from torch import nn, Tensor
@@ -14,7 +14,9 @@ from captum_ext.adapters.families import (
     _embedding_output,
     _FAMILIES,
     _Family,
+    _find_lm_head,
     _find_mlm_head,
+    _has_classifier,
     _module,
     _part_paths,
     _require_classifier,
@@ -116,6 +118,13 @@ class ModelAdapter:
         self.is_causal = family.causal
         self.max_positions = _max_positions(cfg, family)
         self.tokens = _token_layout(cfg, family)
+        # A next-token model: an LM head and no sequence-classification head,
+        # decided from the modules the model has, never from its class.
+        self.is_causal_lm = (
+            family.causal
+            and _find_lm_head(model, family) is not None
+            and not _has_classifier(model, family)
+        )
 
     def word_embeddings(self) -> nn.Embedding:
         r"""The input word-embedding table (``get_input_embeddings()``)."""
@@ -161,9 +170,58 @@ class ModelAdapter:
         r"""The masked-LM head (hidden -> vocabulary logits), or ``None``."""
         return _find_mlm_head(self.model, self._family_record)
 
+    def lm_head_on_every_position(
+        self, hidden: Tensor, layer: Optional[int] = None
+    ) -> Tensor:
+        r"""The causal LM's own next-token head, final norm then LM head, on
+        every position: ``[batch, pos, d_model] -> [batch, pos, vocab]``.
+
+        ``hidden`` is ``hidden_states[layer]``. Hugging Face reports
+        ``hidden_states[L]`` of GPT-2 and Llama-style models *after* the final
+        norm (``ln_f`` / ``norm``), so for ``layer`` = L (or -1) only the LM head
+        is applied: the norm must not be applied twice. For an earlier layer, or
+        ``layer=None`` (a residual-stream state that has not passed the final
+        norm, e.g. a block's output), the final norm comes first, as in the
+        model. Raises :class:`UnsupportedModelError` unless the model is a causal
+        LM (:attr:`is_causal_lm`)."""
+        self.require_causal_lm("lm_head_on_every_position")
+        if layer is None or self.check_layer(layer) < self.num_layers:
+            hidden = self.hidden_state_module(self.num_layers)(hidden)
+        head = _find_lm_head(self.model, self._family_record)
+        return head(hidden)  # type: ignore[misc]
+
+    def require_causal_lm(self, method: str) -> None:
+        r"""Raises :class:`UnsupportedModelError`, naming what is missing, unless
+        the model is a decoder-only causal LM with an LM head."""
+        if self.is_causal_lm:
+            return
+        name, record = type(self.model).__name__, self._family_record
+        if not record.causal:
+            kind = "a masked LM" if self.mlm_head() is not None else "an encoder"
+            reason = (
+                f"is {kind} ({self.family_name}), which reads every token in both "
+                "directions and predicts no next token"
+            )
+        elif _has_classifier(self.model, record):
+            reason = (
+                "is a sequence classifier, which takes one class per example "
+                "(target [batch]), not continuation ids [batch, T]"
+            )
+        else:
+            reason = "has no LM head (a bare base model)"
+        raise UnsupportedModelError(
+            f"{method} explains generated text with a causal LM, but {name} "
+            f"{reason}; load a decoder-only model with AutoModelForCausalLM "
+            f"(families: {', '.join(_causal_lm_families())})"
+        )
+
     def require_attention_weights(self, method: str) -> None:
         r"""Raises if the model's attention implementation returns no weights."""
         _check_attention_weights(self.config, method)
+
+
+def _causal_lm_families() -> List[str]:
+    return sorted(k for k, record in _FAMILIES.items() if record.lm_head)
 
 
 def check_head_reproduces(
