@@ -38,7 +38,12 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-__all__ = ["IGNORE_INDEX", "TeacherForcedBatch", "teacher_forced_batch"]
+__all__ = [
+    "IGNORE_INDEX",
+    "TeacherForcedBatch",
+    "predicted_log_probs",
+    "teacher_forced_batch",
+]
 
 IGNORE_INDEX = -100  # no target at this step (a shorter continuation)
 
@@ -81,15 +86,8 @@ class TeacherForcedBatch:
         the logits of :meth:`model_inputs` (``[batch, P + T - 1, vocab]``); with
         ``contrast`` (foil ids ``[batch, T]``), ``log p(y_t) - log p(y'_t)``.
         Zero where a row has no target."""
-        # [batch, T, vocab]: only the predicting positions are normalised, in
-        # float32 (float64 for a float64 model: the precision policy).
-        dtype = torch.promote_types(logits.dtype, torch.float32)
-        predicting = logits[:, self.predicting_positions()]
-        log_probs = predicting.to(dtype).log_softmax(-1)
-        scores = _gather(log_probs, self.target)
-        if contrast is not None:
-            scores = scores - _gather(log_probs, contrast)
-        return scores * self.target_mask
+        predicting = logits[:, self.predicting_positions()]  # [batch, T, vocab]
+        return predicted_log_probs(predicting, self.target, contrast)
 
     def score_mask(self, attribute_generated: bool = False) -> Tensor:
         r"""Boolean ``[batch, T, P]`` (``[batch, T, P + T]`` with
@@ -106,6 +104,23 @@ class TeacherForcedBatch:
             < prompt_len + torch.arange(steps, device=valid.device)[:, None]
         )
         return valid & before[None] & self.target_mask[:, :, None]
+
+
+def predicted_log_probs(
+    predicting_logits: Tensor, target: Tensor, contrast: Optional[Tensor] = None
+) -> Tensor:
+    r"""``[batch, T]`` ``log p(y_t)`` (minus ``log p(y'_t)`` with ``contrast``)
+    from the logits of the predicting positions only, ``[batch, T, vocab]``
+    (e.g. a forward pass with ``logits_to_keep=T``); zero where ``target`` is
+    :data:`IGNORE_INDEX`."""
+    # Only the predicting positions are normalised, in float32 (float64 for a
+    # float64 model: the precision policy).
+    dtype = torch.promote_types(predicting_logits.dtype, torch.float32)
+    log_probs = predicting_logits.to(dtype).log_softmax(-1)
+    scores = _gather(log_probs, target)
+    if contrast is not None:
+        scores = scores - _gather(log_probs, contrast)
+    return scores * (target != IGNORE_INDEX)
 
 
 def _gather(log_probs: Tensor, ids: Tensor) -> Tensor:

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from captum_ext._utils.common import TokenBatch
+from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext.attr._core.cat import CAT
 from captum_ext.attr._core.chunked import result_dtype
 
@@ -51,6 +52,22 @@ class AttCAT(CAT):
     is still defined and is smaller for later tokens. This is the formula
     applied as is, not a choice of the paper.
 
+    **Causal LMs** (docs/generation.rst): row :math:`t` differentiates
+    :math:`\log p(y_t)` (see :class:`CAT`), and :math:`\alpha` of key
+    :math:`i` for target :math:`t` is the attention it receives from the
+    queries that both see it and take part in predicting :math:`y_t`, i.e.
+    :math:`i \le q \le p_t` with :math:`p_t` the predicting position of
+    :math:`y_t`, averaged over heads and those :math:`p_t - i + 1` queries:
+
+    .. math::
+        \alpha_{t,i}^l = \frac{1}{H\,(p_t - i + 1)} \sum_{h=1}^{H}
+        \sum_{q=i}^{p_t} A^l_{h,q,i}
+
+    Queries after :math:`p_t` read :math:`y_t` itself and do not take part in
+    predicting it, so row :math:`t` equals the single-target run on
+    ``prompt + y_<t`` (the consistency law); queries before :math:`i` give it
+    zero attention (causal mask) and would only dilute the mean.
+
     Needs attention weights: load the model with ``attn_implementation="eager"``
     (a clear error is raised otherwise). One forward and one backward pass per
     chunk of ``internal_batch_size`` examples; works with frozen parameters and
@@ -82,3 +99,22 @@ class AttCAT(CAT):
             ],
             dim=1,
         )
+
+    def _generated_token_weights(self, forced: TeacherForcedBatch, out: Any) -> Tensor:
+        r"""Causal LMs: :math:`\alpha_{t,i}^l`, ``[batch, T, L, pos]`` in float32:
+        a cumulative sum over queries read at each predicting position."""
+        work = result_dtype(out.attentions[0].dtype)
+        queries = forced.model_inputs()[1].to(work)[:, :, None]  # [batch, q, 1]
+        predicting = forced.predicting_positions()  # [T]
+        keys = torch.arange(queries.shape[1], device=predicting.device)
+        # p_t - i + 1 queries see key i and predict y_t (clamped where i > p_t,
+        # whose sums are zero anyway).
+        counts = (predicting[:, None] - keys[None, :] + 1).clamp(min=1).to(work)
+        layers = []
+        for attention in out.attentions:  # [batch, heads, q, k] per block
+            # Left-padding rows attend nothing real: they are left out.
+            received = attention.to(work).mean(1) * queries  # [batch, q, k]
+            # Causal: A[q, i] = 0 for q < i, so the sum over q <= p_t is the
+            # sum over i <= q <= p_t.
+            layers.append(received.cumsum(1)[:, predicting] / counts)
+        return torch.stack(layers, dim=2)  # [batch, T, L, k]

@@ -16,8 +16,14 @@ from captum_ext._utils.common import (
     TokenBatch,
 )
 from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.generation import (
+    attribute_generation,
+    explains_generation,
+    run_teacher_forced,
+)
 
 __all__ = ["CAT"]
 
@@ -58,6 +64,19 @@ class CAT(GradientAttribution):
     bfloat16 gradients cannot resolve a sum that cancels to about 1e-3 of its
     terms; use float32 where values matter.
 
+    **Causal LMs** (``*ForCausalLM``; docs/generation.rst): ``target`` is the
+    continuation ``y_1..y_T`` ``[batch, T]`` and row :math:`t` of the result
+    ``[batch, T, P]`` differentiates :math:`\log p(y_t \mid \text{prompt},
+    y_{<t})` (log-softmax in float32; minus :math:`\log p(y'_t)` with a
+    contrast target) instead of a class logit:
+
+    .. math::
+        \mathrm{CAT}_{t,i} = \sum_l \sum_d \left(\frac{\partial \log
+        p(y_t)}{\partial h_i^l} \odot h_i^l\right)_d
+
+    All T rows come from one teacher-forced forward pass and T backward passes
+    through the retained graph (no forward pass per target).
+
     More details can be found in the AttCAT paper and the authors' code, cited
     in :class:`AttCAT`.
     """
@@ -93,6 +112,8 @@ class CAT(GradientAttribution):
         additional_forward_args: Any = None,
         return_layers: bool = False,
         internal_batch_size: Optional[int] = None,
+        attribute_generated: bool = False,
+        contrast_target: Optional[Tensor] = None,
     ) -> Tensor:
         r"""
         Args:
@@ -118,13 +139,25 @@ class CAT(GradientAttribution):
                         pass per chunk, to bound memory; the scores are those of
                         the whole batch.
                         Default: None (the whole batch at once)
+            attribute_generated (bool, optional): Causal LMs: also score the
+                        generated tokens before each target.
+                        Default: False (prompt positions only)
+            contrast_target (Tensor, optional): Causal LMs: foil ids
+                        ``[batch, T]``; row ``t`` then explains
+                        ``log p(y_t) - log p(y'_t)``.
+                        Default: None
 
         Returns:
             *Tensor* of **attributions**:
             - **attributions** (*Tensor*): ``[batch, pos]`` signed scores (or
                         ``[batch, L, pos]`` with ``return_layers=True``, whose
                         sum over dim 1 is the default output) in float32,
-                        exactly zero where ``attention_mask`` is 0.
+                        exactly zero where ``attention_mask`` is 0. For a
+                        causal LM (``target`` the continuation's ids
+                        ``[batch, T]``, right-padded with -100):
+                        ``[batch, T, P]`` (``[batch, T, P + T]`` with
+                        ``attribute_generated``; ``[batch, T, L, width]``
+                        with ``return_layers``), zero outside the score mask.
 
         Examples::
 
@@ -137,6 +170,24 @@ class CAT(GradientAttribution):
             ...     enc["input_ids"], additional_forward_args=(enc["attention_mask"],)
             ... )
         """
+        name = type(self).__name__
+        if explains_generation(
+            self.adapter, target, contrast_target, attribute_generated, name
+        ):
+            if self._uses_attention:
+                self.adapter.require_attention_weights(name)
+            scores = attribute_generation(
+                self.adapter,
+                inputs,
+                target,
+                additional_forward_args,
+                contrast_target,
+                attribute_generated,
+                internal_batch_size,
+                self._generated_layer_scores,
+                name,
+            )  # [batch, T, L, width]
+            return scores if return_layers else scores.sum(2)
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
         if self._uses_attention:
             self.adapter.require_attention_weights(type(self).__name__)
@@ -181,6 +232,49 @@ class CAT(GradientAttribution):
             scores = _grad_times_hidden(hidden, grads)
             scores = scores if weights is None else scores * weights
         return scores, logits.detach()
+
+    def _generated_layer_scores(
+        self, forced: TeacherForcedBatch, contrast: Optional[Tensor]
+    ) -> Tensor:
+        r"""Causal LMs: weighted gradient x hidden state per target and layer,
+        ``[batch, T, L, P + T - 1]``, from one forward pass and one backward
+        pass per target step through the retained graph."""
+        steps = forced.n_targets
+        with HookSet() as hooks, torch.enable_grad():
+            hooks.make_output_require_grad(self.adapter.embedding_output_module())
+            out = run_teacher_forced(
+                self.adapter,
+                forced,
+                hidden_states=True,
+                attentions=self._uses_attention,
+                predicting_logits_only=True,
+            )
+            hidden = self._used_hidden_states(out.hidden_states)
+            with torch.no_grad():
+                weights = self._generated_token_weights(forced, out)
+            # [batch, T]; examples do not interact, so the batch sum's gradient
+            # is every example's own.
+            log_probs = predicted_log_probs(out.logits, forced.target, contrast)
+            del out
+            rows = []
+            for step in range(steps):
+                if not bool(forced.target_mask[:, step].any()):
+                    rows.append(torch.zeros_like(rows[-1]))  # step 0 always has one
+                    continue
+                grads = torch.autograd.grad(
+                    log_probs[:, step].sum(), hidden, retain_graph=True
+                )
+                with torch.no_grad():
+                    rows.append(_grad_times_hidden(hidden, grads))  # [b, L, pos]
+        scores = torch.stack(rows, dim=1)  # [batch, T, L, pos]
+        return scores if weights is None else scores * weights
+
+    def _generated_token_weights(
+        self, forced: TeacherForcedBatch, out: Any
+    ) -> Optional[Tensor]:
+        r"""Causal LMs: per-target, per-layer token weights ``[batch, T, L, pos]``
+        in float32; CAT has none."""
+        return None
 
     def _used_hidden_states(
         self, hidden_states: Tuple[Tensor, ...]

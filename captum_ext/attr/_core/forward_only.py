@@ -12,8 +12,10 @@ from captum.log import log_usage
 from torch import nn, Tensor
 
 from captum_ext._utils.common import parse_token_batch, TokenBatch
+from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._core.chunked import attribute_in_chunks
+from captum_ext.attr._utils.generation import attribute_generation, explains_generation
 
 __all__ = ["ForwardOnlyAttribution"]
 
@@ -29,6 +31,8 @@ class ForwardOnlyAttribution(Attribution):
 
     # Methods that read the attention probabilities need an eager-attention model.
     _uses_attention = False
+    # Methods that explain generated text implement _generated_scores.
+    _explains_generation = False
 
     def __init__(self, model: nn.Module) -> None:
         r"""
@@ -49,6 +53,8 @@ class ForwardOnlyAttribution(Attribution):
         target: TargetType = None,
         additional_forward_args: Any = None,
         internal_batch_size: Optional[int] = None,
+        attribute_generated: bool = False,
+        contrast_target: Optional[Tensor] = None,
     ) -> Tensor:
         r"""
         Args:
@@ -75,13 +81,26 @@ class ForwardOnlyAttribution(Attribution):
                         every layer are held at a time; the scores are those of
                         the whole batch.
                         Default: None (the whole batch at once)
+            attribute_generated (bool, optional): Causal LMs (methods that
+                        explain generated text): also score the generated
+                        tokens before each target (docs/generation.rst).
+                        Default: False (prompt positions only)
+            contrast_target (Tensor, optional): Causal LMs: foil ids
+                        ``[batch, T]``; each row then explains ``y_t`` against
+                        ``y'_t`` (see the class docstring).
+                        Default: None
 
         Returns:
             *Tensor* of **attributions**:
             - **attributions** (*Tensor*): ``[batch, pos]`` scores (their sign
                         and range are in the class docstring) in float32
                         (float64 for a float64 model), exactly zero where
-                        ``attention_mask`` is 0.
+                        ``attention_mask`` is 0. For a causal LM (``inputs``
+                        the left-padded prompts, ``target`` the continuation's
+                        ids ``[batch, T]`` right-padded with -100):
+                        ``[batch, T, P]`` (``[batch, T, P + T]`` with
+                        ``attribute_generated``), row ``t`` explaining
+                        ``y_t``, exactly zero outside the score mask.
 
         Examples::
 
@@ -96,6 +115,22 @@ class ForwardOnlyAttribution(Attribution):
         """
         if self._uses_attention:
             self.adapter.require_attention_weights(type(self).__name__)
+        name = type(self).__name__
+        if self._explains_generation and explains_generation(
+            self.adapter, target, contrast_target, attribute_generated, name
+        ):
+            with torch.no_grad():
+                return attribute_generation(
+                    self.adapter,
+                    inputs,
+                    target,
+                    additional_forward_args,
+                    contrast_target,
+                    attribute_generated,
+                    internal_batch_size,
+                    self._generated_scores,
+                    name,
+                )  # [batch, T, width]
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
         with torch.no_grad():
             scores = attribute_in_chunks(
@@ -113,4 +148,11 @@ class ForwardOnlyAttribution(Attribution):
     ) -> Tuple[Tensor, Tensor]:
         r"""One chunk's scores ``[batch, pos]`` in float32 or wider, and the
         model output checked for NaN/inf (its logits ``[batch, C]``)."""
+        raise NotImplementedError
+
+    def _generated_scores(
+        self, forced: TeacherForcedBatch, contrast: Optional[Tensor]
+    ) -> Tensor:
+        r"""Causal LMs: per-position scores ``[batch, T, P + T - 1]`` of one
+        teacher-forced chunk (see :mod:`captum_ext.attr._utils.generation`)."""
         raise NotImplementedError

@@ -13,9 +13,11 @@ from captum_ext._utils.common import (
     run_model,
     TokenBatch,
 )
+from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext.adapters import check_head_reproduces
 from captum_ext.attr._core.chunked import result_dtype
 from captum_ext.attr._core.forward_only import ForwardOnlyAttribution
+from captum_ext.attr._utils.generation import run_teacher_forced
 
 __all__ = ["LogAt"]
 
@@ -63,9 +65,26 @@ class LogAt(ForwardOnlyAttribution):
     ``classifier(tanh(pooler.dense(x_i)))`` for BERT, ``score(x_i)`` for
     GPT-2 / Llama.
 
+    **Causal LMs** (``*ForCausalLM``; docs/generation.rst): ``target`` is the
+    continuation ``y_1..y_T`` ``[batch, T]`` and row :math:`t` of the result
+    ``[batch, T, P]`` scores position :math:`i` with the logit of :math:`y_t`
+    that the model's own head (final norm + LM head) gives at :math:`i`:
+
+    .. math::
+        \mathrm{LogAt}_t(x_i) = \mathrm{logits}_i[y_t]
+        \quad (- \mathrm{logits}_i[y'_t] \text{ with a contrast target})
+
+    read from ``model(prompt + y_<T).logits`` itself: all T rows come from one
+    teacher-forced forward pass, with no softmax (a logit, as for classifiers:
+    a log-probability at position :math:`i` would subtract a log-sum-exp that
+    depends on :math:`i` but not on :math:`y_t`). Row :math:`t` is zero at
+    :math:`y_t`'s position and after it; ``layer`` / ``decoder`` apply as above.
+
     LogAt is defined in the NormXLogit paper: see :class:`NormXLogit` for the
     reference and the authors' code.
     """
+
+    _explains_generation = True
 
     def __init__(
         self,
@@ -141,8 +160,33 @@ class LogAt(ForwardOnlyAttribution):
         at_cls = values.gather(1, position[:, None])  # [batch, 1]
         return (values - at_cls).abs()
 
+    def _generated_scores(
+        self, forced: TeacherForcedBatch, contrast: Optional[Tensor]
+    ) -> Tensor:
+        r"""``logits_i[y_t]`` (minus ``logits_i[y'_t]``) at every position of the
+        model's input: ``[batch, T, P + T - 1]``, from one forward pass."""
+        out = run_teacher_forced(self.adapter, forced, hidden_states=True)
+        if self.layer == self.adapter.num_layers and self.decoder is None:
+            logits = out.logits  # the model's own: no second pass over the vocabulary
+        else:
+            logits = self._position_logits(out.hidden_states[self.layer])
+            check_decoder_vocabulary(logits, self.adapter.config.vocab_size)
+        scores = _logits_of(logits, forced.target)  # [batch, T, pos]
+        if contrast is not None:
+            scores = scores - _logits_of(logits, contrast)
+        input_ids, attention_mask = forced.model_inputs()
+        factor = self._generated_factor(TokenBatch(input_ids, attention_mask), out)
+        return scores if factor is None else factor[:, None] * scores
+
+    def _generated_factor(self, batch: TokenBatch, out: Any) -> Optional[Tensor]:
+        r"""A per-position factor ``[batch, pos]`` of every row (NormXLogit's
+        norms); LogAt has none."""
+        return None
+
     def _position_logits(self, hidden: Tensor) -> Tensor:
         r"""Head or decoder on every position: ``[batch, pos, d] -> [b, pos, C]``."""
+        if self.decoder is None and self.adapter.is_causal_lm:
+            return self.adapter.lm_head_on_every_position(hidden, self.layer)
         last = self.adapter.num_layers
         if self.adapter.is_causal and self.layer < last:
             # For causal families hidden_states[L] is the final norm's output, and
@@ -157,6 +201,14 @@ def _at_target(logits: Tensor, index: Tensor) -> Tensor:
     r"""``logits[b, i, index[b]]`` for every position: ``[batch, pos]``."""
     expanded = index[:, None, None].expand(-1, logits.shape[1], 1)
     return logits.gather(2, expanded)[..., 0]
+
+
+def _logits_of(logits: Tensor, ids: Tensor) -> Tensor:
+    r"""``logits[b, i, ids[b, t]]`` as ``[batch, T, pos]`` in float32 or wider:
+    the logit of each target at every position (no softmax)."""
+    index = ids.clamp(min=0)[:, None, :].expand(-1, logits.shape[1], -1)
+    chosen = logits.gather(2, index).transpose(1, 2)  # [batch, T, pos]
+    return chosen.to(result_dtype(chosen.dtype))
 
 
 def _vocabulary_target(target: TargetType, logits: Tensor) -> Tensor:

@@ -45,6 +45,10 @@ class NormXLogit(LogAt):
     model's dtype; the norm and the product are taken in float32, the dtype of
     the result.
 
+    **Causal LMs** (docs/generation.rst): row :math:`t` of ``[batch, T, P]`` is
+    :math:`\lVert x_i^0 \rVert_2 \cdot \mathrm{logits}_i[y_t]`, the causal
+    :class:`LogAt` row times the same norms, all rows from one forward pass.
+
     More details can be found in the original paper (Abbasi, Modarres and
     Pilehvar, "NormXLogit: The Head-on-Top Never Lies", EMNLP 2025):
     https://aclanthology.org/2025.emnlp-main.1769/ (arXiv:
@@ -85,6 +89,9 @@ class NormXLogit(LogAt):
     def _scores(self, batch: TokenBatch, out: Any, target: TargetType) -> Tensor:
         logits = LogAt._scores(self, batch, out, target)  # [batch, pos]
         return self._input_norms(batch, out) * logits.to(result_dtype(logits.dtype))
+
+    def _generated_factor(self, batch: TokenBatch, out: Any) -> Optional[Tensor]:
+        return self._input_norms(batch, out)  # [batch, pos]
 
     def _input_norms(self, batch: TokenBatch, out: Any) -> Tensor:
         r"""L2 norm of each token's input representation, ``[batch, pos]``, in

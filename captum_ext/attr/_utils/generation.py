@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+r"""The shared path of every method on a causal LM (docs/generation.rst).
+
+A method explains the continuation ``y_1..y_T`` of a left-padded prompt batch by
+scoring, for each target step ``t``, the positions that come before ``y_t`` under
+teacher forcing (:mod:`captum_ext._utils.teacher_forcing`). This module parses and
+checks the call, chunks it by ``internal_batch_size``, runs the teacher-forced
+forward pass, and turns a method's per-position scores ``[batch, T, P + T - 1]``
+(one row per target, one column per position of the model's input) into the
+result ``[batch, T, P]`` (``[batch, T, P + T]`` with ``attribute_generated``),
+exactly zero outside :meth:`TeacherForcedBatch.score_mask`. A method supplies only
+its :data:`GeneratedScores` function.
+"""
+
+from typing import Any, Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from captum._utils.typing import TargetType
+from torch import Tensor
+
+from captum_ext._utils.common import parse_token_batch, TokenBatch
+from captum_ext._utils.teacher_forcing import (
+    IGNORE_INDEX,
+    teacher_forced_batch,
+    TeacherForcedBatch,
+)
+from captum_ext.adapters import ModelAdapter
+from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
+
+__all__ = [
+    "GeneratedScores",
+    "attribute_generation",
+    "explains_generation",
+    "run_teacher_forced",
+]
+
+# (one chunk's teacher-forced batch, its foil ids [chunk, T] or None)
+#   -> per-position scores [chunk, T, (extra dims,) P + T - 1]
+GeneratedScores = Callable[[TeacherForcedBatch, Optional[Tensor]], Tensor]
+
+
+def explains_generation(
+    adapter: ModelAdapter,
+    target: TargetType,
+    contrast_target: Optional[Tensor],
+    attribute_generated: bool,
+    method: str,
+) -> bool:
+    r"""True when the call explains generated text: the model is a causal LM.
+    Raises :class:`~captum_ext.UnsupportedModelError` (naming what the model
+    lacks) when a model that is not a causal LM gets continuation ids
+    ``[batch, T]``, a ``contrast_target`` or ``attribute_generated``."""
+    if adapter.is_causal_lm:
+        return True
+    sequence_target = isinstance(target, Tensor) and target.dim() == 2
+    if sequence_target or contrast_target is not None or attribute_generated:
+        adapter.require_causal_lm(method)
+    return False
+
+
+def attribute_generation(
+    adapter: ModelAdapter,
+    inputs: Any,
+    target: TargetType,
+    additional_forward_args: Any,
+    contrast_target: Optional[Tensor],
+    attribute_generated: bool,
+    internal_batch_size: Optional[int],
+    scores: GeneratedScores,
+    method: str,
+) -> Tensor:
+    r"""Runs ``scores`` on teacher-forced chunks of at most
+    ``internal_batch_size`` prompts (in the model's eval semantics, holding its
+    lock) and returns ``[batch, T, P]`` (``[batch, T, P + T]`` with
+    ``attribute_generated``) in float32 (float64 for a float64 model), exactly
+    zero outside the score mask.
+
+    Raises ``ValueError`` for ``target=None`` (a causal LM explains given
+    continuation ids), bad prompts or targets (see
+    :func:`~captum_ext._utils.teacher_forcing.teacher_forced_batch`), a
+    ``contrast_target`` that is not foil ids of the target's shape, and a
+    prompt + continuation longer than the model's positions.
+    """
+    if target is None:
+        raise ValueError(
+            f"{method} on a causal LM explains a given continuation: pass its "
+            f"token ids as target [batch, T] (right-padded with {IGNORE_INDEX}), "
+            "or use LLMTokenAttribution, which generates it"
+        )
+    prompts = parse_token_batch(adapter, inputs, additional_forward_args)
+    if prompts.token_type_ids is not None:
+        raise ValueError("a causal LM takes no token_type_ids")
+    # The whole batch is checked once, so errors name the caller's rows.
+    whole = _join(adapter, prompts, target)
+    contrast = _check_contrast(contrast_target, whole, adapter.config.vocab_size)
+
+    def chunk(
+        batch: TokenBatch, _target: TargetType, target_ids: Tensor, foils: Any
+    ) -> "tuple[Tensor, Tensor]":
+        forced = _join(adapter, batch, target_ids)
+        masked = _to_rows(scores(forced, foils), forced, attribute_generated)
+        return masked, masked
+
+    return attribute_in_chunks(
+        adapter.model,
+        prompts,
+        None,
+        internal_batch_size,
+        chunk,
+        method,
+        target_ids=whole.target,
+        foils=contrast,
+    )
+
+
+def run_teacher_forced(
+    adapter: ModelAdapter,
+    forced: TeacherForcedBatch,
+    hidden_states: bool = False,
+    attentions: bool = False,
+    predicting_logits_only: bool = False,
+) -> Any:
+    r"""One forward pass over ``prompt + y_<T`` (Hugging Face output object).
+    With ``predicting_logits_only`` the logits are those of the T predicting
+    positions only, ``[batch, T, vocab]`` (``logits_to_keep``: the LM head
+    runs on T positions instead of P + T - 1)."""
+    input_ids, attention_mask = forced.model_inputs()
+    kwargs = adapter.tokens.forward_kwargs(attention_mask, None)
+    if predicting_logits_only:
+        kwargs["logits_to_keep"] = forced.n_targets
+    return adapter.model(
+        input_ids=input_ids,
+        output_hidden_states=hidden_states,
+        output_attentions=attentions,
+        return_dict=True,
+        **kwargs,
+    )
+
+
+def _join(
+    adapter: ModelAdapter, prompts: TokenBatch, target: Any
+) -> TeacherForcedBatch:
+    forced = teacher_forced_batch(
+        prompts.input_ids,
+        prompts.attention_mask,
+        target,
+        adapter.tokens.pad_token_id,
+        adapter.config.vocab_size,
+    )
+    length = forced.model_inputs()[0].shape[1]
+    if adapter.max_positions is not None and length > adapter.max_positions:
+        raise ValueError(
+            f"prompt + continuation take {length} positions but the model has only "
+            f"{adapter.max_positions}; shorten the prompt or the continuation"
+        )
+    return forced
+
+
+def _check_contrast(
+    contrast: Any, forced: TeacherForcedBatch, vocab_size: int
+) -> Optional[Tensor]:
+    r"""Foil ids ``[batch, T]`` (any value where the row has no target), or None."""
+    if contrast is None:
+        return None
+    target = forced.target
+    if not isinstance(contrast, Tensor) or contrast.shape != target.shape:
+        got = tuple(contrast.shape) if isinstance(contrast, Tensor) else type(contrast)
+        raise ValueError(
+            f"contrast_target must be foil token ids of the target's shape "
+            f"{tuple(target.shape)}, got {got}"
+        )
+    if contrast.dtype.is_floating_point or contrast.dtype == torch.bool:
+        raise ValueError(f"contrast_target must be integer ids, got {contrast.dtype}")
+    contrast = contrast.long().to(target.device)
+    outside = forced.target_mask & ((contrast < 0) | (contrast >= vocab_size))
+    if bool(outside.any()):
+        raise ValueError(
+            f"contrast_target ids must be in [0, {vocab_size}) wherever the target "
+            "has a token"
+        )
+    return contrast.masked_fill(~forced.target_mask, IGNORE_INDEX)
+
+
+def _to_rows(
+    scores: Tensor, forced: TeacherForcedBatch, attribute_generated: bool
+) -> Tensor:
+    r"""Per-position scores ``[batch, T, ..., P + T - 1]`` -> the result's width
+    (P, or P + T: ``y_T``'s own position is never scored), in the result dtype,
+    exactly zero outside the score mask (``masked_fill``, so a NaN on padding
+    does not survive)."""
+    scores = scores.to(result_dtype(scores.dtype))
+    if attribute_generated:
+        scores = F.pad(scores, (0, 1))  # y_T's position: zero
+    else:
+        scores = scores[..., : forced.prompt_len]
+    mask = forced.score_mask(attribute_generated)  # [batch, T, width]
+    extra = scores.dim() - mask.dim()
+    mask = mask.reshape(*mask.shape[:2], *([1] * extra), mask.shape[-1])
+    return scores.masked_fill(~mask, 0)
