@@ -23,6 +23,7 @@ from captum_ext.attr._utils.generation import (
     attribute_generation,
     explains_generation,
     run_teacher_forced,
+    target_gradients,
 )
 
 __all__ = ["CAT"]
@@ -239,7 +240,6 @@ class CAT(GradientAttribution):
         r"""Causal LMs: weighted gradient x hidden state per target and layer,
         ``[batch, T, L, P + T - 1]``, from one forward pass and one backward
         pass per target step through the retained graph."""
-        steps = forced.n_targets
         with HookSet() as hooks, torch.enable_grad():
             hooks.make_output_require_grad(self.adapter.embedding_output_module())
             out = run_teacher_forced(
@@ -252,20 +252,11 @@ class CAT(GradientAttribution):
             hidden = self._used_hidden_states(out.hidden_states)
             with torch.no_grad():
                 weights = self._generated_token_weights(forced, out)
-            # [batch, T]; examples do not interact, so the batch sum's gradient
-            # is every example's own.
             log_probs = predicted_log_probs(out.logits, forced.target, contrast)
             del out
-            rows = []
-            for step in range(steps):
-                if not bool(forced.target_mask[:, step].any()):
-                    rows.append(torch.zeros_like(rows[-1]))  # step 0 always has one
-                    continue
-                grads = torch.autograd.grad(
-                    log_probs[:, step].sum(), hidden, retain_graph=True
-                )
-                with torch.no_grad():
-                    rows.append(_grad_times_hidden(hidden, grads))  # [b, L, pos]
+            steps = target_gradients(log_probs, hidden, forced.target_mask)
+            with torch.no_grad():
+                rows = [_grad_times_hidden(hidden, grads) for grads in steps]
         scores = torch.stack(rows, dim=1)  # [batch, T, L, pos]
         return scores if weights is None else scores * weights
 

@@ -5,7 +5,7 @@ https://proceedings.mlr.press/v202/hou23a.html)."""
 
 import inspect
 from functools import partial
-from typing import Any, Callable, Dict, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -23,8 +23,15 @@ from captum_ext._utils.common import (
     TokenBatch,
 )
 from captum_ext._utils.hooks import eval_semantics, HookSet
+from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
 from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.generation import (
+    attribute_generation,
+    explains_generation,
+    run_teacher_forced,
+    TeacherForcedLogProbs,
+)
 
 __all__ = ["DecodedLayerAttribution", "EmbeddingDecoder", "RELU_MODES"]
 
@@ -175,6 +182,37 @@ def aggregate(
     return tokens * batch.valid.to(tokens.dtype)
 
 
+def decode_rows(
+    decoder: Decoder,
+    hidden: Tensor,
+    forced: TeacherForcedBatch,
+    position_scores: Tensor,
+    tau: Optional[int],
+    relu: Optional[str],
+    vocab_size: int,
+) -> Tensor:
+    r"""Causal LMs: the decoded scores of every target row, ``[batch, T, pos]``.
+
+    ``D`` is decoded once from ``hidden`` ``[batch, pos, d]`` over the model's
+    input (``prompt + y_<T``); row ``t`` aggregates ``position_scores[:, t]``
+    (``a_{t,j}``, zero after ``y_t``'s predicting position) onto the tokens
+    before ``y_t``, which are the candidates of the top-tau mask, exactly as the
+    single-target run on ``prompt + y_<t`` does."""
+    input_ids, attention_mask = forced.model_inputs()
+    decoded = decoded_input_probabilities(
+        decoder, hidden, TokenBatch(input_ids, attention_mask), vocab_size
+    )  # [batch, pos_j, pos_i]
+    width = input_ids.shape[1]
+    visible = forced.score_mask(attribute_generated=True)[..., :width]  # [b, T, pos]
+    rows = [
+        aggregate(
+            decoded, position_scores[:, step], TokenBatch(input_ids, seen), tau, relu
+        )
+        for step, seen in enumerate(visible.unbind(1))
+    ]
+    return torch.stack(rows, dim=1)
+
+
 def _method_type(method: MethodSpec) -> type:
     return method if isinstance(method, type) else type(method)
 
@@ -263,7 +301,7 @@ class DecodedLayerAttribution(LayerAttribution):
         self,
         model: nn.Module,
         layer: Optional[Union[int, nn.Module]],
-        decoder: Decoder,
+        decoder: Optional[Decoder] = None,
         method: MethodSpec = LayerGradientXActivation,
         method_kwargs: Optional[Dict[str, Any]] = None,
         input_space: Optional[str] = None,
@@ -274,8 +312,10 @@ class DecodedLayerAttribution(LayerAttribution):
             layer (int or nn.Module or None): index ``l`` into ``hidden_states``
                 (negative counts from the end), or the module whose output is
                 ``h_l``. None: the layer of the ``method`` instance.
-            decoder (Callable): maps ``[batch, pos, d]`` hidden states to
-                ``[batch, pos, vocab]`` logits over the model's vocabulary.
+            decoder (Callable, optional): maps ``[batch, pos, d]`` hidden states
+                to ``[batch, pos, vocab]`` logits over the model's vocabulary.
+                Required for a classifier; for a causal LM None means the
+                model's own final norm + LM head (no fitting).
             method (type or LayerAttribution, optional): a Captum layer
                 attribution class, built here as
                 ``method(forward_func, module, **method_kwargs)`` with a forward
@@ -295,13 +335,22 @@ class DecodedLayerAttribution(LayerAttribution):
         self.adapter: ModelAdapter = get_adapter(model)
         self.input_space = _input_space(method, input_space)
         module = self._layer_module(layer, method)
-        if is_class:
-            forward = classifier_forward(model, self.input_space == "embeddings")
-        else:
+        embeddings = self.input_space == "embeddings"
+        if not is_class:
+            if self.adapter.is_causal_lm:
+                raise ValueError(
+                    "for a causal LM pass the Captum method's class (and "
+                    "method_kwargs): captum_ext builds its forward function, "
+                    "which returns the teacher-forced log p of each target"
+                )
             forward = method.forward_func
+        elif self.adapter.is_causal_lm:
+            forward = TeacherForcedLogProbs(model, embeddings)
+        else:
+            forward = classifier_forward(model, embeddings)
         LayerAttribution.__init__(self, forward, module)
         self.model = model
-        self.decoder = decoder
+        self.decoder = self._own_decoder(module) if decoder is None else decoder
         self._method = method
         self._method_kwargs = dict(method_kwargs or {})
         self._built: Dict[nn.Module, LayerAttribution] = {}
@@ -327,6 +376,24 @@ class DecodedLayerAttribution(LayerAttribution):
             )
         return module
 
+    def _own_decoder(self, module: nn.Module) -> Decoder:
+        r"""A causal LM's own next-token head (final norm + LM head) as the
+        decoder of the states ``module`` outputs; the final norm is not applied
+        twice to ``hidden_states[L]``, which is already its output."""
+        if not self.adapter.is_causal_lm:
+            raise ValueError(
+                "decoder is required for a classifier: the MLM head "
+                "(get_adapter(mlm_model).mlm_head()), EmbeddingDecoder(model) or "
+                "a fitted decoder (load_fitted_decoder); only a causal LM brings "
+                "its own (final norm + LM head)"
+            )
+        layers = range(self.adapter.num_layers + 1)
+        index = next(
+            (l for l in layers if self.adapter.hidden_state_module(l) is module),
+            None,  # another module: a state before the final norm
+        )
+        return partial(self.adapter.lm_head_on_every_position, layer=index)
+
     def _wrapped(self, module: nn.Module) -> LayerAttribution:
         r"""The layer method aimed at ``module`` (built once per module)."""
         if not isinstance(self._method, type):
@@ -350,11 +417,18 @@ class DecodedLayerAttribution(LayerAttribution):
     def _probe(self, batch: TokenBatch) -> Tuple[Tensor, Tensor, nn.Module]:
         r"""One forward pass without gradients: ``h_l`` ``[batch, pos, d]``, the
         logits ``[batch, C]`` and the module whose tensor output is ``h_l``."""
-        with torch.no_grad(), HookSet() as hooks:
+        with torch.no_grad():
+            hidden, out, module = self._captured(lambda: run_model(self.adapter, batch))
+        return hidden, out.logits, module
+
+    def _captured(self, forward: Callable[[], Any]) -> Tuple[Tensor, Any, nn.Module]:
+        r"""Runs ``forward()`` capturing ``h_l``: ``h_l`` ``[batch, pos, d]``, what
+        ``forward`` returned and the module whose tensor output is ``h_l``."""
+        with HookSet() as hooks:
             outputs = _capture_all(hooks, self.layer)
-            logits = run_model(self.adapter, batch).logits
+            result = forward()
         module = _tensor_module(self.layer, outputs)
-        return outputs[module], logits, module
+        return outputs[module], result, module
 
     def _method_inputs(
         self, batch: TokenBatch, kwargs: Dict[str, Any]
@@ -370,10 +444,16 @@ class DecodedLayerAttribution(LayerAttribution):
         return inputs, kwargs
 
     def _position_scores(
-        self, module: nn.Module, batch: TokenBatch, target: Tensor, kwargs: Dict
+        self,
+        module: nn.Module,
+        batch: TokenBatch,
+        target: Union[int, Tensor],
+        kwargs: Dict,
+        forward_args: Optional[Tuple[Any, ...]] = None,
     ) -> Tensor:
         r"""Runs the wrapped method; returns ``a_j = sum_k alpha[j, k]``,
-        ``[batch, pos]``."""
+        ``[batch, pos]``. ``forward_args``: the additional forward arguments
+        (default: the masks)."""
         if kwargs.get("return_convergence_delta"):
             raise ValueError(
                 "return_convergence_delta is not supported: the decoded scores use "
@@ -381,7 +461,7 @@ class DecodedLayerAttribution(LayerAttribution):
                 "for its delta"
             )
         inputs, kwargs = self._method_inputs(batch, kwargs)
-        extra: Tuple[Tensor, ...] = (batch.attention_mask,)
+        extra = forward_args or (batch.attention_mask,)
         if batch.token_type_ids is not None:
             extra += (batch.token_type_ids,)
         alpha = self._wrapped(module).attribute(
@@ -406,6 +486,8 @@ class DecodedLayerAttribution(LayerAttribution):
         tau: Optional[int] = None,
         relu: Optional[str] = "outside",
         internal_batch_size: Optional[int] = None,
+        attribute_generated: bool = False,
+        contrast_target: Optional[Tensor] = None,
         **attribute_kwargs: Any,
     ) -> Tensor:
         r"""
@@ -430,15 +512,45 @@ class DecodedLayerAttribution(LayerAttribution):
                 Tensor options with one row per example (``baselines``
                 ``[batch, pos]``) are sliced with the chunk. Default: None (the
                 whole batch at once).
+            attribute_generated (bool, optional): causal LMs: also score the
+                generated tokens before each target. Default: False.
+            contrast_target (Tensor, optional): causal LMs: foil ids
+                ``[batch, T]``; row ``t`` explains ``log p(y_t) - log p(y'_t)``.
+                Default: None.
             **attribute_kwargs: passed to the wrapped method's ``attribute``
                 (e.g. ``baselines``, ``n_steps``).
 
         Returns:
             Tensor ``[batch, pos]`` in float32 (float64 for a float64 model): one
             score per position; positions holding the same token share it; zero
-            on padding.
+            on padding. For a causal LM (``target`` the continuation's ids
+            ``[batch, T]``, right-padded with -100): ``[batch, T, P]``
+            (``[batch, T, P + T]`` with ``attribute_generated``), zero outside
+            the score mask.
         """
         check_options(tau, relu)
+        name = type(self).__name__
+        if explains_generation(
+            self.adapter, target, contrast_target, attribute_generated, name
+        ):
+            chunk = partial(
+                self._generated_scores,
+                tau=tau,
+                relu=relu,
+                internal_batch_size=internal_batch_size,
+                attribute_kwargs=_shared_options(attribute_kwargs),
+            )
+            return attribute_generation(
+                self.adapter,
+                inputs,
+                target,
+                additional_forward_args,
+                contrast_target,
+                attribute_generated,
+                internal_batch_size,
+                chunk,
+                name,
+            )
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
         chunk = partial(
             self._chunk_scores,
@@ -454,6 +566,44 @@ class DecodedLayerAttribution(LayerAttribution):
             chunk,
             type(self).__name__,
             **attribute_kwargs,
+        )
+
+    def _generated_scores(
+        self,
+        forced: TeacherForcedBatch,
+        contrast: Optional[Tensor],
+        tau: Optional[int],
+        relu: Optional[str],
+        internal_batch_size: Optional[int],
+        attribute_kwargs: Dict[str, Any],
+    ) -> Tensor:
+        r"""Causal LMs: decoded scores ``[batch, T, P + T - 1]``: the wrapped
+        method explains ``log p(y_t)`` once per step ``t`` (its own forward and
+        backward passes: a generic Captum method takes one target at a time)."""
+        with torch.no_grad():
+            hidden, _, module = self._captured(
+                lambda: run_teacher_forced(
+                    self.adapter, forced, predicting_logits_only=True
+                )
+            )
+        kwargs = dict(attribute_kwargs)
+        wrapped = self._wrapped(module)
+        if internal_batch_size is not None and _takes_internal_batch_size(wrapped):
+            kwargs["internal_batch_size"] = internal_batch_size
+        batch = TokenBatch(*forced.model_inputs())
+        forward_args = (batch.attention_mask, forced.target, contrast)
+        rows = [
+            self._position_scores(module, batch, step, kwargs, forward_args)
+            for step in range(forced.n_targets)
+        ]  # [batch, pos] each
+        return decode_rows(
+            self.decoder,
+            hidden,
+            forced,
+            torch.stack(rows, dim=1),
+            tau,
+            relu,
+            self.vocab_size,
         )
 
     def _chunk_scores(
@@ -476,6 +626,17 @@ class DecodedLayerAttribution(LayerAttribution):
             self.decoder, hidden, batch, self.vocab_size
         )
         return aggregate(decoded, scores, batch, tau, relu), logits
+
+
+def _shared_options(attribute_kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    r"""Causal LMs: the wrapped method's options, which every prompt shares."""
+    for key, value in attribute_kwargs.items():
+        if isinstance(value, Tensor) and value.dim() > 0:
+            raise ValueError(
+                f"{key}: per-example tensors are not supported on causal LMs (the "
+                "method runs on prompt + continuation); pass a scalar instead"
+            )
+    return attribute_kwargs
 
 
 def _takes_internal_batch_size(method: LayerAttribution) -> bool:

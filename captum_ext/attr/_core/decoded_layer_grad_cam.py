@@ -4,7 +4,7 @@ https://proceedings.mlr.press/v202/hou23a.html): decoded layer attribution with
 gradient x activation, plus a sweep over every layer in one backward pass."""
 
 from functools import partial
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -19,14 +19,17 @@ from captum_ext._utils.common import (
     TokenBatch,
 )
 from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 from captum_ext.attr._core.decoded_layer_attribution import (
     aggregate,
     check_options,
+    decode_rows,
     decoded_input_probabilities,
     DecodedLayerAttribution,
     Decoder,
 )
+from captum_ext.attr._utils.generation import run_teacher_forced, target_gradients
 
 __all__ = ["DecodedLayerGradCam"]
 
@@ -50,13 +53,19 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
 
     :meth:`attribute_all_layers` gives every layer ``0..L`` from one forward and
     one backward pass.
+
+    **Causal LMs** (docs/generation.rst): ``y`` is :math:`\log p(y_t)` of each
+    target step (minus :math:`\log p(y'_t)` with a contrast target), the
+    decoder by default the model's own final norm + LM head, and all T rows
+    come from one teacher-forced forward pass, T backward passes and one
+    decoding of ``h_l``.
     """
 
     def __init__(
         self,
         model: nn.Module,
         layer: Union[int, nn.Module],
-        decoder: Decoder,
+        decoder: Optional[Decoder] = None,
         multiply_by_inputs: bool = True,
     ) -> None:
         r"""
@@ -65,9 +74,11 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             layer (int or nn.Module): index ``l`` into ``hidden_states``, or the
                 module whose output is ``h_l``. :meth:`attribute_all_layers`
                 ignores it.
-            decoder (Callable): maps ``[batch, pos, d]`` hidden states to
-                ``[batch, pos, vocab]`` logits (MLM head, :class:`EmbeddingDecoder`
-                or a fitted decoder).
+            decoder (Callable, optional): maps ``[batch, pos, d]`` hidden states
+                to ``[batch, pos, vocab]`` logits (MLM head,
+                :class:`EmbeddingDecoder` or a fitted decoder). Required for a
+                classifier; for a causal LM None means the model's own final
+                norm + LM head.
             multiply_by_inputs (bool, optional): False drops the activation
                 factor (``alpha = dy/dh_l``). Default: True.
         """
@@ -96,6 +107,55 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             gradients = torch.autograd.grad(chosen, output.hidden_states)
         hidden = tuple(h.detach() for h in output.hidden_states)
         return hidden, gradients, logits
+
+    def _generated_scores(
+        self,
+        forced: TeacherForcedBatch,
+        contrast: Optional[Tensor],
+        tau: Optional[int],
+        relu: Optional[str],
+        internal_batch_size: Optional[int],
+        attribute_kwargs: Dict[str, Any],
+    ) -> Tensor:
+        r"""Causal LMs: decoded scores ``[batch, T, P + T - 1]`` from one forward
+        pass and one backward pass per target step (options for Captum's
+        ``LayerGradientXActivation`` go through the generic path)."""
+        if attribute_kwargs:
+            return super()._generated_scores(
+                forced, contrast, tau, relu, internal_batch_size, attribute_kwargs
+            )
+        with HookSet() as hooks, torch.enable_grad():
+            # Frozen parameters would leave the hidden states out of the graph.
+            hooks.make_output_require_grad(self.adapter.embedding_output_module())
+            hidden, out, _ = self._captured(
+                lambda: run_teacher_forced(
+                    self.adapter, forced, predicting_logits_only=True
+                )
+            )
+            log_probs = predicted_log_probs(out.logits, forced.target, contrast)
+            del out
+            steps = target_gradients(log_probs, (hidden,), forced.target_mask)
+            with torch.no_grad():
+                rows = [self._activation_scores(hidden, g) for (g,) in steps]
+        return decode_rows(
+            self.decoder,
+            hidden.detach(),
+            forced,
+            torch.stack(rows, dim=1),
+            tau,
+            relu,
+            self.vocab_size,
+        )
+
+    def _activation_scores(self, hidden: Tensor, gradient: Tensor) -> Tensor:
+        r"""``a_j = sum_k alpha[j, k]``, ``[batch, pos]``, with ``alpha = (dy/dh_l)
+        * h_l`` (``dy/dh_l`` without ``multiply_by_inputs``), in float32: the sum
+        over d cancels after a LayerNorm."""
+        dtype = result_dtype(hidden.dtype)
+        alpha = gradient.to(dtype)  # [batch, pos, d]
+        if self.multiply_by_inputs:
+            alpha = alpha * hidden.to(dtype)
+        return alpha.sum(-1)
 
     def _decoders(self, decoders: Optional[Sequence[Decoder]]) -> List[Decoder]:
         count = self.adapter.num_layers + 1
@@ -179,10 +239,6 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
         tau: Optional[int],
         relu: Optional[str],
     ) -> Tensor:
-        # float32 before the product: the sum over d cancels after a LayerNorm.
-        dtype = result_dtype(hidden.dtype)
-        alpha = gradient.to(dtype)  # [batch, pos, d]
-        if self.multiply_by_inputs:
-            alpha = alpha * hidden.to(dtype)
         decoded = decoded_input_probabilities(decoder, hidden, batch, self.vocab_size)
-        return aggregate(decoded, alpha.sum(-1), batch, tau, relu)  # [batch, pos]
+        scores = self._activation_scores(hidden, gradient)  # [batch, pos]
+        return aggregate(decoded, scores, batch, tau, relu)

@@ -12,27 +12,30 @@ exactly zero outside :meth:`TeacherForcedBatch.score_mask`. A method supplies on
 its :data:`GeneratedScores` function.
 """
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from captum._utils.typing import TargetType
-from torch import Tensor
+from torch import nn, Tensor
 
 from captum_ext._utils.common import parse_token_batch, TokenBatch
 from captum_ext._utils.teacher_forcing import (
     IGNORE_INDEX,
+    predicted_log_probs,
     teacher_forced_batch,
     TeacherForcedBatch,
 )
-from captum_ext.adapters import ModelAdapter
+from captum_ext.adapters import get_adapter, ModelAdapter
 from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 
 __all__ = [
     "GeneratedScores",
+    "TeacherForcedLogProbs",
     "attribute_generation",
     "explains_generation",
     "run_teacher_forced",
+    "target_gradients",
 ]
 
 # (one chunk's teacher-forced batch, its foil ids [chunk, T] or None)
@@ -126,7 +129,7 @@ def run_teacher_forced(
     positions only, ``[batch, T, vocab]`` (``logits_to_keep``: the LM head
     runs on T positions instead of P + T - 1)."""
     input_ids, attention_mask = forced.model_inputs()
-    kwargs = adapter.tokens.forward_kwargs(attention_mask, None)
+    kwargs: Dict[str, Any] = dict(adapter.tokens.forward_kwargs(attention_mask, None))
     if predicting_logits_only:
         kwargs["logits_to_keep"] = forced.n_targets
     return adapter.model(
@@ -136,6 +139,56 @@ def run_teacher_forced(
         return_dict=True,
         **kwargs,
     )
+
+
+def target_gradients(
+    log_probs: Tensor, wrt: Tuple[Tensor, ...], target_mask: Tensor
+) -> Iterator[Tuple[Tensor, ...]]:
+    r"""For each target step ``t``: the gradients of ``log_probs[:, t].sum()``
+    (``log_probs`` ``[batch, T]``) w.r.t. each tensor of ``wrt``, one backward
+    pass per step through the retained graph of one forward pass (examples do
+    not interact, so the batch sum's gradient is every example's own; only
+    ``wrt`` gets gradients, never a parameter's ``.grad``). A step that no row
+    of the batch has (``target_mask`` ``[batch, T]``) gets zeros without a
+    backward pass."""
+    has_step = target_mask.any(0)  # [T]
+    for step in range(log_probs.shape[1]):
+        if not bool(has_step[step]):
+            yield tuple(torch.zeros_like(tensor) for tensor in wrt)
+            continue
+        with torch.enable_grad():  # the caller may consume this under no_grad
+            objective = log_probs[:, step].sum()
+        yield torch.autograd.grad(objective, wrt, retain_graph=True)
+
+
+class TeacherForcedLogProbs(nn.Module):
+    r"""A causal LM as a Captum ``forward_func`` for one target step at a time:
+    ``f(input_ids, attention_mask, target, contrast=None) -> [batch, T]``
+    teacher-forced ``log p(y_t)`` (minus ``log p(y'_t)``), so ``target=t`` of a
+    Captum method explains step ``t``. ``input_ids`` ``[batch, P + T - 1]`` are
+    :meth:`TeacherForcedBatch.model_inputs` (word embeddings with
+    ``inputs_embeds=True``); ``target`` and ``contrast`` travel as additional
+    forward arguments, so methods that expand the batch expand them too."""
+
+    def __init__(self, model: nn.Module, inputs_embeds: bool = False) -> None:
+        super().__init__()
+        self._adapter = get_adapter(model)
+        self.model = self._adapter.model
+        self.inputs_embeds = inputs_embeds
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        target: Tensor,
+        contrast: Optional[Tensor] = None,
+    ) -> Tensor:
+        kwargs: Dict[str, Any] = dict(
+            self._adapter.tokens.forward_kwargs(attention_mask, None)
+        )
+        kwargs["inputs_embeds" if self.inputs_embeds else "input_ids"] = input_ids
+        logits = self.model(**kwargs, logits_to_keep=target.shape[1]).logits
+        return predicted_log_probs(logits, target, contrast)  # [batch, T]
 
 
 def _join(
