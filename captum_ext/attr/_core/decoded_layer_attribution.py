@@ -5,7 +5,7 @@ https://proceedings.mlr.press/v202/hou23a.html)."""
 
 import inspect
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Type, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -389,7 +389,7 @@ class DecodedLayerAttribution(LayerAttribution):
             )
         layers = range(self.adapter.num_layers + 1)
         index = next(
-            (l for l in layers if self.adapter.hidden_state_module(l) is module),
+            (i for i in layers if self.adapter.hidden_state_module(i) is module),
             None,  # another module: a state before the final norm
         )
         return partial(self.adapter.lm_head_on_every_position, layer=index)
@@ -533,7 +533,7 @@ class DecodedLayerAttribution(LayerAttribution):
         if explains_generation(
             self.adapter, target, contrast_target, attribute_generated, name
         ):
-            chunk = partial(
+            generated = partial(
                 self._generated_scores,
                 tau=tau,
                 relu=relu,
@@ -548,7 +548,7 @@ class DecodedLayerAttribution(LayerAttribution):
                 contrast_target,
                 attribute_generated,
                 internal_batch_size,
-                chunk,
+                generated,
                 name,
             )
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
