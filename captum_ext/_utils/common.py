@@ -234,7 +234,8 @@ def resolve_target(target: TargetType, logits: Tensor) -> Tensor:
     if index.dim() > 1:
         raise ValueError(
             "target must be an int or a 1-d list / tensor with one class per "
-            f"example, got shape {tuple(index.shape)}"
+            f"example, got shape {tuple(index.shape)}; continuation ids "
+            "[batch, T] need a causal LM (AutoModelForCausalLM)"
         )
     index = index.long().expand(batch) if index.dim() == 0 else index.long()
     if index.shape[0] != batch:

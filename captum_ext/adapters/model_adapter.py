@@ -118,12 +118,13 @@ class ModelAdapter:
         self.is_causal = family.causal
         self.max_positions = _max_positions(cfg, family)
         self.tokens = _token_layout(cfg, family)
-        # A next-token model: an LM head and no sequence-classification head,
-        # decided from the modules the model has, never from its class.
+        # Decided from the modules the model has, never from its class.
+        self.is_classifier = _has_classifier(model, family)
+        # A next-token model: an LM head and no sequence-classification head.
         self.is_causal_lm = (
             family.causal
             and _find_lm_head(model, family) is not None
-            and not _has_classifier(model, family)
+            and not self.is_classifier
         )
 
     def word_embeddings(self) -> nn.Embedding:
@@ -202,7 +203,7 @@ class ModelAdapter:
                 f"is {kind} ({self.family_name}), which reads every token in both "
                 "directions and predicts no next token"
             )
-        elif _has_classifier(self.model, record):
+        elif self.is_classifier:
             reason = (
                 "is a sequence classifier, which takes one class per example "
                 "(target [batch]), not continuation ids [batch, T]"

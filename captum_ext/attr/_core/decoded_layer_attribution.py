@@ -382,10 +382,11 @@ class DecodedLayerAttribution(LayerAttribution):
         twice to ``hidden_states[L]``, which is already its output."""
         if not self.adapter.is_causal_lm:
             raise ValueError(
-                "decoder is required for a classifier: the MLM head "
-                "(get_adapter(mlm_model).mlm_head()), EmbeddingDecoder(model) or "
-                "a fitted decoder (load_fitted_decoder); only a causal LM brings "
-                "its own (final norm + LM head)"
+                f"decoder is required for {type(self.adapter.model).__name__}: "
+                "the MLM head (get_adapter(mlm_model).mlm_head()), "
+                "EmbeddingDecoder(model) or a fitted decoder "
+                "(load_fitted_decoder); only a causal LM (AutoModelForCausalLM) "
+                "brings its own (final norm + LM head)"
             )
         layers = range(self.adapter.num_layers + 1)
         index = next(

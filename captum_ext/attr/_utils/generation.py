@@ -52,12 +52,15 @@ def explains_generation(
 ) -> bool:
     r"""True when the call explains generated text: the model is a causal LM.
     Raises :class:`~captum_ext.UnsupportedModelError` (naming what the model
-    lacks) when a model that is not a causal LM gets continuation ids
-    ``[batch, T]``, a ``contrast_target`` or ``attribute_generated``."""
+    lacks) when a model that is not a causal LM gets a ``contrast_target`` or
+    ``attribute_generated``, or continuation ids ``[batch, T]`` without having
+    a classification head (a classifier's own target check names the shape)."""
     if adapter.is_causal_lm:
         return True
     sequence_target = isinstance(target, Tensor) and target.dim() == 2
-    if sequence_target or contrast_target is not None or attribute_generated:
+    if sequence_target and not adapter.is_classifier:
+        adapter.require_causal_lm(method)
+    if contrast_target is not None or attribute_generated:
         adapter.require_causal_lm(method)
     return False
 
