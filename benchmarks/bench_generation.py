@@ -22,7 +22,7 @@ Usage::
 import argparse
 import statistics
 import time
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, List
 
 import torch
 import transformers
@@ -46,9 +46,13 @@ METHODS: Dict[str, Callable[[nn.Module, Tensor, Tensor, Tensor], Tensor]] = {
         ids, target=y, additional_forward_args=(mask,)
     ),
     "DecodedLayerGradCam": lambda m, ids, mask, y: DecodedLayerGradCam(
-        m, m.config.num_hidden_layers // 2
+        m, _config(m).num_hidden_layers // 2
     ).attribute(ids, target=y, additional_forward_args=(mask,)),
 }
+
+
+def _config(model: nn.Module) -> Any:
+    return model.config
 
 
 def random_models() -> Dict[str, nn.Module]:
@@ -74,7 +78,7 @@ def continuation(model: nn.Module, batch: int) -> Dict[str, Tensor]:
     r"""Left-padded random prompts (row ``b`` loses ``b`` tokens of padding) and
     16 random target ids per row."""
     generator = torch.Generator().manual_seed(0)
-    vocab = model.config.vocab_size
+    vocab = _config(model).vocab_size
     ids = torch.randint(10, vocab, (batch, PROMPT), generator=generator)
     mask = torch.ones_like(ids)
     for row in range(batch):
