@@ -295,6 +295,18 @@ class DecodedLayerAttribution(LayerAttribution):
     methods that interpolate or add noise in input space (``LayerConductance``,
     ``LayerGradientShap``; see ``input_space``), together with the resolved target
     and ``additional_forward_args`` as ``(attention_mask[, token_type_ids])``.
+
+    **Causal LMs** (``*ForCausalLM``; docs/generation.rst): ``target`` is the
+    continuation ``[batch, T]``, ``y`` of row ``t`` is ``log p(y_t | prompt,
+    y_<t)`` under teacher forcing (minus ``log p(y'_t)`` with a contrast
+    target), and the decoder defaults to the model's own final norm + LM head
+    (no fitting), so ``D[j, i]`` is the probability the logit lens at position
+    ``j`` puts on the token at ``i``. Row ``t`` sums over the positions up to
+    ``y_t``'s predicting position and scores the tokens before ``y_t`` (the
+    top-tau candidates too). The wrapped method runs once per target step,
+    through a forward function returning every step's ``log p`` (``target=t``
+    selects the step); :class:`DecodedLayerGradCam` needs one forward and T
+    backward passes. The result is ``[batch, T, P]``.
     """
 
     def __init__(
