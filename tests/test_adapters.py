@@ -419,3 +419,18 @@ def test_not_a_causal_lm_is_refused_with_what_is_missing(build, family, missing)
         adapter.lm_head_on_every_position(hidden)
     with pytest.raises(UnsupportedModelError, match="AutoModelForCausalLM"):
         adapter.require_causal_lm("LogAt")
+
+
+@pytest.mark.parametrize("family", CAUSAL_LM_FAMILIES)
+def test_llama_style_classifiers_reproduce_logits(family):
+    model = tiny_classifier(family)
+    adapter = get_adapter(model)
+    assert adapter.is_classifier and not adapter.is_causal_lm
+    batch = token_batch(pad_side="left", causal=True)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    out = model(
+        ids, **adapter.tokens.forward_kwargs(mask, None), output_hidden_states=True
+    )
+    position = adapter.tokens.classification_position(ids, mask)
+    head = adapter.head_on_every_position(out.hidden_states[-1])
+    torch.testing.assert_close(head[torch.arange(3), position], out.logits)

@@ -19,6 +19,7 @@ from captum_ext.attr import (
 from tests.helpers import (
     assert_same_state,
     CAUSAL_FAMILIES,
+    CAUSAL_LM_FAMILIES,
     continuation_batch,
     model_state,
     tiny_base_model,
@@ -298,3 +299,19 @@ def test_bad_contrast_target_and_decoder_options_are_refused():
         )
     with pytest.raises(ValueError, match="decoder is required"):
         DecodedLayerGradCam(tiny_classifier("gpt2"), 1)
+
+
+@pytest.mark.parametrize("family", CAUSAL_LM_FAMILIES)
+def test_every_causal_lm_family_is_explained(family):
+    r"""The families that share Llama's module names: LogAt is the model's own
+    logit of the target at the last prompt position, every method's row 0 is
+    non-zero exactly on the attended prompt."""
+    model, batch = tiny_causal_lm(family), _full_targets()
+    ids, mask, positions, prompt = _joined(batch)
+    logits = model(ids, attention_mask=mask, position_ids=positions).logits
+    expected = logits[torch.arange(3), prompt - 1, batch["target"][:, 0]]
+    for name in METHODS:
+        scores = _attribute(name, model, batch)
+        assert (scores[:, 0] != 0).equal(batch["attention_mask"].bool())
+        if name == "LogAt":
+            torch.testing.assert_close(scores[:, 0, -1], expected)
