@@ -35,9 +35,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn, Tensor
+from transformers.pytorch_utils import Conv1D
 
 __all__ = [
     "BlockParts",
+    "NormParams",
+    "PreNormParts",
     "ModelAdapter",
     "TokenLayout",
     "check_head_reproduces",
@@ -95,6 +98,7 @@ class _Family:
     blocks: Optional[str]  # None: weights shared across layers (ALBERT)
     final_output: Optional[str] = None  # hidden_states[L] if not the last block
     parts: Optional[_PartPaths] = None  # post-LN encoders only (GlobEnc)
+    pre_norm: Optional["_PreNormPaths"] = None  # pre-LN decoders (GlobEnc)
     head: _Head
     classifier: str = "classifier"  # the head's attribute on the full model
     causal: bool = False  # classifies from the last non-pad token
@@ -169,6 +173,176 @@ def _distilbert_mlm_head(model: nn.Module) -> nn.Module:
 def _electra_mlm_head(model: nn.Module) -> nn.Module:
     names = ("generator_predictions", "generator_lm_head")
     return nn.Sequential(*(_module(model, name) for name in names))
+
+
+# ---------------------------------------------------------- pre-LN decoders
+# The parts of a pre-LayerNorm decoder block that GlobEnc's decoder
+# decomposition reads (captum_ext/attr/_utils/decoder_decomposition.py):
+#   h' = h + Attn(norm1(h)),   h'' = h' + MLP(norm2(h')),   final norm after L.
+@dataclass(frozen=True)
+class NormParams:
+    r"""One per-position normalisation
+    ``y = weight * (x - c(x)) / sqrt(mean_d((x - c(x))^2) + eps) + bias``:
+    a LayerNorm (``centred``: ``c(x)`` is the mean over the hidden dimension) or
+    an RMSNorm (``c(x) = 0``, no bias). ``module`` is the norm itself, whose
+    real input gives each position's statistics."""
+
+    module: nn.Module
+    weight: Tensor  # [d]
+    bias: Optional[Tensor]  # [d]; None for RMSNorm
+    eps: float
+    centred: bool
+
+
+@dataclass(frozen=True)
+class PreNormParts:
+    r"""One pre-LayerNorm decoder block ``h' = h + Attn(norm1(h))``,
+    ``h'' = h' + MLP(norm2(h'))``.
+
+    ``value``'s output holds the value vectors (bias included) as chunk
+    ``value_chunk = (index, count)`` of ``count`` equal chunks of its last
+    dimension (GPT-2's fused ``c_attn`` = q | k | v: ``(2, 3)``), with
+    ``kv_heads * head_dim`` features (grouped key/value heads: fewer than the
+    query heads); ``attention_output``'s output is the attention sublayer's
+    output before the residual, ``output_weight`` its ``W_O``
+    ``[d, heads * head_dim]`` in ``nn.Linear`` layout and ``output_bias`` its
+    ``b_O`` (or None); ``mlp``'s output is the MLP sublayer's.
+    """
+
+    norm1: NormParams
+    value: nn.Module
+    value_chunk: Tuple[int, int]
+    attention_output: nn.Module
+    output_weight: Tensor
+    output_bias: Optional[Tensor]
+    norm2: NormParams
+    mlp: nn.Module
+
+    def values(self, value_output: Tensor) -> Tensor:
+        r"""The value vectors ``[..., kv_heads * head_dim]`` in ``value``'s
+        output."""
+        index, count = self.value_chunk
+        return value_output.chunk(count, dim=-1)[index]
+
+
+def _layer_norm(module: nn.Module, what: str) -> NormParams:
+    norm = _typed(_effective_layer(module, what), nn.LayerNorm, what)
+    weight = norm.weight
+    if weight is None:  # elementwise_affine=False
+        weight = torch.ones(norm.normalized_shape)
+    return NormParams(norm, weight, norm.bias, float(norm.eps), centred=True)
+
+
+def _rms_norm(module: nn.Module, what: str) -> NormParams:
+    r"""Llama's RMSNorm: ``weight * x / sqrt(mean(x^2) + variance_epsilon)``."""
+    weight = getattr(module, "weight", None)
+    eps = getattr(module, "variance_epsilon", None)
+    if not isinstance(weight, Tensor) or not isinstance(eps, float):
+        raise UnsupportedModelError(
+            f"the {what} is a {type(module).__name__}, not an RMSNorm with "
+            "weight and variance_epsilon"
+        )
+    return NormParams(module, weight, None, eps, centred=False)
+
+
+def _projection(module: nn.Module, what: str) -> Tuple[Tensor, Optional[Tensor]]:
+    r"""``(weight [out, in], bias)`` of a Linear or of GPT-2's Conv1D, which
+    stores its weight as ``[in, out]``."""
+    layer = _effective_layer(module, what)
+    if isinstance(layer, nn.Linear):
+        return layer.weight, layer.bias
+    if isinstance(layer, Conv1D):
+        return layer.weight.T, layer.bias
+    raise UnsupportedModelError(
+        f"the {what} is a {type(layer).__name__}, not a Linear or Conv1D "
+        "projection"
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _PreNormPaths:
+    r"""Paths of :class:`PreNormParts` inside one block, and the family's norm."""
+
+    norm1: str
+    value: str
+    value_chunk: Tuple[int, int] = (0, 1)
+    attention_output: str
+    norm2: str
+    mlp: str
+    norm: Callable[[nn.Module, str], NormParams]  # _layer_norm or _rms_norm
+
+
+_GPT2_PRE_NORM = _PreNormPaths(
+    norm1="ln_1",
+    value="attn.c_attn",
+    value_chunk=(2, 3),
+    attention_output="attn.c_proj",
+    norm2="ln_2",
+    mlp="mlp",
+    norm=_layer_norm,
+)
+_LLAMA_PRE_NORM = _PreNormPaths(
+    norm1="input_layernorm",
+    value="self_attn.v_proj",
+    attention_output="self_attn.o_proj",
+    norm2="post_attention_layernorm",
+    mlp="mlp",
+    norm=_rms_norm,
+)
+
+
+def _pre_norm_paths(family: _Family) -> _PreNormPaths:
+    if family.pre_norm is None or family.final_output is None:
+        raise UnsupportedModelError(
+            f"{family.name} is not a sequential pre-LayerNorm decoder (norm -> "
+            "attention -> residual, norm -> MLP -> residual, a final norm) with "
+            "its value and output projections known, so GlobEnc's decoder "
+            "decomposition is not defined for it; supported: "
+            + ", ".join(sorted(k for k, f in _FAMILIES.items() if f.pre_norm))
+        )
+    return family.pre_norm
+
+
+def _named_part(root: nn.Module, path: str, what: str) -> nn.Module:
+    try:
+        return _module(root, path)
+    except AttributeError:
+        raise UnsupportedModelError(
+            f"{what} has no {path!r}; the pre-LayerNorm decomposition needs it"
+        ) from None
+
+
+def _pre_norm_parts(block: nn.Module, paths: _PreNormPaths, what: str) -> PreNormParts:
+    def part(path: str) -> nn.Module:
+        return _named_part(block, path, what)
+
+    def norm(path: str) -> NormParams:
+        return paths.norm(part(path), f"{what}'s {path}")
+
+    output = f"{what}'s {paths.attention_output}"
+    weight, bias = _projection(part(paths.attention_output), output)
+    return PreNormParts(
+        norm1=norm(paths.norm1),
+        value=part(paths.value),
+        value_chunk=paths.value_chunk,
+        attention_output=part(paths.attention_output),
+        output_weight=weight,
+        output_bias=bias,
+        norm2=norm(paths.norm2),
+        mlp=part(paths.mlp),
+    )
+
+
+def _is_causal_lm(model: nn.Module, family: _Family) -> bool:
+    r"""A decoder-only model with an LM head (output embeddings) and no
+    sequence-classification head."""
+    get_head = getattr(model, "get_output_embeddings", None)
+    return (
+        family.causal
+        and not hasattr(model, family.classifier)
+        and callable(get_head)
+        and get_head() is not None
+    )
 
 
 _BERT_PARTS = _PartPaths(
@@ -265,6 +439,7 @@ _GPT2 = _Family(
     embedding_output=("drop",),
     blocks="h",
     final_output="ln_f",
+    pre_norm=_GPT2_PRE_NORM,
     head=_score_head,
     classifier="score",
     causal=True,
@@ -279,6 +454,7 @@ _register(
         embedding_output=("embed_tokens",),
         blocks="layers",
         final_output="norm",
+        pre_norm=_LLAMA_PRE_NORM,
     ),
     "llama",
     "mistral",
@@ -655,6 +831,30 @@ class ModelAdapter:
             raise IndexError("block_parts takes a block index 1..L, not 0")
         block = _blocks(self.base_model, self._family)[index - 1]
         return _block_parts(block, paths, f"{self.family} block {index}")
+
+    # Pre-LN decoders (GlobEnc's decoder decomposition).
+    @property
+    def is_causal_lm(self) -> bool:
+        r"""True for a decoder-only model with an LM head (output embeddings)
+        and no sequence-classification head (``*ForCausalLM``)."""
+        return _is_causal_lm(self.model, self._family)
+
+    def pre_norm_parts(self, layer: int) -> PreNormParts:
+        r"""The :class:`PreNormParts` of block ``layer`` (1..L) of a pre-LN
+        decoder; :class:`UnsupportedModelError` for other families or a block
+        that lacks a part."""
+        paths, index = _pre_norm_paths(self._family), self.check_layer(layer)
+        if index == 0:
+            raise IndexError("pre_norm_parts takes a block index 1..L, not 0")
+        block = _blocks(self.base_model, self._family)[index - 1]
+        return _pre_norm_parts(block, paths, f"{self.family} block {index}")
+
+    def final_norm(self) -> NormParams:
+        r"""The norm after the last block of a pre-LN decoder (its output is
+        ``hidden_states[L]``)."""
+        paths, final = _pre_norm_paths(self._family), self._family.final_output
+        what = f"{self.family}'s final norm {final!r}"
+        return paths.norm(_named_part(self.base_model, str(final), what), what)
 
     def head_on_every_position(self, hidden: Tensor) -> Tensor:
         r"""The classification head on every position of ``hidden_states[L]``:
