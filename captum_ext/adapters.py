@@ -254,8 +254,7 @@ def _projection(module: nn.Module, what: str) -> Tuple[Tensor, Optional[Tensor]]
     if isinstance(layer, Conv1D):
         return layer.weight.T, layer.bias
     raise UnsupportedModelError(
-        f"the {what} is a {type(layer).__name__}, not a Linear or Conv1D "
-        "projection"
+        f"the {what} is a {type(layer).__name__}, not a Linear or Conv1D projection"
     )
 
 

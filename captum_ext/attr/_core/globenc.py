@@ -24,20 +24,12 @@ from captum_ext.adapters import BlockParts, get_adapter, ModelAdapter
 from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.decoder_decomposition import (
     capture_decoder,
-    DECODER_VARIANTS,
     decoder_factors,
+    DECODER_VARIANTS,
     next_norms,
 )
-from captum_ext.attr._utils.norm_decomposition import (
-    Factors,
-    single_call,
-    through_norm,
-)
-from captum_ext.attr._utils.rollout import (
-    rollout_products,
-    rollout_row,
-    rollout_rows,
-)
+from captum_ext.attr._utils.norm_decomposition import Factors, single_call, through_norm
+from captum_ext.attr._utils.rollout import rollout_products, rollout_row, rollout_rows
 
 __all__ = ["GlobEnc", "VARIANTS"]
 

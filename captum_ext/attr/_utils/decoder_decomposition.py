@@ -32,11 +32,7 @@ from captum_ext.adapters import (
     PreNormParts,
     UnsupportedModelError,
 )
-from captum_ext.attr._utils.norm_decomposition import (
-    Factors,
-    single_call,
-    through_norm,
-)
+from captum_ext.attr._utils.norm_decomposition import Factors, single_call, through_norm
 
 __all__ = [
     "DECODER_VARIANTS",
