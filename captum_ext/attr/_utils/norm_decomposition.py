@@ -85,7 +85,7 @@ def through_norm(
     RMSNorm ``gamma * v / sqrt(mean(norm_input^2) + eps)``. Both are linear in
     ``v`` once the position's statistics are fixed, so the vectors of a sum map
     to a sum: ``sum_v N(v) + bias = N(sum_v v)``."""
-    gamma = gamma.to(norm_input.dtype)  # [d]
+    gamma = gamma.to(device=norm_input.device, dtype=norm_input.dtype)  # [d]
     if centred:
         spread = norm_input.var(-1, unbiased=False)  # [batch, pos]
     else:
