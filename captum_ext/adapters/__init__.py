@@ -24,7 +24,8 @@ unknown family gets a :class:`UnsupportedModelError` naming what is missing.
 
 The package: :mod:`~captum_ext.adapters.families` (the family table and heads),
 :mod:`~captum_ext.adapters.wrappers` (peft / compile / DDP unwrapping),
-:mod:`~captum_ext.adapters.layout` (:class:`TokenLayout`) and
+:mod:`~captum_ext.adapters.layout` (:class:`TokenLayout`),
+:mod:`~captum_ext.adapters.pre_norm` (pre-LayerNorm decoder blocks, for GlobEnc) and
 :mod:`~captum_ext.adapters.model_adapter` (:class:`ModelAdapter`,
 :func:`get_adapter`).
 
@@ -44,10 +45,13 @@ from captum_ext.adapters.model_adapter import (
     get_adapter,
     ModelAdapter,
 )
+from captum_ext.adapters.pre_norm import NormParams, PreNormParts
 from captum_ext.adapters.wrappers import unwrap_model
 
 __all__ = [
     "BlockParts",
+    "NormParams",
+    "PreNormParts",
     "ModelAdapter",
     "TokenLayout",
     "check_head_reproduces",

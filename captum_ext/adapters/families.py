@@ -12,6 +12,7 @@ import torch
 from torch import nn, Tensor
 
 from captum_ext.adapters.errors import UnsupportedModelError
+from captum_ext.adapters.pre_norm import _GPT2_PRE_NORM, _LLAMA_PRE_NORM, _PreNormPaths
 from captum_ext.adapters.wrappers import _effective_layer, _typed
 
 
@@ -60,6 +61,7 @@ class _Family:
     # families, which Hugging Face applies before reporting hidden_states[L].
     final_output: Optional[str] = None
     parts: Optional[_PartPaths] = None  # post-LN encoders only (GlobEnc)
+    pre_norm: Optional[_PreNormPaths] = None  # pre-LN decoders (GlobEnc)
     head: _Head
     classifier: str = "classifier"  # the head's attribute on the full model
     causal: bool = False  # classifies from the last non-pad token
@@ -233,6 +235,7 @@ _GPT2 = _Family(
     embedding_output=("drop",),
     blocks="h",
     final_output="ln_f",
+    pre_norm=_GPT2_PRE_NORM,
     head=_score_head,
     classifier="score",
     causal=True,
@@ -249,6 +252,7 @@ _register(
         embedding_output=("embed_tokens",),
         blocks="layers",
         final_output="norm",
+        pre_norm=_LLAMA_PRE_NORM,
     ),
     "llama",
     "mistral",
@@ -338,3 +342,15 @@ def _find_lm_head(model: nn.Module, family: _Family) -> Optional[nn.Module]:
 
 def _has_classifier(model: nn.Module, family: _Family) -> bool:
     return hasattr(model, family.classifier)
+
+
+def _pre_norm_paths(family: _Family) -> _PreNormPaths:
+    if family.pre_norm is None or family.final_output is None:
+        raise UnsupportedModelError(
+            f"{family.name} is not a sequential pre-LayerNorm decoder (norm -> "
+            "attention -> residual, norm -> MLP -> residual, a final norm) with "
+            "its value and output projections known, so GlobEnc's decoder "
+            "decomposition is not defined for it; supported: "
+            + ", ".join(sorted(k for k, f in _FAMILIES.items() if f.pre_norm))
+        )
+    return family.pre_norm

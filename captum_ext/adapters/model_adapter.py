@@ -19,11 +19,18 @@ from captum_ext.adapters.families import (
     _has_classifier,
     _module,
     _part_paths,
+    _pre_norm_paths,
     _require_classifier,
     BlockParts,
     supported_families,
 )
 from captum_ext.adapters.layout import _token_layout
+from captum_ext.adapters.pre_norm import (
+    _named_part,
+    _pre_norm_parts,
+    NormParams,
+    PreNormParts,
+)
 from captum_ext.adapters.wrappers import unwrap_model
 
 
@@ -157,6 +164,25 @@ class ModelAdapter:
             raise IndexError("block_parts takes a block index 1..L, not 0")
         block = _blocks(self.base_model, self._family_record)[index - 1]
         return _block_parts(block, paths, f"{self.family_name} block {index}")
+
+    def pre_norm_parts(self, layer: int) -> PreNormParts:
+        r"""The :class:`PreNormParts` of block ``layer`` (1..L) of a pre-LN
+        decoder; :class:`UnsupportedModelError` for other families or a block
+        that lacks a part."""
+        paths = _pre_norm_paths(self._family_record)
+        index = self.check_layer(layer)
+        if index == 0:
+            raise IndexError("pre_norm_parts takes a block index 1..L, not 0")
+        block = _blocks(self.base_model, self._family_record)[index - 1]
+        return _pre_norm_parts(block, paths, f"{self.family_name} block {index}")
+
+    def final_norm(self) -> NormParams:
+        r"""The norm after the last block of a pre-LN decoder (its output is
+        ``hidden_states[L]``)."""
+        paths = _pre_norm_paths(self._family_record)
+        final = self._family_record.final_output
+        what = f"{self.family_name}'s final norm {final!r}"
+        return paths.norm(_named_part(self.base_model, str(final), what), what)
 
     def head_on_every_position(self, hidden: Tensor) -> Tensor:
         r"""The classification head on every position of ``hidden_states[L]``:

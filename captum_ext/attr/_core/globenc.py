@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-r"""GlobEnc: global token attribution from norms of the decomposed encoder blocks."""
+r"""GlobEnc: global token attribution from norms of the decomposed transformer
+blocks (post-LN encoders; pre-LN decoders explaining generated tokens)."""
 
 from dataclasses import dataclass, fields, replace
 from functools import partial
@@ -18,9 +19,17 @@ from captum_ext._utils.common import (
     TokenBatch,
 )
 from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.teacher_forcing import teacher_forced_batch, TeacherForcedBatch
 from captum_ext.adapters import BlockParts, get_adapter, ModelAdapter
 from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
-from captum_ext.attr._utils.rollout import rollout_products, rollout_row
+from captum_ext.attr._utils.decoder_decomposition import (
+    capture_decoder,
+    decoder_factors,
+    DECODER_VARIANTS,
+    next_norms,
+)
+from captum_ext.attr._utils.norm_decomposition import Factors, single_call, through_norm
+from captum_ext.attr._utils.rollout import rollout_products, rollout_row, rollout_rows
 
 __all__ = ["GlobEnc", "VARIANTS"]
 
@@ -39,63 +48,6 @@ class _LayerInputs:
     pre_ln2: Tensor  # [batch, pos, d]  real LN2 input: FFN(out1) + out1
 
 
-@dataclass
-class _Factors:
-    r"""One layer's decomposition in factored form.
-
-    Source ``j`` contributes to receiving token ``i`` the vector
-    ``scale[i] * (sum_h attention[h, i, j] * source[h, j] + 1[i = j] residual[i])``
-    with ``source[h, j] = w_out[h]^T value[j, h]``. A LayerNorm acts on every such
-    vector as a fixed linear map (centring, then ``gamma``) times a per-receiver
-    factor ``1 / sqrt(Var(pre_ln_i) + eps)``, so it is folded into ``w_out``,
-    ``residual`` and ``scale`` instead of being applied to the ``n^2`` vectors.
-    """
-
-    attention: Tensor  # [batch, heads, pos, pos]
-    value: Tensor  # [batch, pos, heads, head_dim]
-    w_out: Tensor  # [heads, head_dim, d]
-    residual: Optional[Tensor]  # [batch, pos, d]; None for variant "N"
-    scale: Tensor  # [batch, pos]
-
-    def _heads(self) -> Tuple[Tensor, Tensor]:
-        r"""Mixing weights ``[batch, j, i, k]`` and sources ``[batch, j, k, d]``
-        of ``vector_ij = scale[i] * sum_k weights[j, i, k] * sources[j, k]``. The
-        residual, if any, is one more head ``k`` attending only to itself."""
-        weights = self.attention.permute(0, 3, 2, 1)  # [batch, j, i, heads]
-        sources = torch.einsum("bjhv,hvd->bjhd", self.value, self.w_out)  # f_h(x_j)
-        if self.residual is None:
-            return weights, sources
-        batch, pos = self.scale.shape
-        own = torch.eye(pos, dtype=weights.dtype, device=weights.device)
-        weights = torch.cat([weights, own.expand(batch, pos, pos)[..., None]], -1)
-        return weights, torch.cat([sources, self.residual[:, :, None]], dim=2)
-
-    def vectors(self) -> Tensor:
-        r"""Every decomposed vector, ``[batch, pos (i), pos (j), d]``. Memory is
-        O(n^2 d): for inspection; :meth:`norms` never forms it."""
-        weights, sources = self._heads()
-        mixed = torch.einsum("bjik,bjkd->bijd", weights, sources)
-        return self.scale[:, :, None, None] * mixed
-
-    def norms(self) -> Tensor:
-        r"""``||vector_ij||`` ``[batch, pos, pos]`` from per-source Gram matrices:
-        ``||sum_k w_k s_k||^2 = sum_kl w_k w_l <s_k, s_l>``, O(n^2 heads^2) work
-        and O(n^2 heads) memory instead of O(n^2 d)."""
-        weights, sources = self._heads()
-        gram = sources @ sources.transpose(-1, -2)  # [batch, j, heads, heads]
-        squared = ((weights @ gram) * weights).sum(-1).transpose(1, 2)  # [b, i, j]
-        return self.scale[:, :, None] * squared.clamp(min=0).sqrt()
-
-
-def _single_call(store: List[Tensor], name: str, layer: int) -> Tensor:
-    if len(store) != 1:
-        raise RuntimeError(
-            f"GlobEnc expected one call of block {layer}'s {name} per forward pass, "
-            f"saw {len(store)}; the model reuses or skips the module"
-        )
-    return store[0]
-
-
 def _capture(
     adapter: ModelAdapter, batch: TokenBatch
 ) -> Tuple[Tensor, List[_LayerInputs]]:
@@ -112,9 +64,9 @@ def _capture(
         _LayerInputs(
             output.hidden_states[k],
             output.attentions[k],
-            _single_call(values[k], "value projection", layer),
-            _single_call(pre_ln1[k], "first LayerNorm", layer),
-            _single_call(pre_ln2[k], "second LayerNorm", layer),
+            single_call(values[k], "value projection", layer),
+            single_call(pre_ln1[k], "first LayerNorm", layer),
+            single_call(pre_ln2[k], "second LayerNorm", layer),
         )
         for k, layer in enumerate(blocks)
     ]
@@ -130,35 +82,14 @@ def _in_work_dtype(layer: _LayerInputs) -> _LayerInputs:
     )
 
 
-def _centred(vectors: Tensor) -> Tensor:
-    return vectors - vectors.mean(-1, keepdim=True)
-
-
-def _through_layernorm(
-    factors: _Factors, pre_ln: Tensor, norm: nn.LayerNorm
-) -> _Factors:
-    r"""LN(v) without beta for every decomposed vector v of a sum whose real
-    LayerNorm input is ``pre_ln``: ``gamma * (v - mean(v)) / sqrt(Var(pre_ln) + eps)``.
-    """
-    gamma = norm.weight.to(pre_ln.dtype)  # [d]
-    std = (pre_ln.var(-1, unbiased=False) + norm.eps).sqrt()  # [batch, pos]
-    residual = factors.residual
-    return replace(
-        factors,
-        w_out=gamma * _centred(factors.w_out),
-        residual=None if residual is None else gamma * _centred(residual),
-        scale=factors.scale / std,
-    )
-
-
-def _factors(layer: _LayerInputs, parts: BlockParts, variant: str) -> _Factors:
+def _factors(layer: _LayerInputs, parts: BlockParts, variant: str) -> Factors:
     r"""The decomposition of one block for ``variant`` (one of :data:`VARIANTS`)."""
     batch, pos, d = layer.value.shape
     heads = layer.attention.shape[1]
     value = layer.value.view(batch, pos, heads, d // heads)
     weight = parts.attention_output.weight.to(value.dtype)  # [d, d], b_O left out
     w_out = weight.view(d, heads, d // heads).permute(1, 2, 0)  # [heads, dh, d]
-    factors = _Factors(layer.attention, value, w_out, None, value.new_ones(batch, pos))
+    factors = Factors(layer.attention, value, w_out, None, value.new_ones(batch, pos))
     depth = VARIANTS.index(variant)
     if depth >= 1:
         factors = replace(factors, residual=layer.hidden)
@@ -169,10 +100,14 @@ def _factors(layer: _LayerInputs, parts: BlockParts, variant: str) -> _Factors:
     return factors
 
 
+def _through_layernorm(factors: Factors, pre_ln: Tensor, norm: nn.LayerNorm) -> Factors:
+    return through_norm(factors, pre_ln, norm.weight, norm.eps, centred=True)
+
+
 def _masked(matrix: Tensor, valid: Tensor) -> Tensor:
-    r"""Zeroes pad rows and pad columns of ``[batch, pos, pos]``."""
-    mask = valid.to(matrix.dtype)
-    return matrix * mask[:, :, None] * mask[:, None, :]
+    r"""Zeroes pad rows and pad columns of ``[batch, pos, pos]`` (also where a
+    padded row is NaN, as Llama's eager mask makes it in float64)."""
+    return torch.where(valid[:, :, None] & valid[:, None, :], matrix, 0)
 
 
 class GlobEnc(Attribution):
@@ -217,8 +152,40 @@ class GlobEnc(Attribution):
 
     GlobEnc is class-agnostic: the attribution does not depend on ``target``.
 
-    Supported families: BERT, RoBERTa (and XLM-R, CamemBERT), ELECTRA, DistilBERT,
-    loaded with ``attn_implementation="eager"`` (the method reads the attention
+    **Causal language models** (``*ForCausalLM`` of GPT-2 and the Llama family:
+    Llama, Mistral, Qwen2) explain a given continuation ``y_1 .. y_T`` under
+    teacher forcing (:mod:`captum_ext._utils.teacher_forcing`). Their pre-LN
+    block ``h' = h + Attn(norm_1(h))``, ``h'' = h' + MLP(norm_2(h'))`` is
+    decomposed as (derivation and choices: ``docs/generation_globenc.rst``)
+
+    .. math::
+        z_{ij} = \sum_h A_h[i,j]\, W_{O,h} v_{h,j} + 1[i=j]\, h_i, \qquad
+        v_j = W_V\, \mathrm{norm}_1(h_j) + b_V
+
+        e_{ij} = \gamma \odot \frac{c(z_{ij})}{\sqrt{s(h''_i) + \epsilon}}
+
+    where ``norm_1(h_j)`` belongs wholly to source ``j`` (it reads token ``j``
+    alone), the MLP's output and ``b_O`` stay undistributed as GlobEnc leaves the
+    encoder's FFN and ``b_O`` out (they enter through the statistics only), and
+    ``e`` applies the norm that reads the block's output ``h''`` next (the next
+    block's ``norm_1``; the final norm after the last block) as a linear map with
+    position ``i``'s real statistics: ``c`` centres and ``s`` is the variance for
+    a LayerNorm (GPT-2); ``c`` is the identity and ``s`` the mean square for an
+    RMSNorm (Llama). Its bias is dropped. Variants: ``"N"`` (attention only),
+    ``"N_res"`` (``||z_ij||``), ``"N_enc"`` (``||e_ij||``, the default);
+    ``"N_resln"`` has no counterpart (no norm acts on the residual stream
+    between the two sublayers) and raises. The matrices are lower triangular
+    and rolled out as above; row ``t`` of the result is the row of ``G^L`` at the
+    predicting position of ``y_t``, ``[batch, T, P]`` (``[batch, T, P + T]`` with
+    ``attribute_generated``), zero outside the teacher-forcing score mask. The
+    target only selects the positions and ``contrast_target`` has no effect:
+    the attribution is class-agnostic. A family whose blocks are not sequential
+    pre-LN blocks (parallel attention and MLP, missing parts) raises
+    :class:`~captum_ext.UnsupportedModelError`.
+
+    Supported families: BERT, RoBERTa (and XLM-R, CamemBERT), ELECTRA, DistilBERT
+    classifiers; GPT-2, Llama, Mistral and Qwen2 causal LMs; all loaded with
+    ``attn_implementation="eager"`` (the method reads the attention
     probabilities). The ``n^2`` decomposed vectors are never formed: their norms
     come from the per-source Gram matrices of the heads, so the memory on top of
     the forward pass is O(batch * heads * n^2), like one layer's attention.
@@ -237,11 +204,18 @@ class GlobEnc(Attribution):
 
             model (torch.nn.Module): A Hugging Face post-LayerNorm encoder
                         (``*ForSequenceClassification`` of the BERT, RoBERTa,
-                        ELECTRA or DistilBERT family). Other families raise
+                        ELECTRA or DistilBERT family) or a pre-LayerNorm causal
+                        LM (``*ForCausalLM`` of GPT-2, Llama, Mistral, Qwen2).
+                        Other families raise
                         :class:`~captum_ext.UnsupportedModelError`.
         """
         adapter = get_adapter(model)
-        adapter.block_parts(1)  # raises UnsupportedModelError for other families
+        # Raise UnsupportedModelError for families without the parts.
+        if adapter.is_causal_lm:
+            adapter.pre_norm_parts(1)
+            adapter.final_norm()
+        else:
+            adapter.block_parts(1)
         Attribution.__init__(self, model)
         self.model = model
         self.adapter = adapter
@@ -254,28 +228,43 @@ class GlobEnc(Attribution):
         additional_forward_args: Any = None,
         variant: str = "N_enc",
         rollout: bool = True,
+        attribute_generated: bool = False,
+        contrast_target: Optional[Tensor] = None,
         internal_batch_size: Optional[int] = None,
     ) -> Tensor:
         r"""
         Args:
 
-            inputs (Tensor): Token ids ``[batch, pos]``.
+            inputs (Tensor): Token ids ``[batch, pos]``; for a causal LM the
+                        prompts ``[batch, P]``, padded on the left.
             target (int, list, or Tensor, optional): Accepted for compatibility with
                         Captum's API and validated (an out-of-range class raises),
                         but GlobEnc is class-agnostic: the result is the same for
                         every target. ``None`` means each example's predicted
-                        class (scores taken before softmax).
+                        class (scores taken before softmax). For a causal LM: the
+                        continuation's ids ``[batch, T]``, right-padded with -100
+                        (required); they select the rows (the predicting
+                        positions), not the scores.
                         Default: None
             additional_forward_args (Tensor or tuple, optional): The masks, as
                         in :meth:`LogAt.attribute`. Pad on the right: a padded
-                        classification position raises.
+                        classification position raises (causal LMs: prompts
+                        padded on the left).
                         Default: None (no padding)
-            variant (str, optional): ``"N_enc"`` (GlobEnc), ``"N_resln"``,
-                        ``"N_res"`` or ``"N"``; see the class docstring.
+            variant (str, optional): ``"N_enc"`` (GlobEnc), ``"N_resln"``
+                        (encoders only), ``"N_res"`` or ``"N"``; see the class
+                        docstring.
                         Default: "N_enc"
             rollout (bool, optional): If True, the row of the rolled-out ``G^L``;
                         if False, the row of the last layer's ``N^L`` alone.
                         Default: True
+            attribute_generated (bool, optional): Causal LMs: also score the
+                        generated tokens before ``y_t`` (``[batch, T, P + T]``).
+                        Default: False
+            contrast_target (Tensor, optional): Causal LMs: foil ids
+                        ``[batch, T]``, accepted for the generative API and
+                        without effect (GlobEnc does not depend on the target).
+                        Default: None
             internal_batch_size (int, optional): Run the batch in chunks of at
                         most this many examples (one forward pass and one
                         decomposition per chunk); the result is that of the
@@ -287,7 +276,9 @@ class GlobEnc(Attribution):
             - **attributions** (*Tensor*):
                         ``[batch, pos]`` non-negative scores in the input's
                         shape, the classification position's row; zero on
-                        padding.
+                        padding. Causal LMs: ``[batch, T, P]`` (``[batch, T, P +
+                        T]``), row ``t`` for ``y_t``, zero outside
+                        :meth:`~captum_ext._utils.teacher_forcing.TeacherForcedBatch.score_mask`.
 
         Examples::
 
@@ -298,8 +289,22 @@ class GlobEnc(Attribution):
             >>> attr = globenc.attribute(
             ...     enc["input_ids"],
             ...     additional_forward_args=(enc["attention_mask"],))
+            >>> # A causal LM explaining the continuation `target_ids` [batch, T]:
+            >>> lm = AutoModelForCausalLM.from_pretrained(
+            ...     name, attn_implementation="eager")
+            >>> tokenizer.padding_side = "left"
+            >>> enc = tokenizer(prompts, padding=True, return_tensors="pt")
+            >>> attr = GlobEnc(lm).attribute(
+            ...     enc["input_ids"], target=target_ids,
+            ...     additional_forward_args=(enc["attention_mask"],))  # [batch, T, P]
         """
         batch = self._parse(inputs, additional_forward_args, variant)
+        if self.adapter.is_causal_lm:
+            joined = self._teacher_forced(batch, target, contrast_target)
+            return self._generation_rows(
+                joined, variant, rollout, attribute_generated, internal_batch_size
+            )
+        _check_classifier_call(attribute_generated, contrast_target)
         row = partial(self._row, variant=variant, rollout=rollout)
         return self._in_chunks(batch, target, internal_batch_size, row)
 
@@ -314,7 +319,8 @@ class GlobEnc(Attribution):
         internal_batch_size: Optional[int] = None,
     ) -> Tensor:
         r"""
-        The full token-to-token matrices of every layer.
+        The full token-to-token matrices of every layer (for a causal LM: of
+        the sequence ``inputs`` itself, lower triangular).
 
         Args:
 
@@ -342,10 +348,61 @@ class GlobEnc(Attribution):
     def _parse(
         self, inputs: Any, additional_forward_args: Any, variant: str
     ) -> TokenBatch:
-        if variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
+        variants = DECODER_VARIANTS if self.adapter.is_causal_lm else VARIANTS
+        if variant not in variants:
+            raise ValueError(_variant_message(variant, variants))
         self.adapter.require_attention_weights("GlobEnc")
         return parse_token_batch(self.adapter, inputs, additional_forward_args)
+
+    def _teacher_forced(
+        self, prompts: TokenBatch, target: Any, contrast_target: Any
+    ) -> TeacherForcedBatch:
+        r"""The prompts joined with their continuation ``target``."""
+        if target is None:
+            raise ValueError(
+                "GlobEnc on a causal LM explains a given continuation: pass its "
+                "token ids as target=[batch, T] (right-padded with -100), or use "
+                "LLMTokenAttribution, which generates it"
+            )
+        joined = teacher_forced_batch(
+            prompts.input_ids,
+            prompts.attention_mask,
+            target,
+            self.adapter.tokens.pad_token_id,
+            self.adapter.word_embeddings().num_embeddings,
+        )
+        if contrast_target is not None and (
+            not isinstance(contrast_target, Tensor)
+            or contrast_target.shape != joined.target.shape
+        ):
+            raise ValueError(
+                "contrast_target must be foil ids of the target's shape "
+                f"{tuple(joined.target.shape)}"
+            )
+        return joined
+
+    def _generation_rows(
+        self,
+        joined: TeacherForcedBatch,
+        variant: str,
+        rollout: bool,
+        attribute_generated: bool,
+        internal_batch_size: Optional[int],
+    ) -> Tensor:
+        r"""``[batch, T, P]`` (or ``[batch, T, P + T]``): the predicting
+        positions' rows, zero outside the score mask."""
+        ids, mask = joined.model_inputs()
+        sequence = parse_token_batch(self.adapter, ids, (mask,))  # length checks
+        rows = partial(
+            self._predicting_rows,
+            variant=variant,
+            rollout=rollout,
+            positions=joined.predicting_positions(),
+        )
+        score_mask = joined.score_mask(attribute_generated)
+        return self._in_chunks(
+            sequence, None, internal_batch_size, rows, score_mask=score_mask
+        )
 
     def _in_chunks(
         self,
@@ -353,10 +410,17 @@ class GlobEnc(Attribution):
         target: TargetType,
         internal_batch_size: Optional[int],
         chunk_fn: Callable[..., Tuple[Tensor, Tensor]],
+        **options: Tensor,
     ) -> Tensor:
         with torch.no_grad():
             return attribute_in_chunks(
-                self.model, batch, target, internal_batch_size, chunk_fn, "GlobEnc"
+                self.model,
+                batch,
+                target,
+                internal_batch_size,
+                chunk_fn,
+                "GlobEnc",
+                **options,
             )
 
     def _row(
@@ -370,6 +434,27 @@ class GlobEnc(Attribution):
         if not rollout:
             matrices = matrices[:, -1:]
         return rollout_row(matrices.unbind(1), position), logits
+
+    def _predicting_rows(
+        self,
+        batch: TokenBatch,
+        target: TargetType,
+        variant: str,
+        rollout: bool,
+        positions: Tensor,
+        score_mask: Tensor,
+    ) -> Tuple[Tensor, Tensor]:
+        r"""Rows ``positions`` ``[T]`` of ``G^L`` laid out as ``score_mask``
+        ``[batch, T, width]`` and zero outside it; and the logits."""
+        matrices, logits = self._matrices(batch, target, variant)
+        if not rollout:
+            matrices = matrices[:, -1:]
+        every = positions.expand(len(matrices), -1)  # [batch, T]
+        rows = rollout_rows(matrices.unbind(1), every)  # [batch, T, P + T - 1]
+        # width P + T adds y_T's position, which no row may score.
+        width = score_mask.shape[-1]
+        rows = nn.functional.pad(rows, (0, max(width - rows.shape[-1], 0)))
+        return torch.where(score_mask, rows[..., :width], 0), logits
 
     def _layer_matrices(
         self, batch: TokenBatch, target: TargetType, variant: str, rollout: bool
@@ -387,17 +472,60 @@ class GlobEnc(Attribution):
         self, batch: TokenBatch, target: TargetType, variant: str
     ) -> Tuple[Tensor, Tensor]:
         r"""Per-layer ``N^l`` ``[batch, layers, pos, pos]`` (float32) and the
-        logits ``[batch, C]``."""
+        logits (``[batch, C]``; causal LMs: ``[batch, pos, vocab]``, zero on
+        padding)."""
+        if self.adapter.is_causal_lm:
+            norms, logits = self._decoder_norms(batch, variant)
+        else:
+            norms, logits = self._encoder_norms(batch, target, variant)
+        masked = [_masked(matrix, batch.valid) for matrix in norms]
+        return torch.stack(masked, dim=1), logits
+
+    def _encoder_norms(
+        self, batch: TokenBatch, target: TargetType, variant: str
+    ) -> Tuple[List[Tensor], Tensor]:
         adapter = self.adapter
         logits, layers = _capture(adapter, batch)
         resolve_target(target, logits)  # validated only: GlobEnc is class-agnostic
         norms = [
-            _masked(
-                _factors(
-                    _in_work_dtype(layer), adapter.block_parts(k + 1), variant
-                ).norms(),
-                batch.valid,
-            )
+            _factors(_in_work_dtype(layer), adapter.block_parts(k + 1), variant).norms()
             for k, layer in enumerate(layers)
         ]
-        return torch.stack(norms, dim=1), logits
+        return norms, logits
+
+    def _decoder_norms(
+        self, batch: TokenBatch, variant: str
+    ) -> Tuple[List[Tensor], Tensor]:
+        adapter = self.adapter
+        logits, layers = capture_decoder(adapter, batch)
+        dtype = result_dtype(logits.dtype)
+        norms = [
+            decoder_factors(
+                layer.to(dtype), adapter.pre_norm_parts(k + 1), norm, variant
+            ).norms()
+            for k, (layer, norm) in enumerate(zip(layers, next_norms(adapter)))
+        ]
+        # Padded positions may hold NaN (Llama's eager mask in float64): they
+        # are no example's output, so they are left out of the NaN/inf check.
+        return norms, torch.where(batch.valid[..., None], logits, 0)
+
+
+def _variant_message(variant: str, variants: Tuple[str, ...]) -> str:
+    if variant == "N_resln" and variant not in variants:
+        return (
+            'variant "N_resln" (attention + residual + the LayerNorm after them) '
+            "has no counterpart in a pre-LayerNorm decoder: no norm acts on the "
+            "residual stream between the attention and MLP sublayers (norm2 "
+            f"only feeds the MLP); use one of {variants}"
+        )
+    return f"variant must be one of {variants}, got {variant!r}"
+
+
+def _check_classifier_call(
+    attribute_generated: bool, contrast_target: Optional[Tensor]
+) -> None:
+    if attribute_generated or contrast_target is not None:
+        raise ValueError(
+            "attribute_generated and contrast_target apply to causal LMs "
+            "explaining a continuation; this model is a classifier"
+        )

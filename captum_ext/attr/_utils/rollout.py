@@ -17,7 +17,7 @@ from typing import List, Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["rollout_products", "rollout_row"]
+__all__ = ["rollout_products", "rollout_row", "rollout_rows"]
 
 
 def _check_matrices(matrices: Sequence[Tensor]) -> None:
@@ -63,9 +63,25 @@ def rollout_row(matrices: Sequence[Tensor], position: Tensor) -> Tensor:
         Tensor: ``[batch, pos]``, how much each source token reaches ``position``
         after the last layer.
     """
+    return rollout_rows(matrices, position[:, None])[:, 0]
+
+
+def rollout_rows(matrices: Sequence[Tensor], positions: Tensor) -> Tensor:
+    r"""Several rows of ``G^L`` per example, as :func:`rollout_row` (a causal
+    LM reads one row per generated token: the predicting positions).
+
+    Args:
+        matrices (sequence of Tensor): ``M^1 .. M^L``, first layer first, each
+            ``[batch, pos, pos]``.
+        positions (Tensor): ``[batch, rows]``, the rows to read in each example.
+
+    Returns:
+        Tensor: ``[batch, rows, pos]``: row ``r`` is row ``positions[:, r]`` of
+        ``G^L``.
+    """
     _check_matrices(matrices)
-    rows = torch.arange(len(position), device=position.device)
-    row = matrices[-1][rows, position]  # [batch, pos]
+    examples = torch.arange(len(positions), device=positions.device)[:, None]
+    rows = matrices[-1][examples, positions]  # [batch, rows, pos]
     for matrix in reversed(matrices[:-1]):
-        row = torch.einsum("bi,bij->bj", row, matrix)
-    return row
+        rows = torch.einsum("bri,bij->brj", rows, matrix)
+    return rows
