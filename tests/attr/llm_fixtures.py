@@ -32,7 +32,6 @@ def tiny_lm_tokenizer(
     )
     backend = tokenizers.Tokenizer(model)
     backend.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    backend.decoder = tokenizers.decoders.WordPiece()  # joins words with spaces
     if bos:
         backend.post_processor = tokenizers.processors.TemplateProcessing(
             single="<s> $A", special_tokens=[("<s>", 1)]
@@ -44,6 +43,7 @@ def tiny_lm_tokenizer(
         unk_token="<unk>",
         pad_token="<pad>" if pad else None,
         additional_special_tokens=list(ROLE_TOKENS),
+        clean_up_tokenization_spaces=False,  # decode = the words joined by spaces
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
