@@ -50,11 +50,15 @@ show_progress (bool, optional)
 from captum_ext.metrics._core.aopc import aopc
 from captum_ext.metrics._core.average_precision import average_precision
 from captum_ext.metrics._core.dot_product import dot_product
+from captum_ext.metrics._core.generation_aopc import generation_aopc
+from captum_ext.metrics._core.generation_log_odds import generation_log_odds
+from captum_ext.metrics._core.generation_sufficiency import generation_sufficiency
 from captum_ext.metrics._core.hiding_revealing import hiding_revealing
 from captum_ext.metrics._core.kendall_tau import kendall_tau
 from captum_ext.metrics._core.log_odds import log_odds
 from captum_ext.metrics._core.sufficiency import sufficiency
 from captum_ext.metrics._core.token_overlap import token_overlap
+from captum_ext.metrics._utils.generation import GenerationMetricResult
 from captum_ext.metrics._utils.inputs import TokenOptions
 from captum_ext.metrics._utils.protocols import (
     get_protocol,
@@ -68,6 +72,7 @@ from captum_ext.metrics._utils.results import (
 )
 
 __all__ = [
+    "GenerationMetricResult",
     "HidingRevealingResult",
     "KendallProtocol",
     "MetricResult",
@@ -77,6 +82,9 @@ __all__ = [
     "aopc",
     "average_precision",
     "dot_product",
+    "generation_aopc",
+    "generation_log_odds",
+    "generation_sufficiency",
     "get_protocol",
     "hiding_revealing",
     "kendall_tau",

@@ -35,7 +35,15 @@ _PROTECTS = ("specials", "first")
 _OTHERS = ("all", "reference")
 _COMPARES = ("argsort", "scores")
 
-CurveMetric = Literal["aopc", "log_odds", "sufficiency", "hiding_revealing"]
+CurveMetric = Literal[
+    "aopc",
+    "log_odds",
+    "sufficiency",
+    "hiding_revealing",
+    "generation_aopc",
+    "generation_log_odds",
+    "generation_sufficiency",
+]
 
 
 def _check_choice(name: str, value: str, allowed: Tuple[str, ...]) -> None:
@@ -187,6 +195,11 @@ _PRESETS: Dict[str, Dict[Optional[str], Protocol]] = {
             count_specials=True,
         ),
     },
+    # Generated text: the same clean default (delete the top fraction of the
+    # non-special prompt tokens, BOS and chat-template tokens protected).
+    "generation_aopc": {None: _DEFAULT},
+    "generation_log_odds": {None: _DEFAULT},
+    "generation_sufficiency": {None: _DEFAULT},
     "kendall_tau": {
         None: KendallProtocol(),
         "attcat": KendallProtocol(other="reference", count_specials=True),
