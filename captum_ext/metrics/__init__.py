@@ -52,6 +52,8 @@ from captum_ext.metrics._core.average_precision import average_precision
 from captum_ext.metrics._core.dot_product import dot_product
 from captum_ext.metrics._core.generation_aopc import generation_aopc
 from captum_ext.metrics._core.generation_log_odds import generation_log_odds
+from captum_ext.metrics._core.generation_soft_nc import generation_soft_nc
+from captum_ext.metrics._core.generation_soft_ns import generation_soft_ns
 from captum_ext.metrics._core.generation_sufficiency import generation_sufficiency
 from captum_ext.metrics._core.hiding_revealing import hiding_revealing
 from captum_ext.metrics._core.kendall_tau import kendall_tau
@@ -84,6 +86,8 @@ __all__ = [
     "dot_product",
     "generation_aopc",
     "generation_log_odds",
+    "generation_soft_nc",
+    "generation_soft_ns",
     "generation_sufficiency",
     "get_protocol",
     "hiding_revealing",
