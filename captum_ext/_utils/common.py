@@ -365,7 +365,9 @@ def check_causal_lm(model: nn.Module, what: str) -> None:
     inner = adapter.model
     get_head = getattr(inner, "get_output_embeddings", None)
     has_head = callable(get_head) and get_head() is not None
-    if not (adapter.is_causal and has_head and callable(getattr(inner, "generate", None))):
+    if not (
+        adapter.is_causal and has_head and callable(getattr(inner, "generate", None))
+    ):
         raise UnsupportedModelError(
             f"{what} needs a causal language model (AutoModelForCausalLM), but "
             f"{type(inner).__name__} has no language-model head over the "
@@ -395,9 +397,7 @@ class CausalLMLogits(ClassifierLogits):
         return self._adapter.word_embeddings()
 
 
-def causal_lm_forward(
-    model: nn.Module, inputs_embeds: bool = False
-) -> CausalLMLogits:
+def causal_lm_forward(model: nn.Module, inputs_embeds: bool = False) -> CausalLMLogits:
     r"""A Captum ``forward_func`` for a Hugging Face causal LM:
     ``f(input_ids, attention_mask=None) -> logits [batch, pos, vocab]`` (word
     embeddings instead of ids with ``inputs_embeds=True``); see

@@ -47,7 +47,9 @@ class GradientXEmbedding:
         for rows in batch_slices(len(ids), internal_batch_size):
             contrast = None if contrast_target is None else contrast_target[rows]
             parts.append(
-                self._chunk(ids[rows], mask[rows], target[rows], contrast, attribute_generated)
+                self._chunk(
+                    ids[rows], mask[rows], target[rows], contrast, attribute_generated
+                )
             )
         return torch.cat(parts)
 

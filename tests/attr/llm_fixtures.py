@@ -5,6 +5,7 @@ and a chat template whose role markers are special tokens."""
 
 import tokenizers
 import transformers
+
 from tests.helpers import VOCAB
 
 LM_WORDS = (

@@ -82,7 +82,11 @@ def test_rows_are_the_method_on_the_prompt_ids(model, tokenizer) -> None:
     target = torch.tensor(tokenizer.encode(TARGETS[0], add_special_tokens=False))
     assert target[0] != tokenizer.bos_token_id
     expected = method.attribute(ids, target=target[None], additional_forward_args=mask)
-    kept = [i for i, t in enumerate(tokenizer.convert_ids_to_tokens(ids[0])) if t not in ("<s>", "on")]
+    kept = [
+        i
+        for i, t in enumerate(tokenizer.convert_ids_to_tokens(ids[0]))
+        if t not in ("<s>", "on")
+    ]
     torch.testing.assert_close(result.token_attr, expected[0][:, kept])
     assert result.output_tokens == TARGETS[0].split()
 
@@ -96,7 +100,9 @@ def test_batch_equals_one_prompt_at_a_time(model, tokenizer) -> None:
             alone = llm_attr.attribute(prompt, attribute_generated=True, **single)
             assert got.input_tokens == alone.input_tokens
             assert got.output_tokens == alone.output_tokens
-            torch.testing.assert_close(got.token_attr, alone.token_attr, rtol=0, atol=1e-12)
+            torch.testing.assert_close(
+                got.token_attr, alone.token_attr, rtol=0, atol=1e-12
+            )
 
 
 def test_internal_batch_size_and_no_pad_token(model) -> None:
@@ -139,9 +145,13 @@ def test_template_segments_sum_their_tokens(model, tokenizer) -> None:
     )
     assert result.input_tokens == ["the big cat", "a mat"]
     torch.testing.assert_close(result.token_attr, expected)
-    grouped = TextTemplateInput("{} sat on {} .", values=["the big cat", "a mat"], mask=[0, 0])
+    grouped = TextTemplateInput(
+        "{} sat on {} .", values=["the big cat", "a mat"], mask=[0, 0]
+    )
     both = LLMTokenAttribution(method, tokenizer).attribute(grouped, target="it was")
-    torch.testing.assert_close(both.token_attr, expected.sum(1, keepdim=True).expand(-1, 2))
+    torch.testing.assert_close(
+        both.token_attr, expected.sum(1, keepdim=True).expand(-1, 2)
+    )
 
 
 def test_chat_template_tokens_get_no_column(model, tokenizer) -> None:
@@ -151,7 +161,9 @@ def test_chat_template_tokens_get_no_column(model, tokenizer) -> None:
         {"role": "user", "content": "what is the colour of sky ?"},
     ]
     result = LLMTokenAttribution(method, tokenizer).attribute(messages, target="blue")
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
     ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"])[None]
     content = ~torch.isin(ids[0], torch.tensor(tokenizer.all_special_ids))
     expected = method.attribute(
@@ -178,8 +190,16 @@ def test_contrast_is_the_difference_for_one_step(model, tokenizer) -> None:
     "call, error, message",
     [
         (dict(inp=PROMPTS[0], target=""), ValueError, "empty target"),
-        (dict(inp=PROMPTS[0], target=torch.tensor([], dtype=torch.long)), ValueError, "empty target"),
-        (dict(inp=PROMPTS[0], target="red", contrast_target="a b"), ValueError, "one token per"),
+        (
+            dict(inp=PROMPTS[0], target=torch.tensor([], dtype=torch.long)),
+            ValueError,
+            "empty target",
+        ),
+        (
+            dict(inp=PROMPTS[0], target="red", contrast_target="a b"),
+            ValueError,
+            "one token per",
+        ),
         (dict(inp=PROMPTS, target=TARGETS[:2]), ValueError, "list of 3 targets"),
         (dict(inp=PROMPTS[0], target="red", gen_args={}), ValueError, "gen_args"),
         (dict(inp="", target="red", skip_tokens=["<s>"]), ValueError, "empty prompt"),

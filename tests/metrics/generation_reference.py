@@ -4,7 +4,7 @@ unpadded example, one target token and one perturbed prompt at a time, each
 log-probability from its own forward pass over prompt + y_<t (default positions,
 no mask), plus the shared padding / chunking / bad-input checks."""
 
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
 import pytest
 import torch
@@ -22,7 +22,7 @@ TOKENS = TokenOptions(pad_token_id=0, special_token_ids=[BOS])
 LEVELS = (0.25, 0.5, 1.0)
 
 
-def bos_case(extra_padding: int = 0) -> Dict[str, object]:
+def bos_case(extra_padding: int = 0) -> Dict[str, Any]:
     r"""A float64 GPT-2, left-padded prompts starting with BOS (never removed),
     their continuations and gradient x input attributions ``[batch, T, P]``."""
     model = tiny_causal_lm("gpt2", dtype=torch.float64)
@@ -40,7 +40,7 @@ def bos_case(extra_padding: int = 0) -> Dict[str, object]:
     )
 
 
-def _examples(case: Dict[str, object]):
+def _examples(case: Dict[str, Any]):
     ids, mask, target = case["ids"], case["mask"], case["target"]
     for b in range(len(ids)):
         valid = mask[b].bool()
@@ -56,14 +56,16 @@ def log_prob(
     ids = torch.cat([prompt, steps[:t]])[None]
     embeds = model.get_input_embeddings()(ids)
     if factor is not None:
-        embeds = torch.cat([embeds[:, : len(prompt)] * factor, embeds[:, len(prompt) :]], 1)
+        embeds = torch.cat(
+            [embeds[:, : len(prompt)] * factor, embeds[:, len(prompt) :]], 1
+        )
     with torch.no_grad():
         logits = model(inputs_embeds=embeds).logits[0, -1].double()
     return float(logits.log_softmax(-1)[steps[t]])
 
 
 def naive_hard(
-    case: Dict[str, object],
+    case: Dict[str, Any],
     keep_top: bool,
     value: Callable[[float, float], float],
     shared: bool = False,
@@ -97,7 +99,7 @@ def naive_hard(
 
 
 def naive_soft(
-    case: Dict[str, object],
+    case: Dict[str, Any],
     keep_important: bool,
     value: Callable[[float, float, float], float],
     n_samples: int,
@@ -131,7 +133,7 @@ def naive_soft(
     return out
 
 
-def run(metric: Callable, case: Dict[str, object], **options) -> object:
+def run(metric: Callable, case: Dict[str, Any], **options: Any) -> Any:
     return metric(
         causal_lm_forward(case["model"]),
         case["ids"],
@@ -146,10 +148,18 @@ def run(metric: Callable, case: Dict[str, object], **options) -> object:
 def check_invariances(metric: Callable, **options) -> None:
     r"""More left padding and chunks of 1 or 2 rows change nothing."""
     expected = run(metric, bos_case(), **options)
-    for case, chunk in ((bos_case(extra_padding=3), None), (bos_case(), 1), (bos_case(), 2)):
+    for case, chunk in (
+        (bos_case(extra_padding=3), None),
+        (bos_case(), 1),
+        (bos_case(), 2),
+    ):
         got = run(metric, case, internal_batch_size=chunk, **options)
-        torch.testing.assert_close(got.score, expected.score, equal_nan=True, rtol=0, atol=1e-6)
-        torch.testing.assert_close(got.curve, expected.curve, equal_nan=True, rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            got.score, expected.score, equal_nan=True, rtol=0, atol=1e-6
+        )
+        torch.testing.assert_close(
+            got.curve, expected.curve, equal_nan=True, rtol=0, atol=1e-6
+        )
     has_target = case["target"] != IGNORE_INDEX
     assert bool(expected.score[~has_target].isnan().all())
 
@@ -165,12 +175,20 @@ def check_bad_inputs(metric: Callable, **options) -> None:
         right = dict(case, ids=case["ids"].flip(1), mask=case["mask"].flip(1))
         run(metric, right, **options)
     with pytest.raises(ValueError, match="no target token"):
-        run(metric, dict(case, target=torch.full_like(case["target"], IGNORE_INDEX)), **options)
+        run(
+            metric,
+            dict(case, target=torch.full_like(case["target"], IGNORE_INDEX)),
+            **options,
+        )
     classifier = tiny_classifier("gpt2")
     # A classifier's logits (the soft metrics refuse a plain function first).
     message = r"\[batch, pos, vocab\]|causal_lm_forward"
     with pytest.raises((ValueError, TypeError), match=message):
         metric(
             lambda ids, mask: classifier(input_ids=ids, attention_mask=mask).logits,
-            case["ids"], case["attr"], case["target"], (case["mask"],), **options,
+            case["ids"],
+            case["attr"],
+            case["target"],
+            (case["mask"],),
+            **options,
         )

@@ -28,8 +28,12 @@ def test_equals_naive_loop(shared) -> None:
     attributions = case["attr"].sum(1) if shared else case["attr"]
     got = run(generation_aopc, case, attributions=attributions, preset=PROTOCOL)
     expected = naive_hard(case, keep_top=False, value=_drop, shared=shared)
-    torch.testing.assert_close(got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6)
-    torch.testing.assert_close(got.sequence.double(), expected.nan_to_num().sum(1), rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6
+    )
+    torch.testing.assert_close(
+        got.sequence.double(), expected.nan_to_num().sum(1), rtol=0, atol=1e-6
+    )
     assert got.curve.shape == (*expected.shape, len(LEVELS))
 
 

@@ -21,14 +21,18 @@ def test_equals_naive_loop() -> None:
     case = bos_case()
     got = run(generation_log_odds, case, preset=PROTOCOL)
     expected = naive_hard(case, keep_top=False, value=lambda base, cut: cut - base)
-    torch.testing.assert_close(got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6
+    )
 
 
 def test_shared_ranking_sums_to_the_sequence_log_ratio() -> None:
     r"""With one ranking for all targets, ``sequence`` is the mean over levels of
     log p(y | x~) - log p(y | x)."""
     case = bos_case()
-    got = run(generation_log_odds, case, attributions=case["attr"].sum(1), preset=PROTOCOL)
+    got = run(
+        generation_log_odds, case, attributions=case["attr"].sum(1), preset=PROTOCOL
+    )
     per_level = got.curve.nan_to_num().sum(1)  # [batch, levels]
     torch.testing.assert_close(got.sequence, per_level.mean(1))
 
@@ -41,7 +45,9 @@ def test_replacement_by_a_given_id() -> None:
     expected = naive_hard(
         case, keep_top=False, value=lambda base, cut: cut - base, replace_id=9
     )
-    torch.testing.assert_close(got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6
+    )
     with pytest.raises(ValueError, match="mask_token_id"):
         run(generation_log_odds, case, preset=replace)
 

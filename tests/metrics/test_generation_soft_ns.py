@@ -28,7 +28,9 @@ def test_equals_naive_loop() -> None:
     got = run(generation_soft_ns, case, n_samples=2, seed=3)
     expected = naive_soft(case, True, soft_ns, n_samples=2, seed=3)
     assert bool(expected.isfinite().any())
-    torch.testing.assert_close(got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6
+    )
 
 
 def test_padding_and_internal_batch_size() -> None:
@@ -42,7 +44,10 @@ def test_bad_inputs() -> None:
         model = case["model"]
         generation_soft_ns(
             lambda ids, mask: model(input_ids=ids, attention_mask=mask).logits,
-            case["ids"], case["attr"], case["target"], (case["mask"],),
+            case["ids"],
+            case["attr"],
+            case["target"],
+            (case["mask"],),
         )
     with pytest.raises(ValueError, match="n_samples"):
         run(generation_soft_ns, case, n_samples=0)

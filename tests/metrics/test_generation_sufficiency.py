@@ -23,7 +23,9 @@ def test_equals_naive_loop() -> None:
     expected = naive_hard(
         case, keep_top=True, value=lambda base, kept: math.exp(base) - math.exp(kept)
     )
-    torch.testing.assert_close(got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6
+    )
     # Keeping every token changes nothing: the last level is exactly 0.
     assert bool((got.curve[..., -1].nan_to_num() == 0).all())
 

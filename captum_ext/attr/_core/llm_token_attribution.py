@@ -16,7 +16,7 @@ from captum_ext._utils.common import check_causal_lm
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX
 from captum_ext.adapters import get_adapter
-from captum_ext.attr._utils.llm_prompts import is_chat, Prompt, prepare_prompt
+from captum_ext.attr._utils.llm_prompts import is_chat, prepare_prompt, Prompt
 
 TargetLike = Union[str, Tensor, Sequence[int], None]
 
@@ -96,13 +96,13 @@ class LLMTokenAttribution(Attribution):
                 f"LM, e.g. LogAt(model); {type(method).__name__} has no .model"
             )
         check_causal_lm(model, "LLMTokenAttribution")
-        self.model = get_adapter(model).model
+        self.model: Any = get_adapter(model).model  # a GenerationMixin
         super().__init__(self.model)
         self.method = method
         self.tokenizer = tokenizer
 
     @log_usage()
-    def attribute(  # type: ignore[override]
+    def attribute(
         self,
         inp: Any,
         target: Union[TargetLike, List[TargetLike]] = None,
@@ -172,7 +172,9 @@ class LLMTokenAttribution(Attribution):
         contrasts = (
             None
             if contrast_target is None
-            else self._encode_all(contrast_target, batched, len(prompts), "contrast_target")
+            else self._encode_all(
+                contrast_target, batched, len(prompts), "contrast_target"
+            )
         )
         _check_contrast_lengths(targets, contrasts)
         scores = self.method.attribute(
@@ -187,7 +189,9 @@ class LLMTokenAttribution(Attribution):
             **kwargs,
         )  # [batch, T, P] or [batch, T, P + T]
         results = [
-            self._result(prompt, scores[row], targets[row], ids.shape[1], attribute_generated)
+            self._result(
+                prompt, scores[row], targets[row], ids.shape[1], attribute_generated
+            )
             for row, prompt in enumerate(prompts)
         ]
         return results if batched else results[0]
@@ -309,7 +313,9 @@ def _check_contrast_lengths(
 
 def _right_padded(rows: List[Tensor], device: torch.device) -> Tensor:
     r"""``[batch, T]`` target ids, right-padded with IGNORE_INDEX."""
-    out = torch.full((len(rows), max(len(r) for r in rows)), IGNORE_INDEX, device=device)
+    out = torch.full(
+        (len(rows), max(len(r) for r in rows)), IGNORE_INDEX, device=device
+    )
     for i, row in enumerate(rows):
         out[i, : len(row)] = row
     return out

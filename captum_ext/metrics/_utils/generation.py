@@ -36,8 +36,8 @@ from captum_ext.metrics._utils.inputs import (
 from captum_ext.metrics._utils.perturbation import (
     check_token_ids,
     perturb_rows,
-    plan_perturbations,
     PerturbationPlan,
+    plan_perturbations,
 )
 from captum_ext.metrics._utils.protocols import PerturbationProtocol
 
@@ -137,7 +137,9 @@ class GenerationInputs:
             return torch.ones_like(self.target[:, 0], dtype=torch.bool)
         return (self.target != IGNORE_INDEX).flatten()
 
-    def read(self, rows: Tensor, log_probs: Tensor) -> Tuple[Tensor, Tensor]:
+    def read(
+        self, rows: Tensor, log_probs: Tensor
+    ) -> Tuple[Tuple[Tensor, Tensor], Tensor]:
         r"""Where the rows' log-probabilities ``[rows, T']`` go in a
         ``[batch, T]`` table: ``(examples, steps)`` indices and the values."""
         examples = rows // self.n_rankings
@@ -177,7 +179,9 @@ def _check_scores(attributions: Any, prompts: TokenInputs, steps: int) -> Tensor
         raise TypeError(f"attributions must be a tensor, got {type(scores)}")
     if scores.dim() == 2:
         scores = scores[:, None]
-    if tuple(scores.shape) != (batch, scores.shape[1], width) or scores.shape[1] not in (
+    if tuple(scores.shape) != (batch, scores.shape[1], width) or scores.shape[
+        1
+    ] not in (
         1,
         steps,
     ):
@@ -495,7 +499,9 @@ class _EmbeddingScale:
         factor = self.factor
         assert factor is not None
         width = factor.shape[1]
-        return torch.cat([output[:, :width] * factor.to(output.dtype), output[:, width:]], 1)
+        return torch.cat(
+            [output[:, :width] * factor.to(output.dtype), output[:, width:]], 1
+        )
 
 
 def _empty_prompts(
@@ -528,7 +534,9 @@ def _soft_samples(
 ) -> Tensor:
     rows_in = inputs.rows
     batch, steps = inputs.target.shape
-    out = inputs.target.new_full((batch, steps, n_samples), float("nan"), dtype=torch.float64)
+    out = inputs.target.new_full(
+        (batch, steps, n_samples), float("nan"), dtype=torch.float64
+    )
     has_target = inputs.row_has_target()
     pairs = [
         (row, sample)

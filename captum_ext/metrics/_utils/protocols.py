@@ -35,15 +35,7 @@ _PROTECTS = ("specials", "first")
 _OTHERS = ("all", "reference")
 _COMPARES = ("argsort", "scores")
 
-CurveMetric = Literal[
-    "aopc",
-    "log_odds",
-    "sufficiency",
-    "hiding_revealing",
-    "generation_aopc",
-    "generation_log_odds",
-    "generation_sufficiency",
-]
+CurveMetric = Literal["aopc", "log_odds", "sufficiency", "hiding_revealing"]
 
 
 def _check_choice(name: str, value: str, allowed: Tuple[str, ...]) -> None:
