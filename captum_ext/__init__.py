@@ -16,6 +16,7 @@ __version__ = "0.1.0"
 _WHERE = {
     "ModelAdapter": "captum_ext.adapters",
     "UnsupportedModelError": "captum_ext.adapters",
+    "causal_lm_forward": "captum_ext._utils.common",
     "classifier_forward": "captum_ext._utils.common",
     "get_adapter": "captum_ext.adapters",
 }

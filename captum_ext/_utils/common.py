@@ -26,11 +26,14 @@ from torch import nn, Tensor
 from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
 
 __all__ = [
+    "CausalLMLogits",
     "ClassifierLogits",
     "TokenBatch",
     "check_decoder_vocabulary",
     "check_same_shape",
+    "check_causal_lm",
     "check_vocabulary_ids",
+    "causal_lm_forward",
     "classifier_forward",
     "parse_token_batch",
     "parse_token_ids",
@@ -352,3 +355,56 @@ def classifier_forward(
     Use it with Captum's own methods and with :mod:`captum_ext.metrics`.
     """
     return ClassifierLogits(model, inputs_embeds)
+
+
+def check_causal_lm(model: nn.Module, what: str) -> None:
+    r"""Raises :class:`UnsupportedModelError` unless ``model`` is a causal language
+    model: a decoder-only family the adapters know, with an LM head (output
+    embeddings) and ``generate``; ``what`` names the caller in the message.
+    Decided by what the model has, never by its class."""
+    adapter = get_adapter(model)
+    inner = adapter.model
+    get_head = getattr(inner, "get_output_embeddings", None)
+    has_head = callable(get_head) and get_head() is not None
+    if not (
+        adapter.is_causal and has_head and callable(getattr(inner, "generate", None))
+    ):
+        raise UnsupportedModelError(
+            f"{what} needs a causal language model (AutoModelForCausalLM), but "
+            f"{type(inner).__name__} has no language-model head over the "
+            "vocabulary or is not decoder-only"
+        )
+
+
+class CausalLMLogits(ClassifierLogits):
+    r"""A Hugging Face causal language model as a Captum ``forward_func``:
+    ``f(input_ids, attention_mask=None) -> logits [batch, pos, vocab]``.
+
+    The forward pass is :class:`ClassifierLogits`'s: the model inside any wrapper,
+    with the adapter's keyword arguments, so ``position_ids`` count attended tokens
+    only (``cumsum(attention_mask) - 1``, as ``generate()`` does) and a
+    left-padded prompt, or a prompt whose tokens were deleted and re-packed,
+    gets the positions of its own tokens. Raises
+    :class:`~captum_ext.UnsupportedModelError` for a model that is not a causal LM.
+    """
+
+    def __init__(self, model: nn.Module, inputs_embeds: bool = False) -> None:
+        check_causal_lm(model, "causal_lm_forward")
+        super().__init__(model, inputs_embeds)
+
+    def word_embeddings(self) -> nn.Embedding:
+        r"""The model's input word embeddings (what soft erasure perturbs)."""
+        assert self._adapter is not None  # check_causal_lm found one
+        return self._adapter.word_embeddings()
+
+
+def causal_lm_forward(model: nn.Module, inputs_embeds: bool = False) -> CausalLMLogits:
+    r"""A Captum ``forward_func`` for a Hugging Face causal LM:
+    ``f(input_ids, attention_mask=None) -> logits [batch, pos, vocab]`` (word
+    embeddings instead of ids with ``inputs_embeds=True``); see
+    :class:`CausalLMLogits`.
+
+    Use it with the generation metrics of :mod:`captum_ext.metrics`
+    (:func:`~captum_ext.metrics.generation_aopc`, ...).
+    """
+    return CausalLMLogits(model, inputs_embeds)

@@ -18,6 +18,7 @@ from captum_ext.attr._core.fitted_decoder import (
 )
 from captum_ext.attr._core.globenc import GlobEnc
 from captum_ext.attr._core.last_layer_attention import LastLayerAttention
+from captum_ext.attr._core.llm_token_attribution import LLMTokenAttribution
 from captum_ext.attr._core.logat import LogAt
 from captum_ext.attr._core.normxlogit import NormXLogit
 
@@ -32,6 +33,7 @@ __all__: list = [
     "FitConfig",
     "GlobEnc",
     "LastLayerAttention",
+    "LLMTokenAttribution",
     "fit_decoders",
     "load_fitted_decoder",
     "load_fitted_decoders",

@@ -3,7 +3,10 @@ r"""Faithfulness and plausibility metrics for token attributions, in the manner 
 :mod:`captum.metrics`.
 
 Faithfulness (perturbation curves): :func:`aopc`, :func:`log_odds`,
-:func:`sufficiency`, :func:`hiding_revealing`. Class sensitivity:
+:func:`sufficiency`, :func:`hiding_revealing`; of explanations of generated
+text: :func:`generation_aopc`, :func:`generation_sufficiency`,
+:func:`generation_log_odds`, :func:`generation_soft_nc`,
+:func:`generation_soft_ns`. Class sensitivity:
 :func:`kendall_tau`, :func:`token_overlap`. Plausibility against known evidence:
 :func:`average_precision`, :func:`dot_product`. Each has one clean default,
 documented in its docstring, and presets reproducing the papers' protocols
@@ -45,16 +48,60 @@ internal_batch_size (int, optional)
     curve; results do not depend on it. Default: None (the batch size)
 show_progress (bool, optional)
     a tqdm progress bar. Default: False
+
+.. _generation-metric-arguments:
+
+.. rubric:: Arguments every generation metric shares
+
+The faithfulness of an explanation of generated text
+(:func:`generation_aopc`, :func:`generation_sufficiency`,
+:func:`generation_log_odds`, :func:`generation_soft_nc`,
+:func:`generation_soft_ns`; definitions and choices in the
+"Faithfulness of explanations of generated text" page) is measured on the
+teacher-forced log-probability of each target token,
+:math:`\log p(y_t \mid x, y_{<t})`, in float32 (float64 for a float64 model);
+each returns a :class:`GenerationMetricResult` (one value per target token and
+their sum).
+
+forward_func (Callable)
+    a causal LM's ``forward_func(input_ids, attention_mask) -> logits [batch,
+    pos, vocab]``: :func:`captum_ext.causal_lm_forward` ``(model)`` (position
+    ids from the mask, so re-packed prompts get their own positions).
+inputs (Tensor)
+    prompt token ids ``[batch, P]``, padded on the left.
+attributions (Tensor)
+    ``[batch, T, P]``, one row per target token (a method's result on a causal
+    LM; only the prompt's columns), or ``[batch, P]``, one ranking for the
+    whole continuation (e.g. Captum's ``seq_attr``).
+target (Tensor)
+    the continuation's ids ``[batch, T]``, right-padded with -100.
+additional_forward_args (Tensor or tuple, optional)
+    ``attention_mask`` or ``(attention_mask,)``. Default: None (no padding)
+tokens (TokenOptions, optional)
+    the special ids (BOS, chat-template tokens: never perturbed, ranked or
+    counted) and, for replacement, the replacement id as ``mask_token_id``.
+    Default: None (no special position)
+internal_batch_size (int, optional)
+    most rows (prompts, or perturbed prompt x target rows) per forward pass;
+    results do not depend on it. Default: None (the batch size)
+show_progress (bool, optional)
+    a tqdm progress bar. Default: False
 """
 
 from captum_ext.metrics._core.aopc import aopc
 from captum_ext.metrics._core.average_precision import average_precision
 from captum_ext.metrics._core.dot_product import dot_product
+from captum_ext.metrics._core.generation_aopc import generation_aopc
+from captum_ext.metrics._core.generation_log_odds import generation_log_odds
+from captum_ext.metrics._core.generation_soft_nc import generation_soft_nc
+from captum_ext.metrics._core.generation_soft_ns import generation_soft_ns
+from captum_ext.metrics._core.generation_sufficiency import generation_sufficiency
 from captum_ext.metrics._core.hiding_revealing import hiding_revealing
 from captum_ext.metrics._core.kendall_tau import kendall_tau
 from captum_ext.metrics._core.log_odds import log_odds
 from captum_ext.metrics._core.sufficiency import sufficiency
 from captum_ext.metrics._core.token_overlap import token_overlap
+from captum_ext.metrics._utils.generation import GenerationMetricResult
 from captum_ext.metrics._utils.inputs import TokenOptions
 from captum_ext.metrics._utils.protocols import (
     get_protocol,
@@ -68,6 +115,7 @@ from captum_ext.metrics._utils.results import (
 )
 
 __all__ = [
+    "GenerationMetricResult",
     "HidingRevealingResult",
     "KendallProtocol",
     "MetricResult",
@@ -77,6 +125,11 @@ __all__ = [
     "aopc",
     "average_precision",
     "dot_product",
+    "generation_aopc",
+    "generation_log_odds",
+    "generation_soft_nc",
+    "generation_soft_ns",
+    "generation_sufficiency",
     "get_protocol",
     "hiding_revealing",
     "kendall_tau",

@@ -98,7 +98,9 @@ class TokenInputs:
 
     ``valid`` marks real (non-pad) tokens; ``special`` marks the real tokens that
     are never perturbed, ranked or counted (special tokens, plus any position the
-    caller excludes through ``special_tokens_mask``).
+    caller excludes through ``special_tokens_mask``). ``prompts_of_causal_lm``:
+    every row is a causal LM's prompt, continued after its last column, so rows
+    are re-packed on the left whatever their padding.
     """
 
     input_ids: Tensor
@@ -106,6 +108,7 @@ class TokenInputs:
     extra_args: Tuple[Any, ...]
     valid: Tensor
     special: Tensor
+    prompts_of_causal_lm: bool = False
 
     @property
     def batch_size(self) -> int:
@@ -120,6 +123,8 @@ class TokenInputs:
     def left_padded(self) -> Tensor:
         r"""Boolean ``[batch]``: rows padded on the left. Rows without padding
         follow the batch: left when every padded row is padded on the left."""
+        if self.prompts_of_causal_lm:
+            return torch.ones_like(self.valid[:, 0])
         first, last = self.valid[:, 0], self.valid[:, -1]
         left, right = ~first & last, first & ~last
         batch_left = bool(left.any()) and not bool(right.any())

@@ -187,6 +187,11 @@ _PRESETS: Dict[str, Dict[Optional[str], Protocol]] = {
             count_specials=True,
         ),
     },
+    # Generated text: the same clean default (delete the top fraction of the
+    # non-special prompt tokens, BOS and chat-template tokens protected).
+    "generation_aopc": {None: _DEFAULT},
+    "generation_log_odds": {None: _DEFAULT},
+    "generation_sufficiency": {None: _DEFAULT},
     "kendall_tau": {
         None: KendallProtocol(),
         "attcat": KendallProtocol(other="reference", count_specials=True),

@@ -1,0 +1,321 @@
+#!/usr/bin/env python3
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+from captum.attr._core.llm_attr import (
+    _convert_ids_to_pretty_tokens,
+    DEFAULT_GEN_ARGS,
+    LLMAttributionResult,
+)
+from captum.attr._utils.attribution import Attribution
+from captum.log import log_usage
+from torch import Tensor
+
+from captum_ext._utils.common import check_causal_lm
+from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.teacher_forcing import IGNORE_INDEX
+from captum_ext.adapters import get_adapter
+from captum_ext.attr._utils.llm_prompts import is_chat, prepare_prompt, Prompt
+
+TargetLike = Union[str, Tensor, Sequence[int], None]
+
+
+class LLMTokenAttribution(Attribution):
+    r"""
+    Explains what a causal language model generates with any captum_ext method,
+    in the shape of Captum's ``LLMAttribution(FeatureAblation(model), tokenizer)``:
+    the same inputs, targets and result (Captum's own ``LLMAttributionResult``,
+    so ``plot_token_attr()`` / ``plot_seq_attr()`` work unchanged)::
+
+        # Captum:     llm_attr = LLMAttribution(FeatureAblation(model), tokenizer)
+        llm_attr = LLMTokenAttribution(AttCAT(model), tokenizer)
+        result = llm_attr.attribute(TextTokenInput(prompt, tokenizer), target=answer)
+        result.plot_token_attr()
+
+    ``token_attr[t, j]`` is the method's score of prompt feature ``j`` for the
+    target token ``y_t``, i.e. for :math:`\log p(y_t \mid \text{prompt}, y_{<t})`
+    under teacher forcing (every method's row ``t`` equals the method run on
+    prompt + :math:`y_{<t}` with the single target :math:`y_t`); ``seq_attr`` is
+    its sum over the targets, as Captum's ``LLMGradientAttribution`` computes it
+    (for a log-probability target the scores of the sequence
+    :math:`\log p(y \mid \text{prompt}) = \sum_t \log p(y_t \mid \cdot)` add up).
+    A feature made of several tokens (a ``TextTemplateInput`` segment) gets the
+    sum of its tokens' scores.
+
+    The prompt and the continuation run through the method's model in one
+    teacher-forced pass: compare with Captum's ``LLMAttribution`` under
+    ``use_cached_outputs=False`` (plain teacher forcing); its default ``True``
+    disagrees with it on transformers 5 (and fails on GPT-2 past about 40
+    prompt tokens).
+
+    Beyond Captum:
+
+    - **Batches**: a list of prompts (and a list of targets, or None) gives a
+      list of results, each equal to the prompt explained alone; prompts are
+      left-padded and position ids count attended tokens only, so padding
+      changes nothing.
+    - **String targets without BOS**: a string target is encoded with
+      ``add_special_tokens=False`` (as Captum does), so a Llama-style tokenizer
+      puts no BOS inside the continuation. Captum's ``TextTokenInput`` prompt
+      keeps the BOS the tokenizer adds, where it belongs.
+    - **Chats**: a list of ``{"role": ..., "content": ...}`` messages (or a
+      string with ``chat=True``, one user message) goes through
+      ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``; the
+      template's tokens (role markers, BOS, separators) are read by the model
+      but treated as special: they get no column, as Captum's ``skip_tokens``.
+      The columns are the messages' content tokens.
+    - **Contrast**: ``contrast_target`` (a foil string or ids of the target's
+      length) explains :math:`\log p(y_t) - \log p(y'_t)` (methods that explain
+      logits, LogAt, use the logit difference).
+    - **Earlier generated tokens**: with ``attribute_generated=True`` the
+      columns are the prompt's features followed by the target's tokens
+      (``input_tokens`` = prompt features + output tokens), so row ``t`` also
+      scores :math:`y_{<t}`; it is zero at :math:`y_t`'s own column and after.
+    - ``internal_batch_size`` (prompts per chunk) and any other keyword of the
+      method's ``attribute`` are passed on.
+
+    A tokenizer without a pad token works: padding positions are masked, so they
+    are filled with the EOS id (0 if there is none either), also for
+    ``generate``; the tokenizer is not modified.
+
+    Args:
+
+        method: a captum_ext method built on a causal LM (``AttCAT(model)``,
+                ``LogAt(model)``, ...), following the contract of
+                ``method.attribute(input_ids, target=[batch, T] ids, ...)``;
+                its ``.model`` is the model that generates.
+        tokenizer: the model's Hugging Face tokenizer.
+    """
+
+    def __init__(self, method: Any, tokenizer: Any) -> None:
+        model = getattr(method, "model", None)
+        if model is None:
+            raise TypeError(
+                "LLMTokenAttribution takes a captum_ext method built on a causal "
+                f"LM, e.g. LogAt(model); {type(method).__name__} has no .model"
+            )
+        check_causal_lm(model, "LLMTokenAttribution")
+        self.model: Any = get_adapter(model).model  # a GenerationMixin
+        super().__init__(self.model)
+        self.method = method
+        self.tokenizer = tokenizer
+
+    @log_usage()
+    def attribute(
+        self,
+        inp: Any,
+        target: Union[TargetLike, List[TargetLike]] = None,
+        gen_args: Optional[Dict[str, Any]] = None,
+        *,
+        contrast_target: Union[TargetLike, List[TargetLike]] = None,
+        attribute_generated: bool = False,
+        chat: bool = False,
+        skip_tokens: Optional[Union[List[int], List[str]]] = None,
+        internal_batch_size: Optional[int] = None,
+        **kwargs: Any,
+    ) -> Union[LLMAttributionResult, List[LLMAttributionResult]]:
+        r"""
+        Args:
+
+            inp: the prompt: Captum's ``TextTokenInput`` or ``TextTemplateInput``,
+                        a string (tokenised as ``TextTokenInput(inp, tokenizer,
+                        skip_tokens=skip_tokens)``), or a chat (a list of
+                        ``{"role", "content"}`` messages); or a list of those
+                        (a batch).
+            target (str, Tensor or list of int, optional): the continuation to
+                        explain: a string (encoded without special tokens) or
+                        token ids ``[T]``; a list of them for a batch. None:
+                        the model generates it from each prompt with
+                        ``gen_args``. Default: None
+            gen_args (dict, optional): keywords of ``model.generate`` when
+                        ``target`` is None, over Captum's defaults
+                        ``{"max_new_tokens": 25, "do_sample": False,
+                        "temperature": None, "top_p": None}`` (greedy). A
+                        generated continuation ends at its first EOS
+                        (included). Default: None
+            contrast_target (str, Tensor or list of int, optional): a foil of
+                        the target's length (a list for a batch); the rows then
+                        explain :math:`\log p(y_t) - \log p(y'_t)`. Default: None
+            attribute_generated (bool, optional): add the target's tokens as
+                        columns after the prompt's. Default: False
+            chat (bool, optional): a string prompt is one user message of a
+                        chat. Default: False
+            skip_tokens (list of int or str, optional): tokens of a string
+                        prompt that get no column (Captum's ``skip_tokens``).
+                        Default: None
+            internal_batch_size (int, optional): prompts per chunk of the
+                        method. Default: None (the whole batch)
+            **kwargs: further keywords of the method's ``attribute``.
+
+        Returns:
+            LLMAttributionResult or list: Captum's result (a list for a list of
+            prompts): ``token_attr`` ``[n_targets, n_features]``, ``seq_attr``
+            ``[n_features]`` (its sum over the targets), ``input_tokens`` (the
+            features: tokens, or a template's values) and ``output_tokens``, as
+            Captum fills them.
+        """
+        batched = isinstance(inp, list) and not is_chat(inp)
+        inputs = inp if batched else [inp]
+        if batched and not inputs:
+            raise ValueError("empty batch: inp is an empty list")
+        prompts = [prepare_prompt(i, self.tokenizer, chat, skip_tokens) for i in inputs]
+        ids, mask = self._left_padded(prompts)
+        if target is None:
+            if contrast_target is not None:
+                raise ValueError("contrast_target needs an explicit target")
+            targets = self._generate(ids, mask, gen_args)
+        else:
+            if gen_args is not None:
+                raise ValueError("gen_args is only used when target is None")
+            targets = self._encode_all(target, batched, len(prompts), "target")
+        contrasts = (
+            None
+            if contrast_target is None
+            else self._encode_all(
+                contrast_target, batched, len(prompts), "contrast_target"
+            )
+        )
+        _check_contrast_lengths(targets, contrasts)
+        scores = self.method.attribute(
+            ids,
+            target=_right_padded(targets, ids.device),
+            additional_forward_args=(mask,),
+            attribute_generated=attribute_generated,
+            contrast_target=(
+                None if contrasts is None else _right_padded(contrasts, ids.device)
+            ),
+            internal_batch_size=internal_batch_size,
+            **kwargs,
+        )  # [batch, T, P] or [batch, T, P + T]
+        results = [
+            self._result(
+                prompt, scores[row], targets[row], ids.shape[1], attribute_generated
+            )
+            for row, prompt in enumerate(prompts)
+        ]
+        return results if batched else results[0]
+
+    def _left_padded(self, prompts: List[Prompt]) -> Tuple[Tensor, Tensor]:
+        width = max(len(p.ids) for p in prompts)
+        device = next(self.model.parameters()).device
+        ids = torch.full((len(prompts), width), self._pad_id(), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt.ids) :] = prompt.ids
+            mask[row, width - len(prompt.ids) :] = 1
+        return ids.to(device), mask.to(device)
+
+    def _pad_id(self) -> int:
+        for token in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
+            if token is not None:
+                return int(token)
+        return 0  # masked positions: any id works
+
+    def _eos_ids(self, gen_args: Dict[str, Any]) -> List[int]:
+        eos = gen_args.get("eos_token_id")
+        if eos is None:
+            eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        return [] if eos is None else [int(e) for e in torch.as_tensor(eos).flatten()]
+
+    def _generate(
+        self, ids: Tensor, mask: Tensor, gen_args: Optional[Dict[str, Any]]
+    ) -> List[Tensor]:
+        args = {**DEFAULT_GEN_ARGS, "pad_token_id": self._pad_id(), **(gen_args or {})}
+        with eval_semantics(self.model), torch.no_grad():
+            output = self.model.generate(input_ids=ids, attention_mask=mask, **args)
+        eos = torch.tensor(self._eos_ids(args), device=output.device)
+        continuations = []
+        for row in output[:, ids.shape[1] :]:
+            ends = torch.isin(row, eos).nonzero().flatten()
+            length = int(ends[0]) + 1 if len(ends) else len(row)
+            continuations.append(row[:length])
+        if any(len(c) == 0 for c in continuations):
+            raise ValueError("generation produced no token; raise max_new_tokens")
+        return continuations
+
+    def _encode_all(
+        self, value: Any, batched: bool, batch_size: int, name: str
+    ) -> List[Tensor]:
+        if not batched:
+            return [self._encode(value, name)]
+        if not isinstance(value, list) or len(value) != batch_size:
+            raise ValueError(
+                f"for a list of {batch_size} prompts, {name} must be a list of "
+                f"{batch_size} targets (strings or token ids) or None"
+            )
+        return [self._encode(v, name) for v in value]
+
+    def _encode(self, value: Any, name: str) -> Tensor:
+        device = next(self.model.parameters()).device
+        if isinstance(value, str):
+            # No BOS (or other special token) inside a continuation.
+            ids = torch.tensor(
+                self.tokenizer(value, add_special_tokens=False)["input_ids"]
+            )
+        elif isinstance(value, (Tensor, list, tuple)):
+            ids = torch.as_tensor(value)
+            if ids.dim() == 2 and ids.shape[0] == 1:
+                ids = ids[0]
+            if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+                raise ValueError(
+                    f"{name} as token ids must be integers of shape [T], got "
+                    f"{ids.dtype} {tuple(ids.shape)}"
+                )
+        else:
+            raise TypeError(
+                f"{name} must be a string or token ids, got {type(value).__name__}"
+            )
+        if ids.numel() == 0:
+            raise ValueError(f"empty {name}: it encodes to no token")
+        return ids.long().to(device)
+
+    def _result(
+        self,
+        prompt: Prompt,
+        scores: Tensor,
+        target: Tensor,
+        prompt_width: int,
+        attribute_generated: bool,
+    ) -> LLMAttributionResult:
+        n_targets, n_prompt = len(target), len(prompt.ids)
+        rows = scores[:n_targets].detach()  # [T_b, P] or [T_b, P + T]
+        columns = prompt.feature_scores(rows[:, prompt_width - n_prompt : prompt_width])
+        output_tokens = _convert_ids_to_pretty_tokens(target.cpu(), self.tokenizer)
+        input_tokens = list(prompt.names)
+        if attribute_generated:
+            generated = rows[:, prompt_width : prompt_width + n_targets]
+            columns = torch.cat([columns, generated], 1)
+            input_tokens += output_tokens
+        return LLMAttributionResult(
+            seq_attr=columns.sum(0),
+            token_attr=columns,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            inp=prompt.inp,
+        )
+
+
+def _check_contrast_lengths(
+    targets: List[Tensor], contrasts: Optional[List[Tensor]]
+) -> None:
+    if contrasts is None:
+        return
+    for row, (target, foil) in enumerate(zip(targets, contrasts)):
+        if len(target) != len(foil):
+            raise ValueError(
+                f"contrast_target of prompt {row} has {len(foil)} tokens but its "
+                f"target has {len(target)}; a foil gives one token per target step"
+            )
+
+
+def _right_padded(rows: List[Tensor], device: torch.device) -> Tensor:
+    r"""``[batch, T]`` target ids, right-padded with IGNORE_INDEX."""
+    out = torch.full(
+        (len(rows), max(len(r) for r in rows)), IGNORE_INDEX, device=device
+    )
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out

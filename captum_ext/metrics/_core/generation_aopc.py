@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+
+from typing import Callable, Optional, Union
+
+from captum._utils.typing import TensorOrTupleOfTensorsGeneric
+from captum.log import log_usage
+from torch import Tensor
+
+from captum_ext.metrics._utils.generation import (
+    evaluate_hard_curves,
+    GenerationCall,
+    GenerationMetricResult,
+)
+from captum_ext.metrics._utils.inputs import MetricCall, TokenOptions
+from captum_ext.metrics._utils.protocols import PerturbationProtocol, resolve_protocol
+
+
+@log_usage()
+def generation_aopc(
+    forward_func: Callable[..., Tensor],
+    inputs: TensorOrTupleOfTensorsGeneric,
+    attributions: TensorOrTupleOfTensorsGeneric,
+    target: Tensor,
+    additional_forward_args: Optional[object] = None,
+    *,
+    preset: Union[None, str, PerturbationProtocol] = None,
+    tokens: Optional[TokenOptions] = None,
+    internal_batch_size: Optional[int] = None,
+    show_progress: bool = False,
+) -> GenerationMetricResult:
+    r"""
+    Comprehensiveness / AOPC of an explanation of generated text: the mean drop
+    of each target token's teacher-forced probability when the prompt's
+    highest-attributed tokens are removed, over a grid of fractions :math:`G`:
+
+    .. math::
+        \mathrm{AOPC}_t(x) = \frac{1}{|G|} \sum_{g \in G}
+        \left[ p(y_t \mid x, y_{<t}) - p(y_t \mid \tilde{x}^{(g)}_t, y_{<t}) \right]
+
+    where :math:`\tilde{x}^{(g)}_t` is the prompt without its top :math:`k(g)`
+    tokens by the attribution row of :math:`y_t` (or by the one ranking of a
+    ``[batch, P]`` attribution); the continuation :math:`y_{<t}` is never
+    perturbed. Higher is more faithful. Samek et al. (2017),
+    https://arxiv.org/abs/1509.06321; DeYoung et al., ERASER (2020),
+    https://arxiv.org/abs/1911.03429. ``sequence`` sums the targets' values.
+
+    **Default** (``preset=None``): delete the top :math:`k = \mathrm{round}(g
+    \cdot n)` of the :math:`n` non-special prompt tokens, :math:`g \in \{0.1,
+    \dots, 1.0\}`, re-pack the prompt (still left-padded) and recompute the
+    positions (``causal_lm_forward`` counts attended tokens); special tokens
+    (BOS, a chat template's tokens: ``tokens``) are never removed, and a prompt
+    needs one when every other token is deleted. Replacement instead of
+    deletion: a :class:`~captum_ext.metrics.PerturbationProtocol` with
+    ``mode="mask"`` and the replacement id as ``tokens.mask_token_id`` (any id:
+    a causal LM has no [MASK]).
+
+    ``forward_func`` (a causal LM's ``f(input_ids, attention_mask) -> logits
+    [batch, pos, vocab]``, e.g. :func:`captum_ext.causal_lm_forward`), ``inputs``
+    (left-padded prompts ``[batch, P]``), ``attributions``, ``target``,
+    ``additional_forward_args``, ``tokens``, ``internal_batch_size`` and
+    ``show_progress`` are the :ref:`arguments every generation metric shares
+    <generation-metric-arguments>` (:mod:`captum_ext.metrics`).
+
+    Args:
+
+        preset (str or PerturbationProtocol, optional): None (the default
+                above) or a :class:`~captum_ext.metrics.PerturbationProtocol`.
+                Default: None
+
+    Returns:
+        GenerationMetricResult: ``score`` ``[batch, T]``, ``sequence``
+        ``[batch]``, ``curve`` ``[batch, T, levels]`` (the probability drops)
+        and ``levels``.
+
+    Examples::
+
+        >>> forward = captum_ext.causal_lm_forward(model)
+        >>> attr = method.attribute(ids, target=target, additional_forward_args=(mask,))
+        >>> generation_aopc(forward, ids, attr, target, (mask,)).sequence
+    """
+    curves = evaluate_hard_curves(
+        MetricCall(forward_func, inputs, attributions, target, additional_forward_args),
+        GenerationCall(tokens, internal_batch_size, show_progress),
+        resolve_protocol("generation_aopc", preset, PerturbationProtocol),
+        keep_top=False,
+        desc="generation AOPC",
+    )
+    return curves.result(curves.base.exp()[..., None] - curves.curve.exp())

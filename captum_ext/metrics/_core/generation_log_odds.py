@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+
+from typing import Callable, Optional, Union
+
+from captum._utils.typing import TensorOrTupleOfTensorsGeneric
+from captum.log import log_usage
+from torch import Tensor
+
+from captum_ext.metrics._utils.generation import (
+    evaluate_hard_curves,
+    GenerationCall,
+    GenerationMetricResult,
+)
+from captum_ext.metrics._utils.inputs import MetricCall, TokenOptions
+from captum_ext.metrics._utils.protocols import PerturbationProtocol, resolve_protocol
+
+
+@log_usage()
+def generation_log_odds(
+    forward_func: Callable[..., Tensor],
+    inputs: TensorOrTupleOfTensorsGeneric,
+    attributions: TensorOrTupleOfTensorsGeneric,
+    target: Tensor,
+    additional_forward_args: Optional[object] = None,
+    *,
+    preset: Union[None, str, PerturbationProtocol] = None,
+    tokens: Optional[TokenOptions] = None,
+    internal_batch_size: Optional[int] = None,
+    show_progress: bool = False,
+) -> GenerationMetricResult:
+    r"""
+    Log-odds of an explanation of generated text: the mean log-ratio of each
+    target token's teacher-forced probability after and before the prompt's
+    highest-attributed tokens are removed (or replaced):
+
+    .. math::
+        \mathrm{LOdds}_t(x) = \frac{1}{|G|} \sum_{g \in G}
+        \log \frac{p(y_t \mid \tilde{x}^{(g)}_t, y_{<t})}{p(y_t \mid x, y_{<t})}
+
+    with :math:`\tilde{x}^{(g)}_t` as in :func:`generation_aopc`. Lower (more
+    negative) is more faithful. Shrikumar et al. (2017),
+    https://arxiv.org/abs/1704.02685; Chen et al. (2020),
+    https://arxiv.org/abs/2004.02015. ``sequence`` sums the targets' values:
+    for a ``[batch, P]`` attribution (one perturbed prompt per level) that is
+    the mean log-ratio of the whole continuation's probability,
+    :math:`\log p(y \mid \tilde{x}) - \log p(y \mid x)`.
+
+    **Default** (``preset=None``): as :func:`generation_aopc`'s.
+
+    ``forward_func`` (a causal LM's ``f(input_ids, attention_mask) -> logits
+    [batch, pos, vocab]``, e.g. :func:`captum_ext.causal_lm_forward`), ``inputs``
+    (left-padded prompts ``[batch, P]``), ``attributions``, ``target``,
+    ``additional_forward_args``, ``tokens``, ``internal_batch_size`` and
+    ``show_progress`` are the :ref:`arguments every generation metric shares
+    <generation-metric-arguments>` (:mod:`captum_ext.metrics`).
+
+    Args:
+
+        preset (str or PerturbationProtocol, optional): None (the default
+                above) or a :class:`~captum_ext.metrics.PerturbationProtocol`.
+                Default: None
+
+    Returns:
+        GenerationMetricResult: ``score`` ``[batch, T]``, ``sequence``
+        ``[batch]``, ``curve`` ``[batch, T, levels]`` (the log-ratios) and
+        ``levels``.
+    """
+    curves = evaluate_hard_curves(
+        MetricCall(forward_func, inputs, attributions, target, additional_forward_args),
+        GenerationCall(tokens, internal_batch_size, show_progress),
+        resolve_protocol("generation_log_odds", preset, PerturbationProtocol),
+        keep_top=False,
+        desc="generation log-odds",
+    )
+    return curves.result(curves.curve - curves.base[..., None])

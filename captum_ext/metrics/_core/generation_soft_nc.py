@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+
+from typing import Callable, Optional
+
+from captum._utils.typing import TensorOrTupleOfTensorsGeneric
+from captum.log import log_usage
+from torch import Tensor
+
+from captum_ext.metrics._utils.generation import (
+    evaluate_soft_erasure,
+    GenerationCall,
+    GenerationMetricResult,
+)
+from captum_ext.metrics._utils.inputs import MetricCall, TokenOptions
+
+
+@log_usage()
+def generation_soft_nc(
+    forward_func: Callable[..., Tensor],
+    inputs: TensorOrTupleOfTensorsGeneric,
+    attributions: TensorOrTupleOfTensorsGeneric,
+    target: Tensor,
+    additional_forward_args: Optional[object] = None,
+    *,
+    n_samples: int = 1,
+    seed: int = 0,
+    tokens: Optional[TokenOptions] = None,
+    internal_batch_size: Optional[int] = None,
+    show_progress: bool = False,
+) -> GenerationMetricResult:
+    r"""
+    Soft normalised comprehensiveness (Soft-NC) of an explanation of generated
+    text: the drop of each target token's probability when the prompt's word
+    embeddings are zeroed element-wise with probability equal to their
+    normalised importance, relative to the drop of the empty prompt:
+
+    .. math::
+        \mathrm{Soft\text{-}C}(x, x') = \max\left(0,\; p(x) - p(x')\right),
+        \qquad e_i \sim \mathrm{Bernoulli}(1 - s_i)
+
+    .. math::
+        \mathrm{Soft\text{-}NC}(x, x') = \frac{\mathrm{Soft\text{-}C}(x, x')}
+        {1 - S(x, 0)}
+
+    Higher is more faithful (erasing the important tokens more strongly
+    lowers :math:`p` more).
+
+    **Soft erasure** (Zhao & Aletras 2023, Sec. 3): every element of the word
+    embedding of prompt token :math:`i` is kept or zeroed independently,
+    :math:`x'_i = x_i \odot e_i`, :math:`e_i \in \{0, 1\}^d`, with
+    :math:`s_i \in [0, 1]` the attribution of :math:`x_i` min-max normalised
+    over the row's non-special prompt tokens (0.5 for all when they are equal).
+    Special tokens (BOS, chat-template tokens: ``tokens``), the positions and
+    the continuation :math:`y_{<t}` are never perturbed. Per target token
+    :math:`y_t` the attribution row of :math:`y_t` gives :math:`s` (a
+    ``[batch, P]`` attribution: one :math:`s` for all targets), and
+    :math:`p(\cdot) = p(y_t \mid \cdot, y_{<t})` under teacher forcing.
+
+    The normaliser is the sufficiency of the empty prompt,
+    :math:`S(x, 0) = 1 - \max(0, p(x) - p(0))`, where :math:`0` is the prompt
+    with every non-special word embedding zeroed (the soft erasure at
+    :math:`s = 0`); the result is clipped to [0, 1] as in the authors' code
+    (https://github.com/casszhao/SoftFaith, ``src/common_code/metrics.py``),
+    and NaN where :math:`p(0) \ge p(x)` (the empty prompt already explains the
+    target: the normaliser is 0). ``score`` is the mean over ``n_samples``
+    draws (the paper takes one); draw ``j`` of ranking row ``r`` (``r = b * R
+    + t``, ``R`` = ``T`` or 1) uses ``torch.Generator`` seeded with
+    ``hash((seed, r, j))``, so results do not depend on padding or
+    ``internal_batch_size``.
+
+    Zhao & Aletras, "Incorporating Attribution Importance for Improving
+    Faithfulness Metrics", ACL 2023, https://aclanthology.org/2023.acl-long.261/
+    (https://arxiv.org/abs/2305.10496).
+
+    ``forward_func`` must be :func:`captum_ext.causal_lm_forward` ``(model)``
+    (the metric perturbs its word embeddings); ``inputs``, ``attributions``,
+    ``target``, ``additional_forward_args``, ``tokens``,
+    ``internal_batch_size`` and ``show_progress`` are the :ref:`arguments
+    every generation metric shares <generation-metric-arguments>`
+    (:mod:`captum_ext.metrics`).
+
+    Args:
+
+        n_samples (int, optional): Bernoulli draws per target. Default: 1
+        seed (int, optional): seed of the draws. Default: 0
+
+    Returns:
+        GenerationMetricResult: ``score`` ``[batch, T]``, ``sequence``
+        ``[batch]``, ``curve`` ``[batch, T, n_samples]`` (one value per draw)
+        and ``levels`` None.
+    """
+    soft = evaluate_soft_erasure(
+        MetricCall(forward_func, inputs, attributions, target, additional_forward_args),
+        GenerationCall(tokens, internal_batch_size, show_progress),
+        keep_important=False,
+        n_samples=n_samples,
+        seed=seed,
+        desc="Soft-NC",
+    )
+    p_x, p_empty = soft.base.exp()[..., None], soft.empty.exp()[..., None]
+    comprehensiveness = (p_x - soft.samples.exp()).clamp(min=0)
+    normaliser = (p_x - p_empty).clamp(min=0)  # 1 - S(x, 0)
+    soft_nc = (comprehensiveness / normaliser).clamp(0, 1)
+    return soft.result(soft_nc.masked_fill(normaliser == 0, float("nan")))

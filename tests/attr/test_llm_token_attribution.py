@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from captum.attr import (  # noqa: E402
+    FeatureAblation,
+    LLMAttribution,
+    LLMAttributionResult,
+    TextTemplateInput,
+    TextTokenInput,
+)
+from captum_ext.adapters import UnsupportedModelError  # noqa: E402
+from captum_ext.attr import LLMTokenAttribution  # noqa: E402
+
+from tests.attr.contract_method import GradientXEmbedding  # noqa: E402
+from tests.attr.llm_fixtures import tiny_lm_tokenizer  # noqa: E402
+from tests.helpers import tiny_causal_lm, tiny_classifier  # noqa: E402
+
+PROMPTS = ["the cat sat on a mat", "a dog ran", "what is the colour of sky ?"]
+TARGETS = ["it was big", "to the house .", "blue"]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_causal_lm("gpt2", dtype=torch.float64)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tiny_lm_tokenizer()
+
+
+def _user_script(llm_attr, tokenizer, target):
+    r"""What a Captum user writes; only the construction of ``llm_attr`` differs."""
+    inp = TextTokenInput("the cat sat on a mat", tokenizer, skip_tokens=[1])
+    if isinstance(llm_attr, LLMAttribution):
+        result = llm_attr.attribute(inp, **target, use_cached_outputs=False)
+    else:
+        result = llm_attr.attribute(inp, **target)
+    for plot in (result.plot_token_attr, result.plot_seq_attr):
+        figure, _ = plot()
+        plt.close(figure)
+    return result
+
+
+@pytest.mark.parametrize(
+    "target", [dict(target="it was big"), dict(gen_args={"max_new_tokens": 4})]
+)
+def test_drop_in_for_captum_llm_attribution(model, tokenizer, target) -> None:
+    captum = _user_script(
+        LLMAttribution(FeatureAblation(model), tokenizer), tokenizer, target
+    )
+    ours = _user_script(
+        LLMTokenAttribution(GradientXEmbedding(model), tokenizer), tokenizer, target
+    )
+    for result in (captum, ours):
+        assert isinstance(result, LLMAttributionResult)
+    assert ours.input_tokens == captum.input_tokens == "the cat sat on a mat".split()
+    assert ours.output_tokens == captum.output_tokens
+    assert ours.token_attr.shape == captum.token_attr.shape
+    assert ours.seq_attr.shape == captum.seq_attr.shape
+    torch.testing.assert_close(ours.seq_attr, ours.token_attr.sum(0))
+
+
+def _prompt_ids(tokenizer, text):
+    ids = torch.tensor(tokenizer.encode(text))[None]
+    return ids, torch.ones_like(ids)
+
+
+def test_rows_are_the_method_on_the_prompt_ids(model, tokenizer) -> None:
+    method = GradientXEmbedding(model)
+    result = LLMTokenAttribution(method, tokenizer).attribute(
+        TextTokenInput(PROMPTS[0], tokenizer, skip_tokens=["<s>", "on"]),
+        target=TARGETS[0],
+    )
+    ids, mask = _prompt_ids(tokenizer, PROMPTS[0])
+    # The string target carries no BOS: the same ids as add_special_tokens=False.
+    target = torch.tensor(tokenizer.encode(TARGETS[0], add_special_tokens=False))
+    assert target[0] != tokenizer.bos_token_id
+    expected = method.attribute(ids, target=target[None], additional_forward_args=mask)
+    kept = [
+        i
+        for i, t in enumerate(tokenizer.convert_ids_to_tokens(ids[0]))
+        if t not in ("<s>", "on")
+    ]
+    torch.testing.assert_close(result.token_attr, expected[0][:, kept])
+    assert result.output_tokens == TARGETS[0].split()
+
+
+def test_batch_equals_one_prompt_at_a_time(model, tokenizer) -> None:
+    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+    for options in (dict(target=TARGETS), dict(gen_args={"max_new_tokens": 3})):
+        batch = llm_attr.attribute(PROMPTS, attribute_generated=True, **options)
+        for prompt, got, target in zip(PROMPTS, batch, TARGETS):
+            single = dict(options, target=target) if "target" in options else options
+            alone = llm_attr.attribute(prompt, attribute_generated=True, **single)
+            assert got.input_tokens == alone.input_tokens
+            assert got.output_tokens == alone.output_tokens
+            torch.testing.assert_close(
+                got.token_attr, alone.token_attr, rtol=0, atol=1e-12
+            )
+
+
+def test_internal_batch_size_and_no_pad_token(model) -> None:
+    with_pad = LLMTokenAttribution(GradientXEmbedding(model), tiny_lm_tokenizer())
+    without = LLMTokenAttribution(
+        GradientXEmbedding(model), tiny_lm_tokenizer(pad=False)
+    )
+    expected = with_pad.attribute(PROMPTS, TARGETS)
+    for got in (
+        without.attribute(PROMPTS, TARGETS),
+        with_pad.attribute(PROMPTS, TARGETS, internal_batch_size=1),
+    ):
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a.token_attr, b.token_attr, rtol=0, atol=1e-12)
+
+
+def test_earlier_generated_tokens_are_columns(model, tokenizer) -> None:
+    result = LLMTokenAttribution(GradientXEmbedding(model), tokenizer).attribute(
+        PROMPTS[1], target=TARGETS[1], attribute_generated=True
+    )
+    n_prompt = len(tokenizer.encode(PROMPTS[1]))
+    assert result.input_tokens[n_prompt:] == result.output_tokens
+    generated = result.token_attr[:, n_prompt:]
+    # Row t scores y_<t only: zero at its own column and after.
+    assert bool((generated.triu() == 0).all())
+    earlier = torch.ones_like(generated, dtype=torch.bool).tril(-1)
+    assert bool((generated[earlier] != 0).all())
+
+
+def test_template_segments_sum_their_tokens(model, tokenizer) -> None:
+    method = GradientXEmbedding(model)
+    template = TextTemplateInput("{} sat on {} .", values=["the big cat", "a mat"])
+    result = LLMTokenAttribution(method, tokenizer).attribute(template, target="it was")
+    tokens = LLMTokenAttribution(method, tokenizer).attribute(
+        "the big cat sat on a mat .", target="it was"
+    )
+    # <s> the big cat sat on a mat . -> segments: tokens 1-3 and 6-7
+    expected = torch.stack(
+        [tokens.token_attr[:, 1:4].sum(1), tokens.token_attr[:, 6:8].sum(1)], 1
+    )
+    assert result.input_tokens == ["the big cat", "a mat"]
+    torch.testing.assert_close(result.token_attr, expected)
+    grouped = TextTemplateInput(
+        "{} sat on {} .", values=["the big cat", "a mat"], mask=[0, 0]
+    )
+    both = LLMTokenAttribution(method, tokenizer).attribute(grouped, target="it was")
+    torch.testing.assert_close(
+        both.token_attr, expected.sum(1, keepdim=True).expand(-1, 2)
+    )
+
+
+def test_chat_template_tokens_get_no_column(model, tokenizer) -> None:
+    method = GradientXEmbedding(model)
+    messages = [
+        {"role": "system", "content": "you like red"},
+        {"role": "user", "content": "what is the colour of sky ?"},
+    ]
+    result = LLMTokenAttribution(method, tokenizer).attribute(messages, target="blue")
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    ids = torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"])[None]
+    content = ~torch.isin(ids[0], torch.tensor(tokenizer.all_special_ids))
+    expected = method.attribute(
+        ids, target=torch.tensor([[tokenizer.convert_tokens_to_ids("blue")]])
+    )
+    assert result.input_tokens == "you like red what is the colour of sky ?".split()
+    torch.testing.assert_close(result.token_attr, expected[0][:, content])
+    one_user_message = LLMTokenAttribution(method, tokenizer).attribute(
+        messages[1]["content"], target="blue", chat=True
+    )
+    assert one_user_message.input_tokens == messages[1]["content"].split()
+
+
+def test_contrast_is_the_difference_for_one_step(model, tokenizer) -> None:
+    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+    contrast = llm_attr.attribute(PROMPTS[0], target="red", contrast_target="blue")
+    red = llm_attr.attribute(PROMPTS[0], target="red")
+    blue = llm_attr.attribute(PROMPTS[0], target="blue")
+    # Gradient x input is linear in the explained score.
+    torch.testing.assert_close(contrast.token_attr, red.token_attr - blue.token_attr)
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (dict(inp=PROMPTS[0], target=""), ValueError, "empty target"),
+        (
+            dict(inp=PROMPTS[0], target=torch.tensor([], dtype=torch.long)),
+            ValueError,
+            "empty target",
+        ),
+        (
+            dict(inp=PROMPTS[0], target="red", contrast_target="a b"),
+            ValueError,
+            "one token per",
+        ),
+        (dict(inp=PROMPTS, target=TARGETS[:2]), ValueError, "list of 3 targets"),
+        (dict(inp=PROMPTS[0], target="red", gen_args={}), ValueError, "gen_args"),
+        (dict(inp="", target="red", skip_tokens=["<s>"]), ValueError, "empty prompt"),
+        (dict(inp=3, target="red"), TypeError, "TextTokenInput"),
+        (dict(inp=PROMPTS[0], target=torch.tensor([0.5])), ValueError, "integers"),
+    ],
+)
+def test_bad_calls(model, tokenizer, call, error, message) -> None:
+    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+    with pytest.raises(error, match=message):
+        llm_attr.attribute(**call)
+
+
+def test_a_method_on_a_classifier_is_refused(tokenizer) -> None:
+    with pytest.raises(UnsupportedModelError, match="causal language model"):
+        LLMTokenAttribution(GradientXEmbedding(tiny_classifier("gpt2")), tokenizer)
+    with pytest.raises(TypeError, match="no .model"):
+        LLMTokenAttribution(object(), tokenizer)

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+import dataclasses
+
+import pytest
+import torch
+from captum_ext.metrics import generation_log_odds, get_protocol, TokenOptions
+
+from tests.metrics.generation_reference import (
+    bos_case,
+    check_bad_inputs,
+    check_invariances,
+    LEVELS,
+    naive_hard,
+    run,
+)
+
+PROTOCOL = dataclasses.replace(get_protocol("generation_log_odds"), levels=LEVELS)
+
+
+def test_equals_naive_loop() -> None:
+    case = bos_case()
+    got = run(generation_log_odds, case, preset=PROTOCOL)
+    expected = naive_hard(case, keep_top=False, value=lambda base, cut: cut - base)
+    torch.testing.assert_close(
+        got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6
+    )
+
+
+def test_shared_ranking_sums_to_the_sequence_log_ratio() -> None:
+    r"""With one ranking for all targets, ``sequence`` is the mean over levels of
+    log p(y | x~) - log p(y | x)."""
+    case = bos_case()
+    got = run(
+        generation_log_odds, case, attributions=case["attr"].sum(1), preset=PROTOCOL
+    )
+    per_level = got.curve.nan_to_num().sum(1)  # [batch, levels]
+    torch.testing.assert_close(got.sequence, per_level.mean(1))
+
+
+def test_replacement_by_a_given_id() -> None:
+    case = bos_case()
+    replace = dataclasses.replace(PROTOCOL, mode="mask")
+    tokens = TokenOptions(mask_token_id=9, special_token_ids=[1])
+    got = run(generation_log_odds, case, preset=replace, tokens=tokens)
+    expected = naive_hard(
+        case, keep_top=False, value=lambda base, cut: cut - base, replace_id=9
+    )
+    torch.testing.assert_close(
+        got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6
+    )
+    with pytest.raises(ValueError, match="mask_token_id"):
+        run(generation_log_odds, case, preset=replace)
+
+
+def test_padding_and_internal_batch_size() -> None:
+    check_invariances(generation_log_odds, preset=PROTOCOL)
+
+
+def test_bad_inputs() -> None:
+    check_bad_inputs(generation_log_odds)
