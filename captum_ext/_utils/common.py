@@ -31,7 +31,6 @@ __all__ = [
     "TokenBatch",
     "check_decoder_vocabulary",
     "check_same_shape",
-    "check_causal_lm",
     "check_vocabulary_ids",
     "causal_lm_forward",
     "classifier_forward",
@@ -357,25 +356,6 @@ def classifier_forward(
     return ClassifierLogits(model, inputs_embeds)
 
 
-def check_causal_lm(model: nn.Module, what: str) -> None:
-    r"""Raises :class:`UnsupportedModelError` unless ``model`` is a causal language
-    model: a decoder-only family the adapters know, with an LM head (output
-    embeddings) and ``generate``; ``what`` names the caller in the message.
-    Decided by what the model has, never by its class."""
-    adapter = get_adapter(model)
-    inner = adapter.model
-    get_head = getattr(inner, "get_output_embeddings", None)
-    has_head = callable(get_head) and get_head() is not None
-    if not (
-        adapter.is_causal and has_head and callable(getattr(inner, "generate", None))
-    ):
-        raise UnsupportedModelError(
-            f"{what} needs a causal language model (AutoModelForCausalLM), but "
-            f"{type(inner).__name__} has no language-model head over the "
-            "vocabulary or is not decoder-only"
-        )
-
-
 class CausalLMLogits(ClassifierLogits):
     r"""A Hugging Face causal language model as a Captum ``forward_func``:
     ``f(input_ids, attention_mask=None) -> logits [batch, pos, vocab]``.
@@ -389,12 +369,12 @@ class CausalLMLogits(ClassifierLogits):
     """
 
     def __init__(self, model: nn.Module, inputs_embeds: bool = False) -> None:
-        check_causal_lm(model, "causal_lm_forward")
+        get_adapter(model).require_causal_lm("causal_lm_forward")
         super().__init__(model, inputs_embeds)
 
     def word_embeddings(self) -> nn.Embedding:
         r"""The model's input word embeddings (what soft erasure perturbs)."""
-        assert self._adapter is not None  # check_causal_lm found one
+        assert self._adapter is not None  # require_causal_lm found one
         return self._adapter.word_embeddings()
 
 

@@ -14,7 +14,15 @@ from captum.attr import (  # noqa: E402
     TextTokenInput,
 )
 from captum_ext.adapters import UnsupportedModelError  # noqa: E402
-from captum_ext.attr import LLMTokenAttribution  # noqa: E402
+from captum_ext.attr import (  # noqa: E402
+    AttCAT,
+    CAT,
+    DecodedLayerGradCam,
+    GlobEnc,
+    LLMTokenAttribution,
+    LogAt,
+    NormXLogit,
+)
 
 from tests.attr.contract_method import GradientXEmbedding  # noqa: E402
 from tests.attr.llm_fixtures import tiny_lm_tokenizer  # noqa: E402
@@ -22,6 +30,17 @@ from tests.helpers import tiny_causal_lm, tiny_classifier  # noqa: E402
 
 PROMPTS = ["the cat sat on a mat", "a dog ran", "what is the colour of sky ?"]
 TARGETS = ["it was big", "to the house .", "blue"]
+
+# The contract's reference method and every captum_ext method on causal LMs.
+METHODS = {
+    "GradientXEmbedding": GradientXEmbedding,
+    "LogAt": LogAt,
+    "NormXLogit": NormXLogit,
+    "CAT": CAT,
+    "AttCAT": AttCAT,
+    "GlobEnc": GlobEnc,
+    "DecodedLayerGradCam": lambda model: DecodedLayerGradCam(model, 1),
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +69,13 @@ def _user_script(llm_attr, tokenizer, target):
 @pytest.mark.parametrize(
     "target", [dict(target="it was big"), dict(gen_args={"max_new_tokens": 4})]
 )
-def test_drop_in_for_captum_llm_attribution(model, tokenizer, target) -> None:
+@pytest.mark.parametrize("name", METHODS)
+def test_drop_in_for_captum_llm_attribution(model, tokenizer, target, name) -> None:
     captum = _user_script(
         LLMAttribution(FeatureAblation(model), tokenizer), tokenizer, target
     )
     ours = _user_script(
-        LLMTokenAttribution(GradientXEmbedding(model), tokenizer), tokenizer, target
+        LLMTokenAttribution(METHODS[name](model), tokenizer), tokenizer, target
     )
     for result in (captum, ours):
         assert isinstance(result, LLMAttributionResult)
@@ -71,8 +91,9 @@ def _prompt_ids(tokenizer, text):
     return ids, torch.ones_like(ids)
 
 
-def test_rows_are_the_method_on_the_prompt_ids(model, tokenizer) -> None:
-    method = GradientXEmbedding(model)
+@pytest.mark.parametrize("name", METHODS)
+def test_rows_are_the_method_on_the_prompt_ids(model, tokenizer, name) -> None:
+    method = METHODS[name](model)
     result = LLMTokenAttribution(method, tokenizer).attribute(
         TextTokenInput(PROMPTS[0], tokenizer, skip_tokens=["<s>", "on"]),
         target=TARGETS[0],
@@ -91,8 +112,9 @@ def test_rows_are_the_method_on_the_prompt_ids(model, tokenizer) -> None:
     assert result.output_tokens == TARGETS[0].split()
 
 
-def test_batch_equals_one_prompt_at_a_time(model, tokenizer) -> None:
-    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+@pytest.mark.parametrize("name", METHODS)
+def test_batch_equals_one_prompt_at_a_time(model, tokenizer, name) -> None:
+    llm_attr = LLMTokenAttribution(METHODS[name](model), tokenizer)
     for options in (dict(target=TARGETS), dict(gen_args={"max_new_tokens": 3})):
         batch = llm_attr.attribute(PROMPTS, attribute_generated=True, **options)
         for prompt, got, target in zip(PROMPTS, batch, TARGETS):
@@ -214,7 +236,9 @@ def test_bad_calls(model, tokenizer, call, error, message) -> None:
 
 
 def test_a_method_on_a_classifier_is_refused(tokenizer) -> None:
-    with pytest.raises(UnsupportedModelError, match="causal language model"):
+    with pytest.raises(
+        UnsupportedModelError, match="is a sequence classifier.*AutoModelForCausalLM"
+    ):
         LLMTokenAttribution(GradientXEmbedding(tiny_classifier("gpt2")), tokenizer)
     with pytest.raises(TypeError, match="no .model"):
         LLMTokenAttribution(object(), tokenizer)

@@ -12,7 +12,6 @@ from captum.attr._utils.attribution import Attribution
 from captum.log import log_usage
 from torch import Tensor
 
-from captum_ext._utils.common import check_causal_lm
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX
 from captum_ext.adapters import get_adapter
@@ -95,8 +94,9 @@ class LLMTokenAttribution(Attribution):
                 "LLMTokenAttribution takes a captum_ext method built on a causal "
                 f"LM, e.g. LogAt(model); {type(method).__name__} has no .model"
             )
-        check_causal_lm(model, "LLMTokenAttribution")
-        self.model: Any = get_adapter(model).model  # a GenerationMixin
+        adapter = get_adapter(model)
+        adapter.require_causal_lm("LLMTokenAttribution")
+        self.model: Any = adapter.model  # a GenerationMixin
         super().__init__(self.model)
         self.method = method
         self.tokenizer = tokenizer
