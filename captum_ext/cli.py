@@ -21,6 +21,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, NoReturn, Optional, Sequence, Tuple
 
+from captum_ext._utils.threads import configure_threads
+
 __all__ = ["METHOD_NAMES", "METRIC_NAMES", "main"]
 
 TASKS = ("sentiment", "source")
@@ -436,6 +438,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     # Models are local files only; set before transformers is first imported.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # Passive OpenMP waiting only works when set before torch is imported.
+    configure_threads()
     commands: Dict[str, Callable[[argparse.Namespace], int]] = {
         "explain": _explain,
         "benchmark": _benchmark,

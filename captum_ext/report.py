@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 
 from captum_ext._utils.atomic import atomic_path, write_text_atomically
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult, SUSPECT_RATIO
+from captum_ext.evaluation.timing import SPREAD_BOUND, TIMING_PROTOCOL
 from captum_ext.visualization import (
     display_texts,
     Explanation,
@@ -71,10 +72,11 @@ DEFINITIONS = {
     "of the real tokens.",
 }
 TIME_DEFINITION = (
-    "attribution time divided by one inference forward pass timed right before "
-    "it on the same batch (median over batches). Every method but the random "
-    f"control runs a forward pass, so a ratio below {SUSPECT_RATIO} is "
-    f"impossible: it is flagged {TIMING_FLAG} (disturbed timing; rerun)."
+    f"attribution time divided by one inference forward pass: {TIMING_PROTOCOL} "
+    "(median over batches). Every method but the random control runs a forward "
+    f"pass, so a ratio below {SUSPECT_RATIO} is impossible; such a ratio, or "
+    f"repetitions more than {SPREAD_BOUND:g}x apart, is flagged {TIMING_FLAG} "
+    "(disturbed timing; rerun on a quieter machine)."
 )
 # The y axis of each metric's per-level curve, and its x axis.
 CURVE_AXES = {

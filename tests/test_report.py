@@ -219,3 +219,14 @@ def test_every_method_gets_a_distinct_colour_and_marker():
     pairs = {(str(s["color"]), s["marker"]) for s in styles}
     assert len(pairs) == 16
     assert styles[-1] == {"color": "black", "marker": "x", "linestyle": ":"}
+
+
+def test_disturbed_repetitions_flag_the_time_and_the_note_says_how_it_was_taken():
+    result = _fake_result()
+    attcat = result.rows[0]
+    assert not attcat.timing_suspect
+    attcat.spreads = [1.1, 2.5]  # one batch's repetitions 2.5x apart
+    assert attcat.timing_suspect
+    table = markdown_table(result)
+    assert f"{report.TIMING_FLAG} 2.0" in table
+    assert "fastest run divided by the fastest forward pass" in table

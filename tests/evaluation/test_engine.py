@@ -190,7 +190,7 @@ def test_paired_timings_survive_a_slow_forward_on_one_batch(monkeypatch):
 
         return factory
 
-    monkeypatch.setattr(engine, "_clock", clock)
+    monkeypatch.setattr(engine, "clock_for", lambda device: clock)
     monkeypatch.setattr(engine, "_forward_for", lambda model: timed_forward)
     monkeypatch.setitem(
         METHODS, "Three", MethodSpec("Three", method_costing(3.0), "captum")
