@@ -159,9 +159,11 @@ def _cells(result: BenchmarkResult, task: str) -> List[List[Cell]]:
 
 
 def _md(text: str) -> str:
-    r"""Markdown-safe and terminal-safe: HTML escaped (results.md is rendered),
-    table pipes escaped, control characters replaced."""
-    return terminal_safe(html.escape(text)).replace("|", "\\|")
+    r"""Markdown-safe and terminal-safe: the characters Markdown would read as
+    HTML, code or a table's column break backslash-escaped (results.md is
+    rendered; read as text it holds no HTML entities), control characters
+    replaced."""
+    return re.sub(r"([\\`<>&|])", r"\\\1", terminal_safe(text))
 
 
 def markdown_table(result: BenchmarkResult) -> str:

@@ -107,10 +107,16 @@ def test_markdown_escapes_html_pipes_and_terminal_escapes():
     result = _fake_result()
     result.rows[0].method = "<script>alert(1)</script>|x\x1b[31m"
     table = markdown_table(result)
-    assert "<script" not in table and "\x1b" not in table
-    assert (
-        "| &lt;script&gt;alert(1)&lt;/script&gt;\\|x\ufffd[31m | captum_ext |" in table
-    )
+    assert not re.search(r"(?<!\\)<", table) and "\x1b" not in table
+    assert "| \\<script\\>alert(1)\\</script\\>\\|x\ufffd[31m | captum_ext |" in table
+
+
+def test_markdown_read_as_text_holds_no_html_entities():
+    result = _fake_result()
+    result.rows[0].method = 'it\'s "R&D"'
+    table = markdown_table(result)
+    assert '| it\'s "R\\&D" |' in table
+    assert not re.search(r"&(#x?[0-9a-f]+|[a-z]+);", table)
 
 
 def test_random_control_is_never_marked_best():

@@ -341,6 +341,8 @@ def _score_method(
     explain = spec.factory(model, tokenizer)
     forward = _forward_for(model)
     shard = _MethodShard()
+    if spec.class_agnostic:  # one ranking for every class: nothing to compare
+        metrics = [metric for metric in metrics if not metric.class_specific]
     for batch in batches:
         scores = _score_batch(explain, forward, batch, tokenizer, metrics, shard)
         mask = batch.encoded.attention_mask
