@@ -262,9 +262,23 @@ def _curve_plot(result: BenchmarkResult, task: str, metric: str, path: Path) -> 
     return True
 
 
+# Joins a word's pieces on the heatmap axis: "hopeless·", "·ly".
+PIECE_JOINER = "·"
+
+
 def _ticks(tokens: List[str], specials: List[bool]) -> List[str]:
+    r"""Each token's text; the pieces of a word of several carry
+    :data:`PIECE_JOINER` on the sides where they join (the word grouping of
+    the highlights)."""
+    texts = display_texts(tokens, specials)
+    for group in word_groups(tokens, specials):
+        if len(group) > 1:
+            for index in group[1:]:
+                texts[index] = PIECE_JOINER + texts[index]
+            for index in group[:-1]:
+                texts[index] += PIECE_JOINER
     # "$" would start matplotlib mathtext.
-    return [text.replace("$", r"\$") for text in display_texts(tokens, specials)]
+    return [text.replace("$", r"\$") for text in texts]
 
 
 def _layer_plot(

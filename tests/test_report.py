@@ -236,3 +236,17 @@ def test_disturbed_repetitions_flag_the_time_and_the_note_says_how_it_was_taken(
     table = markdown_table(result)
     assert f"{report.TIMING_FLAG} 2.0" in table
     assert "fastest run divided by the fastest forward pass" in table
+
+
+def test_heatmap_axis_joins_word_pieces_to_their_words():
+    tokens = ["[CLS]", "hope", "##less", "##ly", "bad", "$5", "[SEP]"]
+    specials = [True, False, False, False, False, False, True]
+    assert report._ticks(tokens, specials) == [
+        "[CLS]",
+        "hope·",
+        "·less·",
+        "·ly",
+        "bad",
+        r"\$5",
+        "[SEP]",
+    ]
