@@ -21,6 +21,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, NoReturn, Optional, Sequence, Tuple
 
+from captum_ext._utils.threads import configure_threads
+
 __all__ = ["METHOD_NAMES", "METRIC_NAMES", "main"]
 
 TASKS = ("sentiment", "source")
@@ -201,16 +203,31 @@ def _check_utf8(argv: Sequence[str]) -> None:
 
 
 def _check_writable_dir(directory: Path) -> None:
-    r"""Creates ``directory`` and writes a probe file in it, before any work."""
+    r"""Writes a probe file in ``directory`` or, when it does not exist yet, in
+    its nearest existing parent, before any work. Creates nothing: the job
+    creates ``directory`` when it has something to write, so a run that fails
+    leaves no empty directory behind."""
+    existing = directory
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / f".captum-ext-probe-{os.getpid()}"
+        if not existing.is_dir():
+            raise NotADirectoryError(20, "Not a directory")
+        probe = existing / f".captum-ext-probe-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
     except OSError as error:
         raise ValueError(
             f"cannot write to {str(directory)!r}: {error.strerror}"
         ) from None
+
+
+def _check_model(args: argparse.Namespace) -> None:
+    r"""A missing or foreign ``--model`` fails here, before torch is imported."""
+    if getattr(args, "model", None) is not None:
+        from captum_ext.evaluation.model_files import read_model_config
+
+        read_model_config(args.model)
 
 
 def _check_writable_file(path: Path) -> None:
@@ -277,6 +294,7 @@ def _explain(args: argparse.Namespace) -> int:
         raise ValueError("the text is empty: give some words to explain")
     if args.html is not None:
         _check_writable_file(args.html)
+    _check_model(args)
     from captum_ext.evaluation.models import resolve_device
     from captum_ext.explain import explain
     from captum_ext.visualization import (
@@ -314,6 +332,7 @@ def _explain(args: argparse.Namespace) -> int:
     print(explanation_text(explanation, color=supports_color(sys.stdout)))
     if args.html is not None:
         body = explanation_html(explanation, text=args.text)
+        args.html.parent.mkdir(parents=True, exist_ok=True)
         args.html.write_text(
             html_page("captum_ext explanation", body), encoding="utf-8"
         )
@@ -358,6 +377,7 @@ def _benchmark(args: argparse.Namespace) -> int:
         )
     if os.environ.get("RANK", "0") == "0":
         _check_writable_dir(args.out)
+    _check_model(args)
     from captum_ext.evaluation.distributed import distributed_context
     from captum_ext.evaluation.models import resolve_device
 
@@ -390,6 +410,7 @@ def _attribute(args: argparse.Namespace) -> int:
         raise ValueError("give --data FILE: the texts to attribute")
     if os.environ.get("RANK", "0") == "0":
         _check_writable_dir(args.out)
+    _check_model(args)
     from captum_ext.evaluation.attribute import attribute_dataset
     from captum_ext.evaluation.models import resolve_device
     from captum_ext.explain import default_methods
@@ -436,6 +457,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     # Models are local files only; set before transformers is first imported.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # Passive OpenMP waiting only works when set before torch is imported.
+    configure_threads()
     commands: Dict[str, Callable[[argparse.Namespace], int]] = {
         "explain": _explain,
         "benchmark": _benchmark,

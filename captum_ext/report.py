@@ -24,6 +24,7 @@ from matplotlib.figure import Figure
 
 from captum_ext._utils.atomic import atomic_path, write_text_atomically
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult, SUSPECT_RATIO
+from captum_ext.evaluation.timing import SPREAD_BOUND, TIMING_PROTOCOL
 from captum_ext.visualization import (
     display_texts,
     Explanation,
@@ -71,10 +72,11 @@ DEFINITIONS = {
     "of the real tokens.",
 }
 TIME_DEFINITION = (
-    "attribution time divided by one inference forward pass timed right before "
-    "it on the same batch (median over batches). Every method but the random "
-    f"control runs a forward pass, so a ratio below {SUSPECT_RATIO} is "
-    f"impossible: it is flagged {TIMING_FLAG} (disturbed timing; rerun)."
+    f"attribution time divided by one inference forward pass: {TIMING_PROTOCOL} "
+    "(median over batches). Every method but the random control runs a forward "
+    f"pass, so a ratio below {SUSPECT_RATIO} is impossible; such a ratio, or "
+    f"repetitions more than {SPREAD_BOUND:g}x apart, is flagged {TIMING_FLAG} "
+    "(disturbed timing; rerun on a quieter machine)."
 )
 # The y axis of each metric's per-level curve, and its x axis.
 CURVE_AXES = {
@@ -157,9 +159,11 @@ def _cells(result: BenchmarkResult, task: str) -> List[List[Cell]]:
 
 
 def _md(text: str) -> str:
-    r"""Markdown-safe and terminal-safe: HTML escaped (results.md is rendered),
-    table pipes escaped, control characters replaced."""
-    return terminal_safe(html.escape(text)).replace("|", "\\|")
+    r"""Markdown-safe and terminal-safe: the characters Markdown would read as
+    HTML, code or a table's column break backslash-escaped (results.md is
+    rendered; read as text it holds no HTML entities), control characters
+    replaced."""
+    return re.sub(r"([\\`<>&|])", r"\\\1", terminal_safe(text))
 
 
 def markdown_table(result: BenchmarkResult) -> str:
@@ -258,9 +262,23 @@ def _curve_plot(result: BenchmarkResult, task: str, metric: str, path: Path) -> 
     return True
 
 
+# Joins a word's pieces on the heatmap axis: "hopeless·", "·ly".
+PIECE_JOINER = "·"
+
+
 def _ticks(tokens: List[str], specials: List[bool]) -> List[str]:
+    r"""Each token's text; the pieces of a word of several carry
+    :data:`PIECE_JOINER` on the sides where they join (the word grouping of
+    the highlights)."""
+    texts = display_texts(tokens, specials)
+    for group in word_groups(tokens, specials):
+        if len(group) > 1:
+            for index in group[1:]:
+                texts[index] = PIECE_JOINER + texts[index]
+            for index in group[:-1]:
+                texts[index] += PIECE_JOINER
     # "$" would start matplotlib mathtext.
-    return [text.replace("$", r"\$") for text in display_texts(tokens, specials)]
+    return [text.replace("$", r"\$") for text in texts]
 
 
 def _layer_plot(

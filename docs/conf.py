@@ -41,6 +41,7 @@ napoleon_numpy_docstring = False
 napoleon_use_ivar = True
 # Methods a class inherits from another captum_ext class (AttCAT.attribute from
 # CAT) are listed on it; those of torch, Captum and Python bases are not.
+_DEFAULT_EXCLUDED = "attribute_future, compute_convergence_delta"
 autodoc_default_options = {
     "members": True,
     "show-inheritance": True,
@@ -49,7 +50,7 @@ autodoc_default_options = {
         "object, ValueError, Exception, BaseException"
     ),
     # Captum's Attribution annotates these in its class body.
-    "exclude-members": "attribute_future, compute_convergence_delta",
+    "exclude-members": _DEFAULT_EXCLUDED,
 }
 autodoc_member_order = "bysource"
 # Signatures keep the annotations; the docstrings already name the types.
@@ -81,9 +82,15 @@ class PublicSubmodules(Directive):
             if info.name.startswith("_"):
                 continue
             name = f"{package.__name__}.{info.name}"
-            members = _public_names(importlib.import_module(name)) - exported
+            module = importlib.import_module(name)
+            members = _public_names(module) - exported
+            # Listed members only; an empty ``:members:`` would mean all of them.
             lines += [f".. automodule:: {name}"]
-            lines += [f"   :members: {', '.join(sorted(members))}", ""]
+            if members:
+                lines += [f"   :members: {', '.join(sorted(members))}"]
+            # What the package documents is not documented again here.
+            excluded = exported | set(_DEFAULT_EXCLUDED.split(", "))
+            lines += [f"   :exclude-members: {', '.join(sorted(excluded))}", ""]
         self.state_machine.insert_input(StringList(lines, source=package.__name__), "")
         return []
 

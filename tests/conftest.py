@@ -4,6 +4,7 @@ and the real default models, fine-tuned once and cached under
 :func:`captum_ext._utils.cache.cache_root` (a few minutes the first time,
 seconds afterwards)."""
 
+import os
 from typing import Iterator, Tuple
 
 import pytest
@@ -18,7 +19,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # runs one worker per core, and more torch threads than cores only
     # oversubscribe the CPU; tiny models are dominated by thread start-up and
     # lock contention (a second thread spins for seconds per call on a busy
-    # machine).
+    # machine). The environment variable keeps it when the CLI's main, called
+    # in-process, applies its thread rule (captum_ext._utils.threads).
+    os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
 
 

@@ -266,3 +266,26 @@ def test_benchmark_on_your_model_and_data_equals_the_python_api(
     for cli_row, row in zip(written, api.rows, strict=True):
         assert cli_row["method"] == row.method
         assert cli_row["AOPC"] == pytest.approx(row.metrics["AOPC"], abs=1e-6)
+
+
+@pytest.mark.parametrize("command", ["benchmark", "attribute"])
+def test_a_missing_model_fails_before_torch_and_leaves_no_out(tmp_path, command):
+    data = tmp_path / "data.csv"
+    data.write_text("text\nfine\n")
+    out = tmp_path / "new" / "out"
+    argv = [command, "--model", str(tmp_path / "missing"), "--data", str(data)]
+    code = (
+        "import sys; from captum_ext.cli import main; "
+        f"code = main({argv + ['--out', str(out)]!r}); "
+        "print(code, 'torch' in sys.modules, 'transformers' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert result.stdout.split() == ["2", "False", "False"], result.stderr
+    assert "model directory" in result.stderr and "does not exist" in result.stderr
+    assert not (tmp_path / "new").exists()

@@ -4,6 +4,7 @@ every public class and function of the documented modules and renders the
 equations."""
 
 import importlib
+import re
 import subprocess
 import sys
 import zlib
@@ -81,6 +82,18 @@ def test_every_public_name_is_documented(built: Path) -> None:
     assert "captum_ext.evaluation.distributed.distributed_context" in inventory
     # Captum's and torch's own members are not repeated.
     assert "captum_ext.attr.EmbeddingDecoder.zero_grad" not in inventory
+
+
+def test_each_object_is_documented_once(built: Path) -> None:
+    r"""A name exported by ``captum_ext.evaluation`` is documented there, not
+    again in its defining submodule (the index listed ManifestMismatchError
+    and attribute_dataset() twice)."""
+    page = (built / "api" / "evaluation.html").read_text()
+    ids = re.findall(r'<dt class="sig sig-object py" id="([^"]+)"', page)
+    for name in ("ManifestMismatchError", "attribute_dataset", "load_data"):
+        assert [i for i in ids if i.rsplit(".", 1)[-1] == name] == [
+            f"captum_ext.evaluation.{name}"
+        ]
 
 
 def test_equations_render_with_mathjax(built: Path) -> None:

@@ -107,10 +107,16 @@ def test_markdown_escapes_html_pipes_and_terminal_escapes():
     result = _fake_result()
     result.rows[0].method = "<script>alert(1)</script>|x\x1b[31m"
     table = markdown_table(result)
-    assert "<script" not in table and "\x1b" not in table
-    assert (
-        "| &lt;script&gt;alert(1)&lt;/script&gt;\\|x\ufffd[31m | captum_ext |" in table
-    )
+    assert not re.search(r"(?<!\\)<", table) and "\x1b" not in table
+    assert "| \\<script\\>alert(1)\\</script\\>\\|x\ufffd[31m | captum_ext |" in table
+
+
+def test_markdown_read_as_text_holds_no_html_entities():
+    result = _fake_result()
+    result.rows[0].method = 'it\'s "R&D"'
+    table = markdown_table(result)
+    assert '| it\'s "R\\&D" |' in table
+    assert not re.search(r"&(#x?[0-9a-f]+|[a-z]+);", table)
 
 
 def test_random_control_is_never_marked_best():
@@ -219,3 +225,28 @@ def test_every_method_gets_a_distinct_colour_and_marker():
     pairs = {(str(s["color"]), s["marker"]) for s in styles}
     assert len(pairs) == 16
     assert styles[-1] == {"color": "black", "marker": "x", "linestyle": ":"}
+
+
+def test_disturbed_repetitions_flag_the_time_and_the_note_says_how_it_was_taken():
+    result = _fake_result()
+    attcat = result.rows[0]
+    assert not attcat.timing_suspect
+    attcat.spreads = [1.1, 2.5]  # one batch's repetitions 2.5x apart
+    assert attcat.timing_suspect
+    table = markdown_table(result)
+    assert f"{report.TIMING_FLAG} 2.0" in table
+    assert "fastest run divided by the fastest forward pass" in table
+
+
+def test_heatmap_axis_joins_word_pieces_to_their_words():
+    tokens = ["[CLS]", "hope", "##less", "##ly", "bad", "$5", "[SEP]"]
+    specials = [True, False, False, False, False, False, True]
+    assert report._ticks(tokens, specials) == [
+        "[CLS]",
+        "hope·",
+        "·less·",
+        "·ly",
+        "bad",
+        r"\$5",
+        "[SEP]",
+    ]

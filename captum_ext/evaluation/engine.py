@@ -48,6 +48,7 @@ from captum_ext.evaluation.registry import (
     use_decoder_texts,
 )
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
+from captum_ext.evaluation.timing import clock_for, time_paired
 from captum_ext.visualization import Explanation, special_token_mask
 
 __all__ = [
@@ -145,18 +146,9 @@ def _row_keys(
 
 
 # -------------------------------------------------------------------- timing
-_clock = time.perf_counter
-
-
 def _forward_for(model: nn.Module) -> Callable[..., Tensor]:
     r"""The logits function every timing and metric uses (a seam for tests)."""
     return classifier_forward(model)
-
-
-def _run_timed(fn: Callable[..., Tensor], *args: Any) -> Tuple[Tensor, float]:
-    start = _clock()
-    out = fn(*args)
-    return out, _clock() - start
 
 
 # ------------------------------------------------------------------- batches
@@ -219,6 +211,7 @@ class _MethodShard:
     curves: Dict[str, Dict[int, List[float]]] = field(default_factory=dict)
     grids: Dict[str, List[float]] = field(default_factory=dict)
     ratios: List[float] = field(default_factory=list)
+    spreads: List[float] = field(default_factory=list)
     seconds: float = 0.0
     forward_seconds: float = 0.0
     kept: Dict[int, Tensor] = field(default_factory=dict)
@@ -273,17 +266,20 @@ def _score_batch(
     metrics: Sequence[MetricSpec],
     shard: _MethodShard,
 ) -> Tensor:
-    r"""Runs the method on one batch, timed against a forward pass on the same
-    batch right before it (a burst of machine load then hits both), and adds
-    every metric's per-example values to ``shard``."""
-    with torch.no_grad():
-        _, forward_seconds = _run_timed(forward, *batch.inputs)
+    r"""Runs the method on one batch, timed against forward passes on the same
+    batch interleaved with it (:func:`~captum_ext.evaluation.timing.time_paired`),
+    and adds every metric's per-example values to ``shard``."""
     ids, mask, types = batch.inputs
-    scores, seconds = _run_timed(explain, ids, mask, batch.target, types)
+    scores, timing = time_paired(
+        torch.no_grad()(lambda: forward(*batch.inputs)),
+        lambda: explain(ids, mask, batch.target, types),
+        clock_for(ids.device),
+    )
     scores = scores.detach().float()  # [batch, pos]
-    shard.seconds += seconds
-    shard.forward_seconds += forward_seconds
-    shard.ratios.append(seconds / max(forward_seconds, 1e-9))
+    shard.seconds += min(timing.method)
+    shard.forward_seconds += min(timing.forward)
+    shard.ratios.append(timing.ratio)
+    shard.spreads.append(timing.spread)
     assert batch.shared is not None
     for column, value in metric_values(
         metrics,
@@ -345,6 +341,8 @@ def _score_method(
     explain = spec.factory(model, tokenizer)
     forward = _forward_for(model)
     shard = _MethodShard()
+    if spec.class_agnostic:  # one ranking for every class: nothing to compare
+        metrics = [metric for metric in metrics if not metric.class_specific]
     for batch in batches:
         scores = _score_batch(explain, forward, batch, tokenizer, metrics, shard)
         mask = batch.encoded.attention_mask
@@ -440,6 +438,7 @@ def _merge_method(
         grids.update(shard.grids)
     rows = sorted({row for by_row in values.values() for row in by_row})
     ratios = [ratio for shard in shards for ratio in shard.ratios]
+    spreads = [spread for shard in shards for spread in shard.spreads]
     return MethodResult(
         task=task,
         method=spec.name,
@@ -451,6 +450,7 @@ def _merge_method(
         seconds=sum(shard.seconds for shard in shards),
         forward_seconds=sum(shard.forward_seconds for shard in shards),
         ratios=ratios,
+        spreads=spreads,
         rows=rows,
         per_example={c: [values[c][row] for row in rows] for c in columns if values[c]},
     )
@@ -611,8 +611,8 @@ def benchmark(
     examples, and each method's cost as a ratio to one forward pass.
 
     The time ratio of a method is the median over batches of
-    ``t_method(batch) / t_forward(batch)``, the forward pass being timed right
-    before the method on the same batch.
+    ``t_method(batch) / t_forward(batch)``, each the fastest of repetitions
+    interleaved on the same batch (:mod:`captum_ext.evaluation.timing`).
 
     Under ``torchrun`` every rank must call it with the same arguments; the
     examples are dealt to the ranks and rank 0 gathers the values. Every rank

@@ -3,7 +3,6 @@ r"""Loading the user's classifier: any local Hugging Face sequence-classifier
 directory (``save_pretrained``), never contacting a hub, with eager attention so
 the attention-reading methods work, and a clear error for everything else."""
 
-import json
 from pathlib import Path
 from typing import Any, Optional, Tuple, Union
 
@@ -12,6 +11,7 @@ from torch import nn
 
 from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext.default_models import quiet_transformers
+from captum_ext.evaluation.model_files import read_model_config
 
 __all__ = ["DTYPES", "load_classifier", "resolve_device"]
 
@@ -44,24 +44,6 @@ def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
     if chosen.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device {device!r} asked for, but MPS is not available")
     return chosen
-
-
-def _config(path: Path) -> dict:
-    if not path.is_dir():
-        raise ValueError(
-            f"model directory {str(path)!r} does not exist (give a local directory "
-            "written by save_pretrained; nothing is downloaded)"
-        )
-    config = path / "config.json"
-    if not config.is_file():
-        raise ValueError(
-            f"{str(path)!r} is not a Hugging Face model directory: it has no "
-            "config.json (write one with model.save_pretrained(path))"
-        )
-    try:
-        return json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ValueError(f"cannot read {config}: {error}") from None
 
 
 def _check_architecture(path: Path, config: dict) -> None:
@@ -160,7 +142,7 @@ def load_classifier(
     chosen_dtype = _dtype(dtype)
     if max_length is not None and max_length < 2:
         raise ValueError(f"max_length must be >= 2, got {max_length}")
-    _check_architecture(path, _config(path))
+    _check_architecture(path, read_model_config(path))
     loaded_tokenizer = _tokenizer(Path(tokenizer) if tokenizer else path)
     try:
         with quiet_transformers():  # no weight-loading bar or load report

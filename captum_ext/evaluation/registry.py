@@ -471,12 +471,17 @@ class MetricSpec:
         columns (dict[str, bool]): column label -> higher is better.
         needs_labels (bool): True when the metric scores against gold labels
             (the engine refuses it on data without labels).
+        class_specific (bool): True when the metric compares a method's
+            explanations of different classes: it does not apply to a
+            class-agnostic method (the engine leaves its values out: NaN in
+            the table, null in JSON).
     """
 
     name: str
     compute: MetricCompute
     columns: Dict[str, bool]
     needs_labels: bool = False
+    class_specific: bool = False
 
 
 METRICS: Dict[str, MetricSpec] = {}
@@ -487,11 +492,14 @@ def register_metric(
     compute: MetricCompute,
     columns: Dict[str, bool],
     needs_labels: bool = False,
+    class_specific: bool = False,
 ) -> None:
     r"""Adds a metric to :data:`METRICS`."""
     if name in METRICS:
         raise ValueError(f"metric {name!r} is already registered")
-    METRICS[name] = MetricSpec(name, compute, dict(columns), needs_labels)
+    METRICS[name] = MetricSpec(
+        name, compute, dict(columns), needs_labels, class_specific
+    )
 
 
 def _call_metric(
@@ -542,7 +550,9 @@ def _hiding_revealing(context: MetricContext, scores: Tensor) -> Dict[str, Metri
 
 register_metric("aopc", _curve_metric(aopc, "AOPC"), {"AOPC": True})
 register_metric("log_odds", _curve_metric(log_odds, "LOdds"), {"LOdds": False})
-register_metric("kendall_tau", _kendall_tau, {"Kendall-tau": False})
+register_metric(
+    "kendall_tau", _kendall_tau, {"Kendall-tau": False}, class_specific=True
+)
 register_metric("hiding_revealing", _hiding_revealing, {"Hide": False, "Reveal": True})
 register_metric(
     "sufficiency", _curve_metric(sufficiency, "Sufficiency"), {"Sufficiency": False}

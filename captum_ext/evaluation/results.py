@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 from torch import Tensor
 
 from captum_ext._utils.atomic import write_text_atomically
+from captum_ext.evaluation.timing import SPREAD_BOUND
 from captum_ext.visualization import Explanation
 
 __all__ = ["BenchmarkResult", "MethodResult", "SUSPECT_RATIO"]
@@ -27,9 +28,10 @@ SUSPECT_RATIO = 0.9
 class MethodResult:
     r"""One (task, method) row: mean metric values, mean curves and timings.
 
-    ``ratios`` holds one ``t_method / t_forward`` per batch, the forward pass
-    timed right before the method on the same batch; ``per_example[column]``
-    is aligned with ``rows`` (positions in the data)."""
+    ``ratios`` holds one ``t_method / t_forward`` per batch and ``spreads``
+    how far that batch's repetitions were apart
+    (:class:`~captum_ext.evaluation.timing.PairedTiming`);
+    ``per_example[column]`` is aligned with ``rows`` (positions in the data)."""
 
     task: str
     method: str
@@ -40,6 +42,7 @@ class MethodResult:
     seconds: float
     forward_seconds: float
     ratios: List[float] = field(default_factory=list)
+    spreads: List[float] = field(default_factory=list)
     rows: List[int] = field(default_factory=list)
     per_example: Dict[str, List[float]] = field(default_factory=dict)
     class_agnostic: bool = False  # scores ignore the target: Kendall-tau n/a
@@ -57,7 +60,11 @@ class MethodResult:
         r"""True when a method that runs a forward pass (every family but
         ``"control"``) measured below :data:`SUSPECT_RATIO` forward passes: the
         report flags the number instead of printing it as a cost. A ratio that
-        is not a number is suspect too."""
+        is not a number is suspect too, and so is one whose repetitions were
+        more than :data:`~captum_ext.evaluation.timing.SPREAD_BOUND` apart on
+        some batch (a disturbed machine)."""
+        if any(spread > SPREAD_BOUND for spread in self.spreads):
+            return True
         return self.family != "control" and not self.time_ratio >= SUSPECT_RATIO
 
 

@@ -31,6 +31,7 @@ from tests.helpers import (
 )
 
 FAST = ["NormXLogit", "AttCAT", "Saliency", "Attention", "Random"]
+KENDALL = "Kendall-tau"
 
 
 pytestmark = pytest.mark.usefixtures("no_decoder_fitting")
@@ -56,7 +57,8 @@ def test_every_method_and_metric_gives_finite_values_and_timings(full_result):
     assert list(full_result.metrics) == columns
     for row in rows:
         assert row.n == 4 and row.task == "tiny" and row.rows == [0, 1, 2, 3]
-        assert list(row.metrics) == columns
+        applies = [c for c in columns if not (row.class_agnostic and c == KENDALL)]
+        assert list(row.metrics) == applies
         assert all(math.isfinite(v) for v in row.metrics.values()), row
         assert math.isfinite(row.time_ratio) and row.time_ratio > 0
         assert len(row.ratios) == 1  # one batch of 4
@@ -190,7 +192,7 @@ def test_paired_timings_survive_a_slow_forward_on_one_batch(monkeypatch):
 
         return factory
 
-    monkeypatch.setattr(engine, "_clock", clock)
+    monkeypatch.setattr(engine, "clock_for", lambda device: clock)
     monkeypatch.setattr(engine, "_forward_for", lambda model: timed_forward)
     monkeypatch.setitem(
         METHODS, "Three", MethodSpec("Three", method_costing(3.0), "captum")
@@ -315,3 +317,16 @@ def test_batch_size_follows_the_one_chunk_size_rule():
         run(methods=["Random"], metrics=["aopc"], batch_size=0)
     with pytest.raises(TypeError, match="batch_size must be a positive int"):
         run(methods=["Random"], metrics=["aopc"], batch_size=2.5)
+
+
+def test_kendall_tau_of_a_class_agnostic_method_is_missing_not_one(tmp_path):
+    result = run(methods=["Attention", "AttCAT"], metrics=["kendall_tau", "aopc"])
+    table = {row["method"]: row for row in result.table()}
+    assert math.isnan(table["Attention"][KENDALL])  # was 1.0 by construction
+    assert math.isfinite(table["AttCAT"][KENDALL])
+    assert KENDALL not in result.rows[0].per_example
+    with open(result.to_csv(tmp_path / "results.csv"), encoding="utf-8") as handle:
+        assert "Attention,baseline,4,nan," in handle.read()
+    document = json.loads(result.to_json(tmp_path / "results.json").read_text())
+    attention = document["table"][0]
+    assert attention["method"] == "Attention" and attention[KENDALL] is None

@@ -54,6 +54,14 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
     :meth:`attribute_all_layers` gives every layer ``0..L`` from one forward and
     one backward pass.
 
+    With the default ReLU a single layer can leave one token with all the
+    mass: on the default sentiment model, "It's not bad at all." (positive,
+    p = 0.94) at ``hidden_states[4]`` has signed scores below zero for every
+    word ("not" -0.118, "bad" -0.024) and above zero only for "." (+0.110),
+    so "." is the only token left and is shown as +1.00; layers 2 and 3 put the
+    mass on "bad" and "not" (``attribute_all_layers``, the benchmark's
+    per-layer heatmap). Use ``relu=None`` to see the signed scores.
+
     **Causal LMs** (docs/generation.rst): ``y`` is :math:`\log p(y_t)` of each
     target step (minus :math:`\log p(y'_t)` with a contrast target), the
     decoder by default the model's own final norm + LM head, and all T rows

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+r"""Torch's CPU threads for the command line's jobs and the default models'
+fine-tuning, chosen so that a machine busy with other work does not make the
+threads fight (docs/guide/performance.rst has the measurements).
+
+Two settings:
+
+- ``OMP_WAIT_POLICY=PASSIVE``: an OpenMP thread that runs out of work sleeps
+  instead of spinning for it. With spinning, a thread that the kernel
+  descheduled (another process took its core) keeps its partner spinning at the
+  next barrier; a training step took 5x longer with 2 threads than with 1.
+  OpenMP reads it once, when torch is first imported: it only takes effect when
+  set before that.
+- the thread count: one per core this process may run on, less the cores other
+  processes keep busy (the 1-minute load average), at least one.
+
+A setting the user gave (``OMP_WAIT_POLICY``, ``OMP_NUM_THREADS``) is kept.
+"""
+
+import os
+import sys
+from typing import Optional
+
+__all__ = ["configure_threads", "free_cores"]
+
+
+def free_cores(load: Optional[float] = None) -> int:
+    r"""The cores this process may run on that other work leaves free: the
+    affinity set's size less the 1-minute load average (``load``; default: the
+    system's), rounded, at least 1.
+
+    The load average counts runnable processes, this one included when it was
+    already busy; the count is a hint, not a reservation.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    cores = cores or os.cpu_count() or 1
+    if load is None:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return max(1, min(cores, round(cores - load)))
+
+
+def configure_threads(load: Optional[float] = None) -> int:
+    r"""Sets passive OpenMP waiting (when torch is not imported yet) and torch's
+    intra-op thread count to :func:`free_cores`, unless the user set
+    ``OMP_WAIT_POLICY`` or ``OMP_NUM_THREADS``.
+
+    Call it at the start of a job: the command line's ``main`` does before it
+    imports torch; the default models' fine-tuning before its first step.
+
+    Args:
+        load (float, optional): the load average to plan for. Default: the
+            system's 1-minute load average.
+
+    Returns:
+        int: the number of threads torch will use.
+    """
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    user_threads = os.environ.get("OMP_NUM_THREADS", "")
+    threads = int(user_threads) if user_threads.isdigit() else free_cores(load)
+    if "torch" in sys.modules:
+        import torch
+
+        torch.set_num_threads(threads)
+    elif not user_threads:
+        # Read by torch when it starts; no torch import for --help.
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    return threads
