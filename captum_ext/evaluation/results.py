@@ -80,7 +80,7 @@ class BenchmarkResult:
         if not results:
             raise ValueError("no results to combine")
         config = dict(results[0].config)
-        for key in ("tasks", "data", "truncated", "max_length"):
+        for key in ("tasks", "data", "model", "truncated", "max_length"):
             config[key] = _merged(r.config.get(key) for r in results)
         return cls(
             rows=[row for r in results for row in r.rows],
