@@ -187,6 +187,16 @@ def _quiet_private_cache() -> Iterator[str]:
             datasets.utils.enable_progress_bars()
 
 
+@contextmanager
+def _quiet_logs() -> Iterator[None]:
+    verbosity = datasets.utils.logging.get_verbosity()
+    datasets.utils.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        datasets.utils.logging.set_verbosity(verbosity)
+
+
 def _read(path: Path, split: Optional[str]) -> datasets.Dataset:
     if not path.exists():
         raise DataError(f"{path}: no such file or directory")
@@ -229,7 +239,8 @@ def _read_hub(
     name: str, config_name: Optional[str], split: Optional[str]
 ) -> datasets.Dataset:
     try:
-        loaded = datasets.load_dataset(name, config_name, split=split)
+        with _quiet_logs():  # "Using the latest cached version ..." lines
+            loaded = datasets.load_dataset(name, config_name, split=split)
     except ConnectionError as error:  # offline or unreachable, and not cached
         raise DataError(_hub_unreachable(name)) from error
     except datasets.exceptions.DatasetNotFoundError as error:
