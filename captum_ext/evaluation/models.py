@@ -220,9 +220,9 @@ def _pretrained(source: ModelSource, trust_remote_code: bool) -> Dict[str, Any]:
     r"""``from_pretrained`` arguments that load exactly ``source``: the local
     directory without a hub, or the Hub id at its resolved commit."""
     return {
-        "pretrained_model_name_or_path": str(source.directory)
-        if source.local
-        else source.name,
+        "pretrained_model_name_or_path": (
+            str(source.directory) if source.local else source.name
+        ),
         "revision": source.revision,
         "local_files_only": source.local,
         "trust_remote_code": trust_remote_code,
