@@ -15,6 +15,7 @@ import base64
 import html
 import math
 import re
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
@@ -30,8 +31,10 @@ from captum_ext.visualization import (
     Explanation,
     explanation_caption,
     explanation_html,
+    fit_line,
     html_page,
     normalize,
+    notebook_html,
     terminal_safe,
     word_groups,
 )
@@ -44,6 +47,8 @@ __all__ = [
     "metric_definitions",
     "pareto_front",
     "plot_all",
+    "result_html",
+    "result_text",
     "write_html",
     "write_report",
 ]
@@ -603,6 +608,43 @@ def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
     body.append("<h3>examples</h3>")
     body += [explanation_html(ex) for ex in result.examples.get(task, [])]
     return body
+
+
+def result_text(result: BenchmarkResult) -> str:
+    r"""A few lines of at most 100 columns for a terminal: the run, then per
+    task the front of the first metric (value @ time ratio, cheapest first)."""
+    metric = next(iter(result.metrics), None)
+    methods = len(dict.fromkeys(row.method for row in result.rows))
+    columns = " ".join(_header(m, up) for m, up in result.metrics.items())
+    lines = [
+        f"BenchmarkResult: {len(_tasks(result))} task(s), {methods} method(s), "
+        f"{columns}; {result.wall_seconds:.0f} s"
+    ]
+    for task in _tasks(result) if metric is not None else []:
+        up = result.metrics[metric]
+        front = pareto_front(frontier_points(result, task, metric), up)
+        points = ", ".join(f"{p.method} {p.value:.3f} @{p.cost:.1f}x" for p in front)
+        n = _rows(result, task)[0].n
+        lines.append(f"  {task} (n={n}) {metric} front: {points or 'none'}")
+    lines.append(
+        "  .table(), .to_csv(path); captum_ext.report.write_report(result, dir)"
+    )
+    return "\n".join(fit_line(terminal_safe(line)) for line in lines)
+
+
+def result_html(result: BenchmarkResult) -> str:
+    r"""The report's frontier, tables and highlighted examples as one HTML
+    fragment with the figures embedded and the styles scoped, for a
+    notebook's ``_repr_html_``."""
+    with tempfile.TemporaryDirectory(prefix="captum_ext_report_") as scratch:
+        out = Path(scratch)
+        for task in _tasks(result):
+            _frontier_plot(result, task, _frontier_path(out, task))
+        body = frontier_html(result, out)
+    for task in _tasks(result):
+        body += [f"<h2>{html.escape(task)}</h2>", _html_table(_cells(result, task))]
+        body += [explanation_html(ex) for ex in result.examples.get(task, [])]
+    return notebook_html("\n".join(body))
 
 
 def write_html(result: BenchmarkResult, path: Path) -> None:

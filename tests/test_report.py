@@ -299,3 +299,23 @@ def test_frontier_is_at_the_top_of_the_report_and_in_results_md(tmp_path):
     text = paths["markdown"].read_text()
     assert "![sentiment: each metric against cost](sentiment_frontier.png)" in text
     assert report.frontier_sentence(_frontier_result(), "sentiment", "AOPC") in text
+
+
+# ---------------------------------------------------------------- reprs
+def test_a_result_repr_fits_a_terminal_and_names_the_front():
+    text = repr(_frontier_result())
+    lines = text.splitlines()
+    assert len(lines) <= 5 and all(len(line) <= 100 for line in lines)
+    assert lines[1].startswith("  sentiment (n=4) AOPC front: Cheap 0.300 @1.0x, Mid")
+    assert "\x1b" not in text
+
+
+def test_a_result_shows_the_reports_table_and_highlights_in_a_notebook():
+    page = _fake_result()._repr_html_()
+    assert "<script" not in page and "&lt;script&gt;" in page
+    assert "<td>AttCAT</td>" in page and "0.400*" in page  # the report's table
+    assert 'class="tok"' in page  # the highlighted example
+    assert "faithfulness against cost" in page
+    assert page.count('src="data:image/png;base64,') == 1  # the frontier
+    # The report's styles apply inside the result only.
+    assert "body {" not in page and ".captum-ext mark.tok" in page
