@@ -6,7 +6,6 @@ datasets read these variables when first imported)."""
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,51 +21,28 @@ from captum_ext.evaluation.models import (
     ModelSource,
     resolve_model_source,
 )
-from datasets.packaged_modules.parquet.parquet import Parquet
 
-from tests.helpers import save_tiny_model, tiny_tokenizer
+from tests.helpers import (
+    hub_dataset_cache,
+    hub_model_cache,
+    save_tiny_model,
+    tiny_tokenizer,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"  # a snapshot's commit hash
-DATA_COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
 TEXTS = ["the movie was great fun !", "a boring plot and bad acting ."]
-
-
-def _hub_model(home: Path) -> None:
-    r"""``org/tiny`` as ``huggingface_hub`` caches it: refs/main holds the
-    commit, snapshots/<commit>/ the files."""
-    repo = home / "hub" / "models--org--tiny"
-    save_tiny_model(repo / "snapshots" / COMMIT)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(COMMIT)
-
-
-def _hub_dataset(home: Path, scratch: Path) -> None:
-    r"""``org/reviews`` as ``datasets`` caches a prepared Hub dataset
-    (``<namespace>___<name>/<config>/<version>/<hash>/``: Arrow files and
-    dataset_info.json). The Hub's file cache alone is not enough: offline,
-    ``datasets`` only reads prepared datasets."""
-    files = {}
-    for split, rows in (("train", TEXTS), ("test", TEXTS[:1])):
-        files[split] = str(scratch / f"{split}.parquet")
-        labels = [1, 0][: len(rows)]
-        pd.DataFrame({"text": rows, "label": labels}).to_parquet(files[split])
-    builder = Parquet(
-        cache_dir=str(scratch / "build"),
-        dataset_name="reviews",
-        config_name="default",
-        data_files=files,
-    )
-    builder.download_and_prepare()
-    target = home / "datasets" / "org___reviews" / "default" / "0.0.0" / DATA_COMMIT
-    shutil.copytree(builder.cache_dir, target)
 
 
 @pytest.fixture(scope="module")
 def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("hf_home")
-    _hub_model(home)
-    _hub_dataset(home, tmp_path_factory.mktemp("scratch"))
+    hub_model_cache(home, "org/tiny", COMMIT)
+    splits = {
+        "train": pd.DataFrame({"text": TEXTS, "label": [1, 0]}),
+        "test": pd.DataFrame({"text": TEXTS[:1], "label": [1]}),
+    }
+    hub_dataset_cache(home, "org/reviews", splits, tmp_path_factory.mktemp("scratch"))
     return home
 
 
