@@ -613,14 +613,14 @@ def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
 def result_text(result: BenchmarkResult) -> str:
     r"""A few lines of at most 100 columns for a terminal: the run, then per
     task the front of the first metric (value @ time ratio, cheapest first)."""
-    metric = next(iter(result.metrics), None)
+    first = list(result.metrics)[:1]  # no metric: no front to show
     methods = len(dict.fromkeys(row.method for row in result.rows))
     columns = " ".join(_header(m, up) for m, up in result.metrics.items())
     lines = [
         f"BenchmarkResult: {len(_tasks(result))} task(s), {methods} method(s), "
         f"{columns}; {result.wall_seconds:.0f} s"
     ]
-    for task in _tasks(result) if metric is not None else []:
+    for metric, task in ((m, t) for m in first for t in _tasks(result)):
         up = result.metrics[metric]
         front = pareto_front(frontier_points(result, task, metric), up)
         points = ", ".join(f"{p.method} {p.value:.3f} @{p.cost:.1f}x" for p in front)

@@ -126,8 +126,9 @@ class Explanation:
         the prediction, then each method's top tokens."""
         label = self.label
         head = (
-            f"Explanation: prediction {label(self.pred_class)} (p={self.pred_prob:.3f}), "
-            f"scores explain {label(self.target)!r}, {len(self.tokens)} tokens"
+            f"Explanation: prediction {label(self.pred_class)} "
+            f"(p={self.pred_prob:.3f}), scores explain {label(self.target)!r}, "
+            f"{len(self.tokens)} tokens"
         )
         width = max([len(name) for name in self.scores] + [6])
         lines = [terminal_safe(head)]
