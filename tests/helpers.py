@@ -309,6 +309,7 @@ def hub_dataset_cache(
     only.)"""
     from datasets.packaged_modules.parquet.parquet import Parquet
 
+    scratch.mkdir(parents=True, exist_ok=True)
     files = {}
     for split, frame in splits.items():
         files[split] = str(scratch / f"{split}.parquet")
