@@ -81,25 +81,48 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "(default: 64 for the built-in models, else what the model allows)",
     )
     parser.add_argument(
-        "--tokenizer", type=Path, help="tokenizer directory; default: --model"
+        "--tokenizer", help="tokenizer directory or Hub id; default: --model"
     )
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of an error"
     )
 
 
+def _model_options(parser: argparse.ArgumentParser, required: bool) -> None:
+    parser.add_argument(
+        "--model",
+        required=required,
+        help="sequence classifier: a directory written by save_pretrained or a "
+        "Hub model id (org/name; cached under HF_HOME)",
+    )
+    parser.add_argument(
+        "--revision", help="branch, tag or commit of a Hub --model; default: main"
+    )
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the model repository's own code (only for repositories you "
+        "trust); default: off",
+    )
+
+
 def _data_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data",
-        type=Path,
-        help="CSV, TSV, JSON Lines, Parquet file or save_to_disk directory",
+        help="CSV, TSV, JSON Lines, Parquet file, save_to_disk directory or Hub "
+        "dataset id",
+    )
+    parser.add_argument(
+        "--config-name", help="configuration of a Hub dataset (e.g. glue's sst2)"
     )
     parser.add_argument("--text-column", default="text", help="default: text")
     parser.add_argument("--text-pair-column", help="second segment (NLI, pairs)")
     parser.add_argument(
         "--label-column", help="gold labels: class indices or the model's names"
     )
-    parser.add_argument("--split", help="split of a dataset directory")
+    parser.add_argument(
+        "--split", help="split of a save_to_disk directory or Hub dataset"
+    )
     parser.add_argument("--limit", type=int, help="use at most this many rows")
     parser.add_argument("--seed", type=int, help="shuffle rows with this seed")
     parser.add_argument(
@@ -135,9 +158,7 @@ def _parser() -> argparse.ArgumentParser:
         default="sentiment",
         help="built-in model to use (ignored with --model); default: sentiment",
     )
-    explain.add_argument(
-        "--model", type=Path, help="local sequence-classifier directory"
-    )
+    _model_options(explain, required=False)
     explain.add_argument(
         "--target", type=int, help="class index to explain; default: the prediction"
     )
@@ -149,7 +170,7 @@ def _parser() -> argparse.ArgumentParser:
         help="score methods with metrics on your model and data, or the "
         "built-in tasks",
     )
-    bench.add_argument("--model", type=Path, help="local sequence-classifier dir")
+    _model_options(bench, required=False)
     _data_options(bench)
     bench.add_argument(
         "--n",
@@ -172,7 +193,7 @@ def _parser() -> argparse.ArgumentParser:
     attribute = commands.add_parser(
         "attribute", help="write a whole dataset's attributions as Parquet shards"
     )
-    attribute.add_argument("--model", type=Path, required=True)
+    _model_options(attribute, required=True)
     _data_options(attribute)
     attribute.add_argument("--out", type=Path, required=True, help="output directory")
     attribute.add_argument(
@@ -223,11 +244,15 @@ def _check_writable_dir(directory: Path) -> None:
 
 
 def _check_model(args: argparse.Namespace) -> None:
-    r"""A missing or foreign ``--model`` fails here, before torch is imported."""
-    if getattr(args, "model", None) is not None:
+    r"""A missing or foreign local ``--model`` fails here, before torch is
+    imported (a Hub id is resolved when the model is loaded)."""
+    model = getattr(args, "model", None)
+    if model is not None:
+        from captum_ext.evaluation.hub import is_hub_id
         from captum_ext.evaluation.model_files import read_model_config
 
-        read_model_config(args.model)
+        if not is_hub_id(str(model)):
+            read_model_config(Path(model))
 
 
 def _check_writable_file(path: Path) -> None:
@@ -252,6 +277,13 @@ def _check_names(
         raise ValueError(f"unknown {kind}(s) {unknown}; available: {_names(known)}")
 
 
+def _check_model_flags(args: argparse.Namespace) -> None:
+    given = [flag for flag in ("revision", "tokenizer") if getattr(args, flag)]
+    if args.model is None and (given or args.trust_remote_code):
+        flags = [f"--{flag}" for flag in given] or ["--trust-remote-code"]
+        raise ValueError(f"{flags[0]} applies to --model, which is not given")
+
+
 def _progress(args: argparse.Namespace) -> bool:
     return not getattr(args, "no_progress", False)
 
@@ -266,6 +298,8 @@ def _user_model(args: argparse.Namespace) -> Tuple[Any, Any]:
         device=args.device,
         dtype=args.dtype,
         max_length=args.max_length,
+        revision=args.revision,
+        trust_remote_code=args.trust_remote_code,
     )
 
 
@@ -279,6 +313,7 @@ def _user_data(args: argparse.Namespace, model: Any) -> Any:
         text_pair_column=args.text_pair_column,
         label_column=args.label_column,
         split=args.split,
+        config_name=args.config_name,
         limit=args.limit,
         seed=args.seed,
         label2id=getattr(config, "label2id", None),
@@ -289,6 +324,7 @@ def _user_data(args: argparse.Namespace, model: Any) -> Any:
 # ------------------------------------------------------------------ commands
 def _explain(args: argparse.Namespace) -> int:
     _check_names(args.methods, METHOD_NAMES, "method")
+    _check_model_flags(args)
     _check_positive(args, "max_length")
     if not args.text.strip():
         raise ValueError("the text is empty: give some words to explain")
@@ -360,7 +396,7 @@ def _run_benchmark(args: argparse.Namespace) -> Any:
         data,
         args.methods,
         args.metrics,
-        task=args.model.name or "data",
+        task=Path(args.model).name or "data",
         max_length=args.max_length,
         **options,
     )
@@ -368,11 +404,12 @@ def _run_benchmark(args: argparse.Namespace) -> Any:
 
 def _benchmark(args: argparse.Namespace) -> int:
     _check_names(args.methods, METHOD_NAMES, "method")
+    _check_model_flags(args)
     _check_names(args.metrics, METRIC_NAMES, "metric")
     _check_positive(args, "n", "batch_size", "limit", "max_length")
     if (args.model is None) != (args.data is None):
         raise ValueError(
-            "give both --model DIR and --data FILE for your own model and data, "
+            "give both --model and --data for your own model and data, "
             "or neither for the built-in tasks"
         )
     if os.environ.get("RANK", "0") == "0":
@@ -455,8 +492,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"captum-ext: error: {error}", file=sys.stderr)
         return 2
     args = _parser().parse_args(argv)
-    # Models are local files only; set before transformers is first imported.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Passive OpenMP waiting only works when set before torch is imported.
     configure_threads()
     commands: Dict[str, Callable[[argparse.Namespace], int]] = {

@@ -15,12 +15,14 @@ import base64
 import html
 import math
 import re
+import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from captum_ext._utils.atomic import atomic_path, write_text_atomically
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult, SUSPECT_RATIO
@@ -30,16 +32,24 @@ from captum_ext.visualization import (
     Explanation,
     explanation_caption,
     explanation_html,
+    fit_line,
     html_page,
     normalize,
+    notebook_html,
     terminal_safe,
     word_groups,
 )
 
 __all__ = [
+    "FrontPoint",
+    "frontier_points",
+    "frontier_sentence",
     "markdown_table",
     "metric_definitions",
+    "pareto_front",
     "plot_all",
+    "result_html",
+    "result_text",
     "write_html",
     "write_report",
 ]
@@ -201,6 +211,88 @@ def _markdown_definitions(result: BenchmarkResult) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------ frontier
+class FrontPoint(NamedTuple):
+    r"""A method as a point of the faithfulness-cost plane: ``cost`` in
+    forward passes, ``value`` of one metric."""
+
+    method: str
+    cost: float
+    value: float
+
+
+def pareto_front(
+    points: Sequence[FrontPoint], higher_is_better: bool
+) -> List[FrontPoint]:
+    r"""The points no other point beats: no other costs at most as much and
+    scores at least as well, strictly better in one of the two. Ties (same
+    cost, same value) are all on the front. Sorted by cost, cheapest first;
+    a point with a non-finite cost or value is never on it.
+
+    Args:
+        points (Sequence[FrontPoint]): the candidates.
+        higher_is_better (bool): the metric's direction.
+
+    Returns:
+        list[FrontPoint]: the front, by increasing cost (and so by improving
+        value).
+    """
+    sign = 1.0 if higher_is_better else -1.0
+    finite = [p for p in points if math.isfinite(p.cost) and math.isfinite(p.value)]
+
+    def beats(q: FrontPoint, p: FrontPoint) -> bool:
+        no_worse = q.cost <= p.cost and sign * q.value >= sign * p.value
+        return no_worse and (q.cost < p.cost or sign * q.value > sign * p.value)
+
+    front = [p for p in finite if not any(beats(q, p) for q in finite)]
+    return sorted(front, key=lambda p: (p.cost, -sign * p.value))
+
+
+def frontier_points(
+    result: BenchmarkResult, task: str, metric: str
+) -> List[FrontPoint]:
+    r"""The task's methods with a measured cost and a value of ``metric``: the
+    random control (a floor, not a choice), flagged timings and rows where the
+    metric does not apply are left out."""
+    return [
+        FrontPoint(row.method, row.time_ratio, row.metrics.get(metric, math.nan))
+        for row in _rows(result, task)
+        if row.family != "control"
+        and not row.timing_suspect
+        and _applies(row, metric)
+        and math.isfinite(row.metrics.get(metric, math.nan))
+    ]
+
+
+def frontier_sentence(result: BenchmarkResult, task: str, metric: str) -> str:
+    r"""One sentence: which method is on the ``metric``-cost front from which
+    budget (in forward passes) on ``task``."""
+    up = result.metrics[metric]
+    front = pareto_front(frontier_points(result, task, metric), up)
+    direction = "higher" if up else "lower"
+    if not front:
+        return f"On {task}, no method has both a measured cost and a {metric} value."
+    steps = [f"{p.method} ({p.value:.3f}) from {p.cost:.1f}×" for p in front]
+    listed = (
+        steps[0] if len(steps) == 1 else ", ".join(steps[:-1]) + " and " + steps[-1]
+    )
+    return (
+        f"On {task}, the best {metric} ({direction} is better) for a budget in "
+        f"forward passes: {listed}."
+    )
+
+
+def _markdown_frontier(result: BenchmarkResult) -> str:
+    lines = ["### Faithfulness against cost", ""]
+    metric = next(iter(result.metrics))
+    for task in _tasks(result):
+        if _frontier_panels(result, task):
+            image = _frontier_path(Path(), task).name
+            lines += [f"![{_md(task)}: each metric against cost]({image})", ""]
+        lines += [_md(frontier_sentence(result, task, metric)), ""]
+    return "\n".join(lines).rstrip()
+
+
 def _example_for(
     result: BenchmarkResult, task: str, tokens: Sequence[str]
 ) -> Optional[Explanation]:
@@ -304,6 +396,69 @@ def _layer_plot(
     _save(fig, path)
 
 
+def _frontier_panels(result: BenchmarkResult, task: str) -> List[str]:
+    r"""The metrics with at least one point to draw (none: no figure)."""
+    return [m for m in result.metrics if frontier_points(result, task, m)]
+
+
+def _frontier_plot(result: BenchmarkResult, task: str, path: Path) -> bool:
+    r"""One panel per metric: every method at (time ratio, value), x on a log
+    scale, the Pareto front joined; the y axis of a lower-is-better metric is
+    inverted, so up and left is better in every panel."""
+    panels = _frontier_panels(result, task)
+    if not panels:
+        return False
+    columns = min(3, len(panels))
+    lines = -(-len(panels) // columns)
+    fig = Figure(figsize=(4.2 * columns, 3.4 * lines))
+    styles = dict(
+        zip((r.method for r in _rows(result, task)), _styles(_rows(result, task)))
+    )
+    for index, metric in enumerate(panels):
+        ax = fig.add_subplot(lines, columns, index + 1)
+        up = result.metrics[metric]
+        points = frontier_points(result, task, metric)
+        for point in points:
+            style = styles[point.method]
+            ax.scatter(
+                point.cost,
+                point.value,
+                color=style["color"],
+                marker=style["marker"],
+                s=28,
+                zorder=3,
+            )
+            ax.annotate(
+                point.method.replace("$", r"\$"),
+                (point.cost, point.value),
+                fontsize=6,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+        front = pareto_front(points, up)
+        ax.plot(
+            [p.cost for p in front],
+            [p.value for p in front],
+            color="black",
+            linewidth=1,
+            zorder=2,
+            label="Pareto front",
+        )
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        if not up:
+            ax.invert_yaxis()
+        ax.set_xlabel("time (× one forward pass, log scale)", fontsize=8)
+        ax.set_ylabel(f"{metric} ({'higher' if up else 'lower'} is better)", fontsize=8)
+        ax.set_title(f"{metric}, {task}", fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+        ax.tick_params(labelsize=7)
+    _save(fig, path)
+    return True
+
+
 def _slug(name: str) -> str:
     r"""A file-name-safe form of a method or metric name."""
     return re.sub(r"[^A-Za-z0-9.-]+", "-", name).strip("-")
@@ -311,6 +466,10 @@ def _slug(name: str) -> str:
 
 def _curve_path(out_dir: Path, task: str, metric: str) -> Path:
     return out_dir / f"{_slug(task)}_{_slug(metric)}_curve.png"
+
+
+def _frontier_path(out_dir: Path, task: str) -> Path:
+    return out_dir / f"{_slug(task)}_frontier.png"
 
 
 def _layer_path(out_dir: Path, task: str, name: str) -> Path:
@@ -321,6 +480,8 @@ def plot_all(result: BenchmarkResult, out_dir: Path) -> List[Path]:
     r"""One PNG per (task, metric with a curve) and per layer map."""
     paths = []
     for task in _tasks(result):
+        if _frontier_plot(result, task, _frontier_path(out_dir, task)):
+            paths.append(_frontier_path(out_dir, task))
         for metric in result.metrics:
             path = _curve_path(out_dir, task, metric)
             if _curve_plot(result, task, metric, path):
@@ -429,6 +590,28 @@ def _curve_caption(metric: str) -> str:
     )
 
 
+def frontier_html(result: BenchmarkResult, out_dir: Path) -> List[str]:
+    r"""The report's first section: per task, each metric against cost (the
+    PNG of :func:`plot_all` in ``out_dir``) and which method is on the front
+    at which budget (:func:`frontier_sentence`, for the first metric)."""
+    body = ["<h2>faithfulness against cost</h2>"]
+    metric = next(iter(result.metrics))
+    for task in _tasks(result):
+        body.append(f"<p>{html.escape(frontier_sentence(result, task, metric))}</p>")
+        if _frontier_panels(result, task):  # what plot_all drew, not old files
+            body.append(_figure(_frontier_path(out_dir, task), _FRONTIER_CAPTION))
+    return body
+
+
+_FRONTIER_CAPTION = html.escape(
+    "Each method at its time ratio (x, log scale) and metric value (y; a "
+    "lower-is-better axis is inverted, so up and left is better everywhere); "
+    "the black line joins the Pareto front: the methods no other method beats "
+    "at the same or lower cost. The random control and flagged timings are "
+    "left out."
+)
+
+
 def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
     body = [f"<h2>{html.escape(task)}</h2>", _html_table(_cells(result, task))]
     for metric in result.metrics:
@@ -445,10 +628,48 @@ def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
     return body
 
 
+def result_text(result: BenchmarkResult) -> str:
+    r"""A few lines of at most 100 columns for a terminal: the run, then per
+    task the front of the first metric (value @ time ratio, cheapest first)."""
+    first = list(result.metrics)[:1]  # no metric: no front to show
+    methods = len(dict.fromkeys(row.method for row in result.rows))
+    columns = " ".join(_header(m, up) for m, up in result.metrics.items())
+    lines = [
+        f"BenchmarkResult: {len(_tasks(result))} task(s), {methods} method(s), "
+        f"{columns}; {result.wall_seconds:.0f} s"
+    ]
+    for metric, task in ((m, t) for m in first for t in _tasks(result)):
+        up = result.metrics[metric]
+        front = pareto_front(frontier_points(result, task, metric), up)
+        points = ", ".join(f"{p.method} {p.value:.3f} @{p.cost:.1f}x" for p in front)
+        n = _rows(result, task)[0].n
+        lines.append(f"  {task} (n={n}) {metric} front: {points or 'none'}")
+    lines.append(
+        "  .table(), .to_csv(path); captum_ext.report.write_report(result, dir)"
+    )
+    return "\n".join(fit_line(terminal_safe(line)) for line in lines)
+
+
+def result_html(result: BenchmarkResult) -> str:
+    r"""The report's frontier, tables and highlighted examples as one HTML
+    fragment with the figures embedded and the styles scoped, for a
+    notebook's ``_repr_html_``."""
+    with tempfile.TemporaryDirectory(prefix="captum_ext_report_") as scratch:
+        out = Path(scratch)
+        for task in _tasks(result):
+            _frontier_plot(result, task, _frontier_path(out, task))
+        body = frontier_html(result, out)
+    for task in _tasks(result):
+        body += [f"<h2>{html.escape(task)}</h2>", _html_table(_cells(result, task))]
+        body += [explanation_html(ex) for ex in result.examples.get(task, [])]
+    return notebook_html("\n".join(body))
+
+
 def write_html(result: BenchmarkResult, path: Path) -> None:
     r"""The self-contained report page; the PNGs of :func:`plot_all` must already
     be in ``path``'s directory."""
-    body = [_definitions_html(result), _config_html(result)]
+    body = frontier_html(result, path.parent)
+    body += [_definitions_html(result), _config_html(result)]
     for task in _tasks(result):
         body += _task_html(result, task, path.parent)
     page = html_page("captum_ext benchmark", "\n".join(body))
@@ -467,7 +688,13 @@ def write_report(result: BenchmarkResult, out_dir: Path) -> Dict[str, Path]:
     }
     result.to_csv(paths["csv"])
     result.to_json(paths["json"])
-    markdown = markdown_table(result) + "\n\n" + _markdown_definitions(result)
+    markdown = "\n\n".join(
+        [
+            markdown_table(result),
+            _markdown_frontier(result),
+            _markdown_definitions(result),
+        ]
+    )
     write_text_atomically(
         paths["markdown"], lambda handle: handle.write(markdown + "\n")
     )

@@ -27,6 +27,7 @@ Three rules hold for every output here (terminal, HTML, Captum records):
 
 import html
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, TextIO
 
@@ -41,9 +42,11 @@ __all__ = [
     "explanation_caption",
     "explanation_html",
     "explanation_text",
+    "fit_line",
     "html_page",
     "html_tokens",
     "normalize",
+    "notebook_html",
     "special_token_mask",
     "supports_color",
     "terminal_safe",
@@ -60,6 +63,8 @@ _RESET = "\x1b[0m"
 # Word-start markers of SentencePiece and GPT-2 byte-level BPE.
 _START_MARKERS = ("▁", "Ġ")
 _CONTINUATION_MARKER = "##"  # WordPiece
+# Methods a repr lists before "... and N more".
+_REPR_METHODS = 8
 
 
 def _mask_or_none(special_mask: Optional[Sequence[bool]], n: int) -> List[bool]:
@@ -115,6 +120,30 @@ class Explanation:
     def specials(self) -> List[bool]:
         r"""One flag per token, ``True`` for special tokens."""
         return _mask_or_none(self.special_mask, len(self.tokens))
+
+    def __repr__(self) -> str:
+        r"""A few terminal-safe lines of at most 100 columns:
+        the prediction, then each method's top tokens."""
+        label = self.label
+        head = (
+            f"Explanation: prediction {label(self.pred_class)} "
+            f"(p={self.pred_prob:.3f}), scores explain {label(self.target)!r}, "
+            f"{len(self.tokens)} tokens"
+        )
+        width = max([len(name) for name in self.scores] + [6])
+        lines = [terminal_safe(head)]
+        for name, scores in list(self.scores.items())[:_REPR_METHODS]:
+            top = _top_tokens(self.tokens, scores, self.specials())
+            lines.append(f"  {terminal_safe(name):<{width}}  top: {top}")
+        hidden = len(self.scores) - _REPR_METHODS
+        if hidden > 0:
+            lines.append(f"  ... and {hidden} more method(s)")
+        return "\n".join(fit_line(line) for line in lines)
+
+    def _repr_html_(self) -> str:
+        r"""In a notebook: the highlighted words of :func:`explanation_html`,
+        every token escaped."""
+        return notebook_html(explanation_html(self))
 
 
 def special_token_mask(tokenizer: Any, input_ids: Sequence[int]) -> List[bool]:
@@ -356,6 +385,24 @@ figcaption, .note { color: #555; font-size: 0.9em; }
 dl.config { display: grid; grid-template-columns: max-content auto; gap: 0.1em 1em; }
 dl.config dt { font-weight: 600; } dl.config dd { margin: 0; }
 """
+
+
+def notebook_html(body: str) -> str:
+    r"""``body`` with the page's styles scoped to it (no rule reaches the rest
+    of a notebook), for ``_repr_html_``."""
+    rules = re.findall(r"([^{}]+)\{([^}]*)\}", _CSS)
+    scoped = " ".join(
+        ", ".join(f".captum-ext {part.strip()}" for part in selectors.split(","))
+        + f" {{{declarations}}}"
+        for selectors, declarations in rules
+        if selectors.strip() != "body"
+    )
+    return f'<div class="captum-ext"><style>{scoped}</style>{body}</div>'
+
+
+def fit_line(line: str, width: int = 100) -> str:
+    r"""``line`` cut to ``width`` columns, ending in "…" when cut."""
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def html_page(title: str, body: str) -> str:

@@ -2,8 +2,10 @@
 r"""Tiny random-init models of every supported family, built from configs in code
 (no files, well under a second each), and small token batches for them."""
 
+import shutil
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, Tuple, Type
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, Tuple, Type
 
 import pytest
 import torch
@@ -328,3 +330,43 @@ def offline_pip_error(
     with pytest.raises(RuntimeError) as error:
         fetch()
     return str(error.value)
+
+
+def hub_model_cache(home: Path, repo_id: str, commit: str) -> Path:
+    r"""``repo_id`` as ``huggingface_hub`` caches it under ``HF_HOME``
+    ``home`` (refs/main holds the commit, snapshots/<commit>/ the files of
+    :func:`save_tiny_model`); returns the snapshot directory."""
+    repo = home / "hub" / ("models--" + repo_id.replace("/", "--"))
+    snapshot = save_tiny_model(repo / "snapshots" / commit)
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    return snapshot  # type: ignore[return-value]
+
+
+def hub_dataset_cache(
+    home: Path, repo_id: str, splits: Dict[str, Any], scratch: Path
+) -> None:
+    r"""``repo_id`` as ``datasets`` caches a prepared Hub dataset under
+    ``HF_HOME`` ``home`` (``<namespace>___<name>/default/0.0.0/<hash>/``: Arrow
+    files and dataset_info.json), which it reads offline. (The Hub's file
+    cache alone is not enough: offline, ``datasets`` reads prepared datasets
+    only.)"""
+    from datasets.packaged_modules.parquet.parquet import Parquet
+
+    scratch.mkdir(parents=True, exist_ok=True)
+    files = {}
+    for split, frame in splits.items():
+        files[split] = str(scratch / f"{split}.parquet")
+        frame.to_parquet(files[split])
+    name = repo_id.split("/")[-1]
+    builder = Parquet(
+        cache_dir=str(scratch / "build"),
+        dataset_name=name,
+        config_name="default",
+        data_files=files,
+    )
+    builder.download_and_prepare()
+    folder = repo_id.replace("/", "___")
+    commit = "0" * 40
+    target = home / "datasets" / folder / "default" / "0.0.0" / commit
+    shutil.copytree(builder.cache_dir, target)

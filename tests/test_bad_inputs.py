@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 r"""The bad-input catalogue: every case gets a specific error (or warning), for
 every method of ``tests/attr/method_configs.py`` and every metric where it
-applies. The README's table of these errors is this file's test list.
+applies. The user guide's table of these errors (docs/guide/bad_inputs.rst) is
+this file's test list.
 
 A model in training mode is asserted for every method and family in
 ``tests/test_matrix.py`` (it warns, computes in eval semantics and restores the

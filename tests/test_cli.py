@@ -143,12 +143,12 @@ def test_debug_shows_the_traceback(tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "Traceback" in err
-    assert err.strip().endswith("save_pretrained; nothing is downloaded)")
+    assert err.strip().endswith("or a Hub model id like org/name)")
 
 
 def test_benchmark_needs_model_and_data_together(model_dir, tmp_path, capsys):
     code = main(["benchmark", "--model", str(model_dir), "--out", str(tmp_path)])
-    one_line_error(capsys, code, "give both --model DIR and --data FILE")
+    one_line_error(capsys, code, "give both --model and --data")
 
 
 def test_random_neither_fits_decoders_nor_fetches_data(model_dir, monkeypatch, capsys):

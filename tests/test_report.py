@@ -178,7 +178,8 @@ def test_html_report_shows_this_runs_plots_only(tmp_path):
     stale = tmp_path / "sentiment_LOdds_curve.png"
     stale.write_bytes(b"\x89PNG\r\n\x1a\n stale")
     page = write_report(_fake_result(), tmp_path)["html"].read_text()
-    assert len(re.findall(r'src="data:image/png;base64,', page)) == 2
+    # The frontier, the AOPC curve and the layer map.
+    assert len(re.findall(r'src="data:image/png;base64,', page)) == 3
     assert 'alt="sentiment_LOdds_curve"' not in page
 
 
@@ -189,7 +190,7 @@ def test_html_report_is_self_contained_and_escaped(tmp_path):
     assert "&lt;script&gt;" in page
     assert not re.search(r"""(src|href)=["']?(https?:|//|[^"'d])""", page)
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
-    assert len(images) == 2
+    assert len(images) == 3
     assert base64.b64decode(images[0])[:4] == b"\x89PNG"
     assert "<td>AttCAT</td>" in page and "0.400*" in page
 
@@ -250,3 +251,102 @@ def test_heatmap_axis_joins_word_pieces_to_their_words():
         r"\$5",
         "[SEP]",
     ]
+
+
+# ------------------------------------------------------------------- frontier
+def _point_row(method: str, family: str, ratio: float, aopc: float, tau: float):
+    row = _row(method, family, aopc, -aopc)
+    row.metrics["Kendall-tau"] = tau
+    row.ratios = [ratio]
+    return row
+
+
+def _frontier_result() -> BenchmarkResult:
+    r"""A hand-made table: (time ratio, AOPC ↑, Kendall-τ ↓) per method."""
+    rows = [
+        _point_row("Cheap", "captum_ext", 1.0, 0.30, 0.50),
+        _point_row("Mid", "captum_ext", 2.0, 0.50, 0.10),
+        _point_row("Dominated", "captum", 3.0, 0.45, 0.40),
+        _point_row("Twin", "captum", 2.0, 0.50, 0.60),
+        _point_row("Costly", "captum", 30.0, 0.60, 0.20),
+        _point_row("Flagged", "captum", 0.5, 0.90, 0.00),  # below 0.9: suspect
+        _point_row("Random", "control", 0.0, 0.10, 0.00),
+    ]
+    rows[1].class_agnostic = False
+    rows[4].class_agnostic = True  # Kendall-τ does not apply to it
+    return BenchmarkResult(
+        rows=rows,
+        metrics={"AOPC": True, "Kendall-tau": False},
+        examples={},
+        config={},
+    )
+
+
+def test_pareto_front_on_a_hand_made_table():
+    FrontPoint, front = report.FrontPoint, report.pareto_front
+    points = [
+        FrontPoint("a", 1.0, 0.3),
+        FrontPoint("b", 2.0, 0.5),
+        FrontPoint("c", 3.0, 0.45),  # beaten by b: cheaper and better
+        FrontPoint("d", 2.0, 0.5),  # b's twin: neither beats the other
+        FrontPoint("e", 30.0, 0.6),
+        FrontPoint("f", 1.0, 0.2),  # beaten by a at the same cost
+        FrontPoint("g", math.nan, 0.9),  # no cost: never on the front
+    ]
+    assert [p.method for p in front(points, True)] == ["a", "b", "d", "e"]
+    # Lower is better: the cheapest with the lowest value wins everything.
+    assert [p.method for p in front(points, False)] == ["f"]
+    assert front([], True) == []
+
+
+def test_frontier_leaves_out_the_control_flagged_timings_and_na_cells():
+    result = _frontier_result()
+    aopc = report.pareto_front(
+        report.frontier_points(result, "sentiment", "AOPC"), True
+    )
+    assert [p.method for p in aopc] == ["Cheap", "Mid", "Twin", "Costly"]
+    tau_points = report.frontier_points(result, "sentiment", "Kendall-tau")
+    assert "Costly" not in [p.method for p in tau_points]
+    tau = report.pareto_front(tau_points, False)
+    assert [p.method for p in tau] == ["Cheap", "Mid"]
+
+
+def test_frontier_sentence_names_each_method_with_its_budget():
+    sentence = report.frontier_sentence(_frontier_result(), "sentiment", "AOPC")
+    assert sentence == (
+        "On sentiment, the best AOPC (higher is better) for a budget in forward "
+        "passes: Cheap (0.300) from 1.0×, Mid (0.500) from 2.0×, Twin (0.500) "
+        "from 2.0× and Costly (0.600) from 30.0×."
+    )
+
+
+def test_frontier_is_at_the_top_of_the_report_and_in_results_md(tmp_path):
+    paths = write_report(_frontier_result(), tmp_path)
+    page = paths["html"].read_text()
+    body = page.split("<body>", 1)[1]
+    assert body.index("faithfulness against cost") < body.index("how to read")
+    assert 'alt="sentiment_frontier"' in page
+    assert (tmp_path / "sentiment_frontier.png").read_bytes()[:4] == b"\x89PNG"
+    text = paths["markdown"].read_text()
+    assert "![sentiment: each metric against cost](sentiment_frontier.png)" in text
+    assert report.frontier_sentence(_frontier_result(), "sentiment", "AOPC") in text
+
+
+# ---------------------------------------------------------------- reprs
+def test_a_result_repr_fits_a_terminal_and_names_the_front():
+    text = repr(_frontier_result())
+    lines = text.splitlines()
+    assert len(lines) <= 5 and all(len(line) <= 100 for line in lines)
+    assert lines[1].startswith("  sentiment (n=4) AOPC front: Cheap 0.300 @1.0x, Mid")
+    assert "\x1b" not in text
+
+
+def test_a_result_shows_the_reports_table_and_highlights_in_a_notebook():
+    page = _fake_result()._repr_html_()
+    assert "<script" not in page and "&lt;script&gt;" in page
+    assert "<td>AttCAT</td>" in page and "0.400*" in page  # the report's table
+    assert 'class="tok"' in page  # the highlighted example
+    assert "faithfulness against cost" in page
+    assert page.count('src="data:image/png;base64,') == 1  # the frontier
+    # The report's styles apply inside the result only.
+    assert "body {" not in page and ".captum-ext mark.tok" in page

@@ -12,9 +12,11 @@ from captum_ext.visualization import (
     Explanation,
     explanation_html,
     explanation_text,
+    fit_line,
     html_page,
     html_tokens,
     normalize,
+    notebook_html,
     special_token_mask,
     supports_color,
     to_records,
@@ -343,3 +345,25 @@ def test_default_model_attcat_row_is_visible_and_words_are_joined(sentiment_mode
     assert out.count('class="tok special"') == 2
     alphas = [float(a) for a in re.findall(r"rgba\([\d, ]+, ([\d.]+)\)", out)]
     assert len(alphas) == len(tokens) - 2 and max(alphas) == 1.0
+
+
+def test_an_explanation_repr_is_a_few_terminal_safe_lines():
+    explanation = _explanation()
+    explanation.label_names[1] = "pos\x1b[31m" + "x" * 120  # escape, very long
+    lines = repr(explanation).splitlines()
+    assert len(lines) == 3 and all(len(line) <= 100 for line in lines)
+    assert "\x1b" not in "".join(lines) and lines[0].endswith("…")
+    assert lines[1].split("top: ")[1].startswith("<script> (+1.00)")
+    assert lines[2].split("top: ")[1].startswith("alert(1) (+0.33)")
+
+
+def test_an_explanation_shows_its_highlights_in_a_notebook():
+    page = _explanation()._repr_html_()
+    assert page == notebook_html(explanation_html(_explanation()))
+    assert "<script" not in page and "&lt;b&gt;Odd&lt;/b&gt;" in page
+    assert "body {" not in page and ".captum-ext span.word" in page
+
+
+def test_fit_line_cuts_at_the_width():
+    assert fit_line("a" * 100) == "a" * 100
+    assert fit_line("a" * 101) == "a" * 99 + "…"

@@ -24,6 +24,7 @@ _WHERE = {
     "benchmark_default_tasks": "tasks",
     "load_classifier": "models",
     "load_data": "data",
+    "resolve_model_source": "models",
 }
 __all__ = list(_WHERE)
 

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-r"""A user's labelled or unlabelled text, loaded from local files with Hugging Face
-``datasets``: CSV, TSV, JSON / JSON Lines, Parquet, or a ``save_to_disk``
-directory (a ``Dataset``, or a ``DatasetDict`` with ``split``).
+r"""A user's labelled or unlabelled text, loaded with Hugging Face ``datasets``:
+a local CSV, TSV, JSON / JSON Lines or Parquet file, a ``save_to_disk``
+directory (a ``Dataset``, or a ``DatasetDict`` with ``split``), or a Hub
+dataset id (``"stanfordnlp/sst2"``, with ``config_name`` and ``split``).
 
-Nothing is downloaded: only the packaged local-file builders are used, and a
-local path that does not exist is an error, never a hub id. ``datasets`` writes
-an Arrow cache while it parses a file; that cache goes to a temporary directory
-that is deleted once the rows are in memory, so loading leaves nothing in
-``~/.cache/huggingface`` or next to the data.
+A local file is parsed by the packaged local-file builders, never looked up on
+a hub; the Arrow cache ``datasets`` writes while parsing goes to a temporary
+directory deleted once the rows are in memory, so loading leaves nothing in
+``~/.cache/huggingface`` or next to the data. A Hub id goes through
+``datasets.load_dataset`` and its cache (``HF_HOME``; ``HF_DATASETS_OFFLINE=1``
+or ``HF_HUB_OFFLINE=1`` reads a dataset prepared there before; ``HF_TOKEN`` for
+private ones).
 
 Every problem with the data is one :class:`DataError` naming the file and what
 to do about it.
@@ -23,6 +26,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 import datasets
 import datasets.utils
+
+from captum_ext.evaluation.hub import is_hub_id
 
 __all__ = ["DataError", "TextData", "load_data"]
 
@@ -101,23 +106,25 @@ def load_data(
     seed: Optional[int] = None,
     label2id: Optional[Dict[str, int]] = None,
     num_labels: Optional[int] = None,
+    config_name: Optional[str] = None,
 ) -> TextData:
     r"""Loads text examples (and optionally text pairs and labels) from a local
-    file or ``save_to_disk`` directory.
+    file, a ``save_to_disk`` directory or a Hub dataset.
 
     Args:
         path (str or Path): a ``.csv``, ``.tsv``, ``.json``/``.jsonl`` (JSON
-            Lines or a JSON array of records) or ``.parquet`` file, or a
+            Lines or a JSON array of records) or ``.parquet`` file, a
             directory written by ``Dataset.save_to_disk`` /
-            ``DatasetDict.save_to_disk``.
+            ``DatasetDict.save_to_disk``, or a Hub dataset id (when no such
+            local path exists).
         text_column (str, optional): column with the text. Default: ``"text"``.
         text_pair_column (str, optional): column with the second text of a pair
             (NLI, paraphrase); tokenised as pairs. Default: None.
         label_column (str, optional): column with gold labels: class indices,
             or names mapped through ``label2id``. Default: None (no labels;
             targets are then the model's predictions).
-        split (str, optional): which split of a saved ``DatasetDict``; needed
-            when it has more than one. Default: None.
+        split (str, optional): which split of a saved ``DatasetDict`` or Hub
+            dataset; needed when it has more than one. Default: None.
         limit (int, optional): keep the first ``limit`` examples (after the
             shuffle, if ``seed`` is given). Default: None (all).
         seed (int, optional): shuffle the examples with this seed before
@@ -127,18 +134,26 @@ def load_data(
         num_labels (int, optional): the model's number of classes; labels
             outside ``range(num_labels)`` are an error. Default: None
             (``len(label2id)`` if given).
+        config_name (str, optional): the configuration of a Hub dataset
+            (``datasets.load_dataset``'s ``name``). Default: its default.
 
     Returns:
         TextData: the examples, ``rows`` holding each one's source row index.
 
     Raises:
-        DataError: missing or unreadable file, unknown format, missing column,
+        DataError: missing or unreadable file, unknown format, a Hub id that
+            does not exist (or is not cached when offline), missing column,
             empty text, unknown label name, label out of range, no rows.
     """
-    path = Path(path)
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise DataError(f"limit must be a positive number of examples, got {limit!r}")
-    table = _read(path, split)
+    if is_hub_id(str(path)):
+        table = _read_hub(str(path), config_name, split)
+    elif config_name is not None:
+        raise DataError(f"{path}: --config-name applies to Hub datasets only")
+    else:
+        table = _read(Path(path), split)
+    path = Path(path)
     _require_columns(path, table, [text_column, text_pair_column, label_column])
     if len(table) == 0:
         raise DataError(_no_rows(path))
@@ -170,6 +185,16 @@ def _quiet_private_cache() -> Iterator[str]:
     finally:
         if bars_were_on:
             datasets.utils.enable_progress_bars()
+
+
+@contextmanager
+def _quiet_logs() -> Iterator[None]:
+    verbosity = datasets.utils.logging.get_verbosity()
+    datasets.utils.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        datasets.utils.logging.set_verbosity(verbosity)
 
 
 def _read(path: Path, split: Optional[str]) -> datasets.Dataset:
@@ -210,6 +235,40 @@ def _read(path: Path, split: Optional[str]) -> datasets.Dataset:
             ) from error
 
 
+def _read_hub(
+    name: str, config_name: Optional[str], split: Optional[str]
+) -> datasets.Dataset:
+    try:
+        with _quiet_logs():  # "Using the latest cached version ..." lines
+            loaded = datasets.load_dataset(name, config_name, split=split)
+    except ConnectionError as error:  # offline or unreachable, and not cached
+        raise DataError(_hub_unreachable(name)) from error
+    except datasets.exceptions.DatasetNotFoundError as error:
+        raise DataError(
+            f"{name}: no such local file or directory, and no Hub dataset you "
+            "can access (private or gated: set HF_TOKEN or run `hf auth login`)"
+        ) from error
+    except ValueError as error:  # unknown split or configuration
+        raise DataError(f"{name}: {error}") from error
+    if isinstance(loaded, datasets.Dataset):
+        return loaded
+    return _pick_split(Path(name), loaded, split)
+
+
+def _hub_unreachable(name: str) -> str:
+    where = datasets.config.HF_DATASETS_CACHE
+    if datasets.config.HF_HUB_OFFLINE:
+        return (
+            f"Hub dataset {name!r} is not in the datasets cache ({where}) and "
+            "offline mode is on: unset HF_DATASETS_OFFLINE and HF_HUB_OFFLINE to "
+            "download it once, or set HF_HOME to a cache that holds it"
+        )
+    return (
+        f"cannot download Hub dataset {name!r}: the Hub is unreachable and the "
+        f"dataset is not in the datasets cache ({where}); check the network"
+    )
+
+
 def _read_saved(path: Path, split: Optional[str]) -> datasets.Dataset:
     try:
         saved = datasets.load_from_disk(str(path), keep_in_memory=True)
@@ -222,6 +281,12 @@ def _read_saved(path: Path, split: Optional[str]) -> datasets.Dataset:
         if split is not None:
             raise DataError(f"{path}: a saved Dataset has no splits; drop --split")
         return saved
+    return _pick_split(path, saved, split)
+
+
+def _pick_split(
+    path: Path, saved: datasets.DatasetDict, split: Optional[str]
+) -> datasets.Dataset:
     splits = sorted(saved)
     if split is None and len(splits) == 1:
         split = splits[0]

@@ -34,6 +34,7 @@ from captum_ext._utils.chunking import check_internal_batch_size
 from captum_ext._utils.common import classifier_forward
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
+from captum_ext.evaluation.models import ModelSource
 from captum_ext.evaluation.registry import (
     check_names,
     IG_STEPS,
@@ -564,6 +565,7 @@ def _check_options(batch_size: int, n_examples: int, data: ExampleData) -> None:
 
 
 def _config(
+    model: nn.Module,
     data: ExampleData,
     task: str,
     methods: Sequence[MethodSpec],
@@ -577,6 +579,7 @@ def _config(
     return {
         "tasks": {task: len(data)},
         "data": {task: str(getattr(data, "source", task))},
+        "model": {task: ModelSource.of(model).record()},
         "methods": [m.name for m in methods],
         "batch_size": options["batch_size"],
         "max_length": {task: options["max_length"]},
@@ -726,6 +729,6 @@ def _merge(
         rows=rows,
         metrics=columns,
         examples={task: list(examples.values())},
-        config=_config(data, task, methods, options, ctx, truncated),
+        config=_config(model, data, task, methods, options, ctx, truncated),
         layer_maps={task: maps},
     )

@@ -23,8 +23,8 @@ def read_model_config(path: Path) -> Dict[str, Any]:
     """
     if not path.is_dir():
         raise ValueError(
-            f"model directory {str(path)!r} does not exist (give a local directory "
-            "written by save_pretrained; nothing is downloaded)"
+            f"model directory {str(path)!r} does not exist (give a directory "
+            "written by save_pretrained, or a Hub model id like org/name)"
         )
     config = path / "config.json"
     if not config.is_file():

@@ -1,19 +1,32 @@
 #!/usr/bin/env python3
-r"""Loading the user's classifier: any local Hugging Face sequence-classifier
-directory (``save_pretrained``), never contacting a hub, with eager attention so
-the attention-reading methods work, and a clear error for everything else."""
+r"""Loading the user's classifier: a local Hugging Face sequence-classifier
+directory (``save_pretrained``) or a Hub model id, with eager attention so the
+attention-reading methods work, and a clear error for everything else.
 
+A Hub id goes through ``huggingface_hub`` and ``from_pretrained`` and their
+cache, so ``HF_HOME``, ``HF_HUB_OFFLINE`` and ``HF_TOKEN`` (or ``hf auth
+login``) work as everywhere else; :func:`resolve_model_source` pins the
+snapshot's commit, which the benchmark's configuration records."""
+
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 from torch import nn
 
 from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext.default_models import quiet_transformers
+from captum_ext.evaluation.hub import is_hub_id
 from captum_ext.evaluation.model_files import read_model_config
 
-__all__ = ["DTYPES", "load_classifier", "resolve_device"]
+__all__ = [
+    "DTYPES",
+    "ModelSource",
+    "load_classifier",
+    "resolve_device",
+    "resolve_model_source",
+]
 
 DTYPES = {
     "float32": torch.float32,
@@ -46,26 +59,137 @@ def resolve_device(device: Union[str, torch.device, None]) -> torch.device:
     return chosen
 
 
-def _check_architecture(path: Path, config: dict) -> None:
+@dataclass(frozen=True)
+class ModelSource:
+    r"""Where a model (or tokenizer) comes from: a local directory, or a Hub
+    id pinned to the commit of its snapshot.
+
+    Attributes:
+        name (str): what the user gave: a directory or a Hub id.
+        local (bool): ``True`` for a local directory.
+        revision (str or None): the snapshot's commit hash (Hub ids only).
+        directory (Path): where ``config.json`` is (the local directory, or
+            the snapshot in the Hub cache).
+    """
+
+    name: str
+    local: bool
+    revision: Optional[str]
+    directory: Path
+
+    def record(self) -> Dict[str, Optional[str]]:
+        r"""``{"path": ..., "revision": None}`` or ``{"id": ..., "revision":
+        commit}``: what a manifest or report records about the model."""
+        key = "path" if self.local else "id"
+        return {key: self.name, "revision": self.revision}
+
+    @classmethod
+    def of(cls, model: nn.Module) -> "ModelSource":
+        r"""The source a loaded model names in its config (``_name_or_path``
+        and, when :func:`load_classifier` loaded it from the Hub, the commit)."""
+        config = getattr(model, "config", None)
+        name = str(getattr(config, "_name_or_path", "") or "")
+        revision = getattr(config, "_commit_hash", None)
+        local = not revision and (not name or Path(name).exists())
+        return cls(name, local, revision if not local else None, Path(name))
+
+
+def _hub_error(name: str, revision: Optional[str], error: Exception) -> ValueError:
+    r"""One line naming the id and what to do, for each way a Hub lookup
+    fails (the local-cache miss first: it subclasses the not-found error)."""
+    from huggingface_hub import constants, errors
+
+    if isinstance(error, errors.LocalEntryNotFoundError):
+        if constants.is_offline_mode():
+            return ValueError(
+                f"Hub model {name!r} is not in the local cache "
+                f"({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE is set: unset "
+                "HF_HUB_OFFLINE to download it once, or set HF_HOME to a cache "
+                "that holds it"
+            )
+        return ValueError(
+            f"cannot download Hub model {name!r}: the Hub is unreachable and the "
+            f"model is not in the local cache ({constants.HF_HUB_CACHE}); check "
+            "the network (or HF_ENDPOINT), or set HF_HOME to a cache that holds it"
+        )
+    if isinstance(error, errors.RevisionNotFoundError):
+        return ValueError(f"Hub model {name!r} has no revision {revision!r}")
+    if isinstance(error, errors.RepositoryNotFoundError):
+        return ValueError(
+            f"{name!r} is neither a local directory nor a Hub model you can "
+            "access (private or gated: set HF_TOKEN or run `hf auth login`)"
+        )
+    if isinstance(error, errors.EntryNotFoundError):
+        return ValueError(
+            f"Hub repository {name!r} has no config.json: it is not a "
+            "transformers model"
+        )
+    return ValueError(f"cannot fetch Hub model {name!r}: {error}")
+
+
+def resolve_model_source(
+    name_or_path: Union[str, Path], revision: Optional[str] = None
+) -> ModelSource:
+    r"""A local directory as it is, or a Hub id resolved to the commit of its
+    snapshot, fetching only its ``config.json`` (through the Hub cache, so it
+    works offline once cached).
+
+    Args:
+        name_or_path (str or Path): a directory written by ``save_pretrained``,
+            or a Hub model id (``"org/name"``).
+        revision (str, optional): branch, tag or commit of a Hub id. Default:
+            the repository's default branch.
+
+    Returns:
+        ModelSource: with :meth:`ModelSource.record` for manifests and reports.
+
+    Raises:
+        ValueError: a missing directory, a revision for a directory, an id the
+            Hub does not have, or one that is not cached when offline.
+    """
+    name = str(name_or_path)
+    path = Path(name).expanduser()
+    if not is_hub_id(name):
+        if revision is not None:
+            raise ValueError(
+                f"--revision applies to Hub ids, but {name!r} is a local path"
+            )
+        if not path.is_dir():
+            raise ValueError(
+                f"model directory {name!r} does not exist (give a directory "
+                "written by save_pretrained, or a Hub model id like org/name)"
+            )
+        return ModelSource(name, True, None, path)
+    from huggingface_hub import hf_hub_download
+
+    try:
+        config = Path(hf_hub_download(name, "config.json", revision=revision))
+    except Exception as error:  # every failure becomes one line naming the id
+        raise _hub_error(name, revision, error) from error
+    # The cache's layout: snapshots/<commit>/config.json.
+    return ModelSource(name, False, config.parent.name, config.parent)
+
+
+def _check_architecture(name: str, config: dict) -> None:
     architectures = config.get("architectures") or []
     if architectures and not any(
         name.endswith("ForSequenceClassification") for name in architectures
     ):
         raise UnsupportedModelError(
-            f"{str(path)!r} holds a {', '.join(architectures)}, not a sequence "
+            f"{name!r} holds a {', '.join(architectures)}, not a sequence "
             "classifier: its classification head would be randomly initialised. "
             "Fine-tune an AutoModelForSequenceClassification and save that"
         )
 
 
-def _check_head(path: Path, info: dict) -> None:
+def _check_head(name: str, info: dict) -> None:
     r"""Refuses weights the directory did not provide: a head initialised at
     random would be explained as if it were trained."""
     missing = list(info.get("missing_keys") or [])
     if missing:
         shown = ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else "")
         raise UnsupportedModelError(
-            f"{str(path)!r} lacks weights the classifier needs ({shown}); they "
+            f"{name!r} lacks weights the classifier needs ({shown}); they "
             "would be randomly initialised. Give a fine-tuned sequence-classifier "
             "directory"
         )
@@ -79,17 +203,28 @@ def _dtype(dtype: Union[str, torch.dtype]) -> torch.dtype:
     return DTYPES[dtype]
 
 
-def _tokenizer(path: Path) -> Any:
+def _pretrained(source: ModelSource, trust_remote_code: bool) -> Dict[str, Any]:
+    r"""``from_pretrained`` arguments that load exactly ``source``: the local
+    directory without a hub, or the Hub id at its resolved commit."""
+    return {
+        "pretrained_model_name_or_path": (
+            str(source.directory) if source.local else source.name
+        ),
+        "revision": source.revision,
+        "local_files_only": source.local,
+        "trust_remote_code": trust_remote_code,
+    }
+
+
+def _tokenizer(source: ModelSource, trust_remote_code: bool) -> Any:
     from transformers import AutoTokenizer
 
-    if not path.is_dir():
-        raise ValueError(f"tokenizer directory {str(path)!r} does not exist")
     try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+        return AutoTokenizer.from_pretrained(**_pretrained(source, trust_remote_code))
     except (OSError, ValueError, TypeError) as error:
         raise ValueError(
-            f"no tokenizer could be loaded from {str(path)!r} ({error}); save it "
-            "with tokenizer.save_pretrained(path) or give --tokenizer DIR"
+            f"no tokenizer could be loaded from {source.name!r} ({error}); save it "
+            "with tokenizer.save_pretrained(path) or give --tokenizer DIR_OR_ID"
         ) from None
 
 
@@ -110,56 +245,70 @@ def load_classifier(
     device: Union[str, torch.device] = "cpu",
     dtype: Union[str, torch.dtype] = "float32",
     max_length: Optional[int] = None,
+    revision: Optional[str] = None,
+    trust_remote_code: bool = False,
 ) -> Tuple[nn.Module, Any]:
-    r"""A local Hugging Face sequence classifier and its tokenizer, ready to
-    explain: eval mode, eager attention, on ``device`` in ``dtype``.
+    r"""A Hugging Face sequence classifier and its tokenizer, from a local
+    directory or a Hub id, ready to explain: eval mode, eager attention, on
+    ``device`` in ``dtype``.
+
+    A Hub id is loaded through the Hub cache (``HF_HOME``; offline with
+    ``HF_HUB_OFFLINE=1`` once cached; private and gated models with
+    ``HF_TOKEN``), pinned to the commit :func:`resolve_model_source` resolved;
+    ``ModelSource.of(model)`` gives it back.
 
     Args:
         path (str or Path): a directory written by ``save_pretrained`` of an
-            ``AutoModelForSequenceClassification``.
-        tokenizer (str or Path, optional): the tokenizer's directory. Default:
-            ``path``.
+            ``AutoModelForSequenceClassification``, or a Hub model id.
+        tokenizer (str or Path, optional): the tokenizer's directory or Hub id.
+            Default: ``path``.
         device (str or torch.device, optional): Default: ``"cpu"``.
         dtype (str or torch.dtype, optional): ``"float32"``, ``"bfloat16"`` or
             ``"float16"``. Default: ``"float32"``.
         max_length (int, optional): tokens per input the engine should use
             (sets ``tokenizer.model_max_length``). Default: the tokenizer's.
+        revision (str, optional): branch, tag or commit of a Hub id.
+            Default: its default branch.
+        trust_remote_code (bool, optional): run the repository's own model
+            code (only for repositories you trust). Default: ``False``.
 
     Returns:
         tuple: ``(model, tokenizer)``.
 
     Raises:
-        ValueError: a missing directory, no tokenizer, an unknown device or
-            dtype.
+        ValueError: a missing directory, an id the Hub lacks (or not cached
+            when offline), no tokenizer, an unknown device or dtype.
         UnsupportedModelError: not a sequence classifier (a masked-LM or bare
             encoder directory), weights missing from the directory, or an
             architecture captum_ext has no adapter for.
     """
     from transformers import AutoModelForSequenceClassification
 
-    path = Path(path)
     chosen_device = resolve_device(device)
     chosen_dtype = _dtype(dtype)
     if max_length is not None and max_length < 2:
         raise ValueError(f"max_length must be >= 2, got {max_length}")
-    _check_architecture(path, read_model_config(path))
-    loaded_tokenizer = _tokenizer(Path(tokenizer) if tokenizer else path)
+    source = resolve_model_source(path, revision)
+    _check_architecture(source.name, read_model_config(source.directory))
+    tokenizer_source = resolve_model_source(tokenizer) if tokenizer else source
+    loaded_tokenizer = _tokenizer(tokenizer_source, trust_remote_code)
     try:
         with quiet_transformers():  # no weight-loading bar or load report
             model, info = AutoModelForSequenceClassification.from_pretrained(
-                path,
+                **_pretrained(source, trust_remote_code),
                 attn_implementation="eager",
-                local_files_only=True,
                 dtype=chosen_dtype,
                 output_loading_info=True,
             )
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(
-            f"cannot load a classifier from {str(path)!r}: {error}"
+            f"cannot load a classifier from {source.name!r}: {error}"
         ) from None
-    _check_head(path, info)
+    _check_head(source.name, info)
     get_adapter(model)  # UnsupportedModelError for a family without an adapter
     _set_padding(model, loaded_tokenizer)
+    # transformers' own field for the snapshot's commit (never saved to disk).
+    model.config._commit_hash = source.revision
     if max_length is not None:
         loaded_tokenizer.model_max_length = max_length
     return model.to(chosen_device).eval(), loaded_tokenizer

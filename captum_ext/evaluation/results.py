@@ -81,13 +81,27 @@ class BenchmarkResult:
         default_factory=dict
     )
 
+    def __repr__(self) -> str:
+        r"""A few terminal lines: the run and each task's faithfulness-cost
+        front (:func:`captum_ext.report.result_text`)."""
+        from captum_ext.report import result_text
+
+        return result_text(self)
+
+    def _repr_html_(self) -> str:
+        r"""In a notebook: the report's frontier, tables and highlighted
+        examples (:func:`captum_ext.report.result_html`)."""
+        from captum_ext.report import result_html
+
+        return result_html(self)
+
     @classmethod
     def combine(cls, results: Sequence["BenchmarkResult"]) -> "BenchmarkResult":
         r"""One result from several tasks' results (same metrics)."""
         if not results:
             raise ValueError("no results to combine")
         config = dict(results[0].config)
-        for key in ("tasks", "data", "truncated", "max_length"):
+        for key in ("tasks", "data", "model", "truncated", "max_length"):
             config[key] = _merged(r.config.get(key) for r in results)
         return cls(
             rows=[row for r in results for row in r.rows],
