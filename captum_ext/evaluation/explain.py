@@ -2,7 +2,7 @@
 r"""Explaining one text with several methods at once: what ``captum-ext explain``
 prints, as a Python call.
 
->>> from captum_ext.explain import explain
+>>> from captum_ext.evaluation.explain import explain
 >>> from captum_ext.visualization import explanation_text
 >>> explanation = explain(model, tokenizer, "It's not bad at all.",
 ...                       methods=["AttCAT", "NormXLogit"])
