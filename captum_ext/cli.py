@@ -19,6 +19,7 @@ import sys
 import time
 import traceback
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, NoReturn, Optional, Sequence, Tuple
 
@@ -323,28 +324,26 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _run_benchmark(args: argparse.Namespace) -> Any:
-    options: Dict[str, Any] = dict(
-        batch_size=args.batch_size, device=args.device, progress=_progress(args)
+    from captum_ext.evaluation.options import BenchmarkOptions
+
+    options = BenchmarkOptions(
+        methods=args.methods,
+        metrics=args.metrics,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        device=args.device,
+        progress=_progress(args),
     )
     if args.model is None:
-        from captum_ext.evaluation.tasks import benchmark_default_tasks
+        from captum_ext.evaluation.tasks import run_default_tasks
 
-        return benchmark_default_tasks(
-            args.limit or args.n, args.tasks, args.methods, args.metrics, **options
-        )
-    from captum_ext.evaluation.engine import benchmark
+        return run_default_tasks(args.limit or args.n, args.tasks, options)
+    from captum_ext.evaluation.engine import run_benchmark
 
     model, tokenizer = _user_model(args)
     data = _user_data(args, model)
-    return benchmark(
-        model,
-        tokenizer,
-        data,
-        args.methods,
-        args.metrics,
-        task=args.model.name or "data",
-        max_length=args.max_length,
-        **options,
+    return run_benchmark(
+        model, tokenizer, data, replace(options, task=args.model.name or "data")
     )
 
 

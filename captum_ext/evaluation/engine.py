@@ -34,6 +34,7 @@ from captum_ext._utils.chunking import check_internal_batch_size
 from captum_ext._utils.common import classifier_forward
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
+from captum_ext.evaluation.options import BenchmarkOptions
 from captum_ext.evaluation.registry import (
     check_names,
     IG_STEPS,
@@ -56,6 +57,7 @@ __all__ = [
     "benchmark",
     "default_max_length",
     "metric_values",
+    "run_benchmark",
 ]
 
 # A batch's (input_ids, attention_mask, token_type_ids or None), each [batch, pos].
@@ -178,6 +180,7 @@ def _batches(
     tokenizer: Any,
     data: ExampleData,
     rows: List[int],
+    *,
     batch_size: int,
     max_length: int,
     device: torch.device,
@@ -382,34 +385,45 @@ def _predictions(batches: List[_Batch], keep: Sequence[int]) -> _RankOutput:
     return output
 
 
+@dataclass(frozen=True)
+class _Job:
+    r"""One benchmark run as the engine executes it: the chosen methods' and
+    metrics' specs and the options, ``max_length`` resolved."""
+
+    methods: List[MethodSpec]
+    metrics: List[MetricSpec]
+    options: BenchmarkOptions
+    max_length: int
+
+
 def _run_shard(
     model: nn.Module,
     tokenizer: Any,
     data: ExampleData,
-    specs: Tuple[List[MethodSpec], List[MetricSpec]],
-    options: Dict[str, Any],
+    job: _Job,
     ctx: DistributedContext,
 ) -> _RankOutput:
-    methods, metrics = specs
+    options = job.options
     rows = ctx.shard(list(range(len(data))))
     batches = _batches(
         tokenizer,
         data,
         rows,
-        options["batch_size"],
-        options["max_length"],
-        ctx.device,
+        batch_size=options.batch_size,
+        max_length=job.max_length,
+        device=ctx.device,
     )
     forward = _forward_for(model)
     for batch in batches:
         _predict(forward, batch)
-    keep = list(range(min(options["n_examples"], len(data))))
+    keep = list(range(min(options.n_examples, len(data))))
     output = _predictions(batches, keep)
-    for spec in methods:
-        label = f"{options['task']}: {spec.name}"
+    metrics = job.metrics
+    for spec in job.methods:
+        label = f"{options.task}: {spec.name}"
         if ctx.is_distributed:
             label += f" (rank {ctx.rank})"
-        progress = _Progress(len(rows), label, options["progress"])
+        progress = _Progress(len(rows), label, options.progress)
         output.methods[spec.name] = _score_method(
             spec, model, tokenizer, batches, metrics, keep, progress
         )
@@ -564,22 +578,18 @@ def _check_options(batch_size: int, n_examples: int, data: ExampleData) -> None:
 
 
 def _config(
-    data: ExampleData,
-    task: str,
-    methods: Sequence[MethodSpec],
-    options: Dict[str, Any],
-    ctx: DistributedContext,
-    truncated: int,
+    data: ExampleData, job: _Job, ctx: DistributedContext, truncated: int
 ) -> Dict[str, Any]:
     import captum
     import transformers
 
+    task = job.options.task
     return {
         "tasks": {task: len(data)},
         "data": {task: str(getattr(data, "source", task))},
-        "methods": [m.name for m in methods],
-        "batch_size": options["batch_size"],
-        "max_length": {task: options["max_length"]},
+        "methods": [m.name for m in job.methods],
+        "batch_size": job.options.batch_size,
+        "max_length": {task: job.max_length},
         "truncated": {task: truncated},
         "ig_steps": IG_STEPS,
         "device": str(ctx.device),
@@ -645,48 +655,72 @@ def benchmark(
         BenchmarkResult: one row per method, with per-example values
         (``MethodResult.per_example``), ``to_csv``/``to_json``.
     """
+    options = BenchmarkOptions(
+        methods=methods,
+        metrics=metrics,
+        batch_size=batch_size,
+        max_length=max_length,
+        device=device,
+        progress=progress,
+        decoder_texts=decoder_texts,
+        task=task,
+        n_examples=n_examples,
+    )
+    return run_benchmark(model, tokenizer, data, options, stacklevel=3)
+
+
+def run_benchmark(
+    model: nn.Module,
+    tokenizer: Any,
+    data: ExampleData,
+    options: BenchmarkOptions,
+    stacklevel: int = 2,
+) -> BenchmarkResult:
+    r""":func:`benchmark` with its options as one record (what the command line
+    builds).
+
+    Args:
+        model (nn.Module): a Hugging Face sequence classifier.
+        tokenizer: its tokenizer.
+        data: texts (and optional ``text_pairs``, gold ``labels`` and
+            ``label_names``).
+        options (BenchmarkOptions): the run's methods, metrics, batch size and
+            the rest (see :class:`~captum_ext.evaluation.options.BenchmarkOptions`).
+        stacklevel (int, optional): of the warning that counts cut texts.
+
+    Returns:
+        BenchmarkResult: as :func:`benchmark`'s.
+    """
     start = time.perf_counter()
-    method_specs = [METHODS[n] for n in check_names(methods, METHODS, "method")]
-    metric_specs = [METRICS[n] for n in check_names(metrics, METRICS, "metric")]
-    _check_options(batch_size, n_examples, data)
+    method_specs = [METHODS[n] for n in check_names(options.methods, METHODS, "method")]
+    metric_specs = [METRICS[n] for n in check_names(options.metrics, METRICS, "metric")]
+    _check_options(options.batch_size, options.n_examples, data)
     _check_labels(metric_specs, data)
     if any(spec.needs_decoders for spec in method_specs):
-        use_decoder_texts(model, decoder_texts or list(data.texts))
-    options = dict(
-        task=task,
-        batch_size=batch_size,
-        max_length=max_length or default_max_length(model, tokenizer),
-        n_examples=n_examples,
-        progress=progress,
+        use_decoder_texts(model, options.decoder_texts or list(data.texts))
+    job = _Job(
+        methods=method_specs,
+        metrics=metric_specs,
+        options=options,
+        max_length=options.max_length or default_max_length(model, tokenizer),
     )
     default_device = next(model.parameters()).device
-    with distributed_context(str(device or default_device)) as ctx:
+    with distributed_context(str(options.device or default_device)) as ctx:
         model.to(ctx.device)
-        output = _run_shard(
-            model, tokenizer, data, (method_specs, metric_specs), options, ctx
-        )
+        output = _run_shard(model, tokenizer, data, job, ctx)
         gathered = ctx.gather(output)
         result = None
         if gathered is not None:
-            result = _merge(
-                model,
-                tokenizer,
-                data,
-                gathered,
-                method_specs,
-                metric_specs,
-                options,
-                ctx,
-            )
+            result = _merge(model, tokenizer, data, gathered, job=job, ctx=ctx)
             result.wall_seconds = time.perf_counter() - start
         result = ctx.broadcast(result)
-    truncated = result.config["truncated"][task]
+    truncated = result.config["truncated"][options.task]
     if truncated:
         warnings.warn(
             f"{truncated} of {len(data)} texts were cut to max_length="
-            f"{options['max_length']} tokens; their attributions cover the kept "
+            f"{job.max_length} tokens; their attributions cover the kept "
             "tokens only",
-            stacklevel=2,
+            stacklevel=stacklevel,
         )
     return result
 
@@ -696,13 +730,12 @@ def _merge(
     tokenizer: Any,
     data: ExampleData,
     outputs: List[_RankOutput],
-    methods: List[MethodSpec],
-    metrics: List[MetricSpec],
-    options: Dict[str, Any],
+    *,
+    job: _Job,
     ctx: DistributedContext,
 ) -> BenchmarkResult:
-    task = options["task"]
-    columns = {c: up for m in metrics for c, up in m.columns.items()}
+    task, methods = job.options.task, job.methods
+    columns = {c: up for m in job.metrics for c, up in m.columns.items()}
     rows = [
         _merge_method(
             spec, [out.methods[spec.name] for out in outputs], task, list(columns)
@@ -726,6 +759,6 @@ def _merge(
         rows=rows,
         metrics=columns,
         examples={task: list(examples.values())},
-        config=_config(data, task, methods, options, ctx, truncated),
+        config=_config(data, job, ctx, truncated),
         layer_maps={task: maps},
     )
