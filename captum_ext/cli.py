@@ -23,32 +23,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, NoReturn, Optional, Sequence, Tuple
 
-__all__ = ["METHOD_NAMES", "METRIC_NAMES", "main"]
+from captum_ext.evaluation.names import check_names, METHOD_NAMES, METRIC_NAMES
+
+__all__ = ["main"]
 
 TASKS = ("sentiment", "source")
 # Fits the 15-minute budget on 2 CPU cores with first-time model preparation.
 DEFAULT_N = 64
-# The registries' names, listed here so that --help needs no torch import;
-# tests/test_cli.py checks them against the registries.
-METHOD_NAMES = (
-    "NormXLogit",
-    "LogAt",
-    "AttCAT",
-    "CAT",
-    "GlobEnc",
-    "GlobEnc N_res",
-    "GlobEnc N",
-    "Decoded Grad-CAM",
-    "Attention",
-    "Attention rollout",
-    "Embedding norm",
-    "Saliency",
-    "InputXGradient",
-    "IntegratedGradients",
-    "FeatureAblation",
-    "Random",
-)
-METRIC_NAMES = ("aopc", "log_odds", "kendall_tau", "hiding_revealing", "sufficiency")
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 
@@ -229,14 +210,6 @@ def _check_positive(args: argparse.Namespace, *names: str) -> None:
             raise ValueError(f"{flag} must be >= 1, got {value}")
 
 
-def _check_names(
-    names: Optional[Sequence[str]], known: Sequence[str], kind: str
-) -> None:
-    unknown = [n for n in names or [] if n not in known]
-    if unknown:
-        raise ValueError(f"unknown {kind}(s) {unknown}; available: {_names(known)}")
-
-
 def _progress(args: argparse.Namespace) -> bool:
     return not getattr(args, "no_progress", False)
 
@@ -273,7 +246,7 @@ def _user_data(args: argparse.Namespace, model: Any) -> Any:
 
 # ------------------------------------------------------------------ commands
 def _explain(args: argparse.Namespace) -> int:
-    _check_names(args.methods, METHOD_NAMES, "method")
+    check_names(args.methods, METHOD_NAMES, "method")
     _check_positive(args, "max_length")
     if not args.text.strip():
         raise ValueError("the text is empty: give some words to explain")
@@ -348,8 +321,8 @@ def _run_benchmark(args: argparse.Namespace) -> Any:
 
 
 def _benchmark(args: argparse.Namespace) -> int:
-    _check_names(args.methods, METHOD_NAMES, "method")
-    _check_names(args.metrics, METRIC_NAMES, "metric")
+    check_names(args.methods, METHOD_NAMES, "method")
+    check_names(args.metrics, METRIC_NAMES, "metric")
     _check_positive(args, "n", "batch_size", "limit", "max_length")
     if (args.model is None) != (args.data is None):
         raise ValueError(
@@ -383,8 +356,8 @@ def _benchmark(args: argparse.Namespace) -> int:
 
 
 def _attribute(args: argparse.Namespace) -> int:
-    _check_names(args.methods, METHOD_NAMES, "method")
-    _check_names(args.metrics, METRIC_NAMES, "metric")
+    check_names(args.methods, METHOD_NAMES, "method")
+    check_names(args.metrics, METRIC_NAMES, "metric")
     _check_positive(args, "batch_size", "limit", "max_length", "shard_size")
     if args.data is None:
         raise ValueError("give --data FILE: the texts to attribute")

@@ -3,7 +3,7 @@ r"""Tiny random-init models of every supported family, built from configs in cod
 (no files, well under a second each), and small token batches for them."""
 
 from contextlib import contextmanager
-from typing import Callable, Dict, Iterator, Tuple, Type
+from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple, Type
 
 import pytest
 import torch
@@ -236,7 +236,9 @@ def save_tiny_model(directory: object) -> object:
     return directory
 
 
-def embedding_decoders(model: nn.Module, tokenizer: object) -> list:
+def embedding_decoders(
+    model: nn.Module, tokenizer: object, texts: Optional[Sequence[str]] = None
+) -> list:
     r"""Stands in for the fitted decoders, which would be fitted on real text
     and cached: the tied input embeddings decode every layer."""
     from captum_ext.attr import EmbeddingDecoder

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from captum_ext.cli import main, METHOD_NAMES, METRIC_NAMES
+from captum_ext.cli import main
 from captum_ext.defaults import data as default_data
 from captum_ext.evaluation import registry
+from captum_ext.evaluation.names import METHOD_NAMES, METRIC_NAMES
 from captum_ext.evaluation.registry import METHODS, METRICS
 
 from tests.helpers import save_tiny_model, tiny_masked_lm, tiny_tokenizer

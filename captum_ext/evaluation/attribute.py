@@ -75,7 +75,8 @@ from captum_ext.evaluation.engine import (
     metric_values,
     SharedForward,
 )
-from captum_ext.evaluation.registry import check_names, METHODS, METRICS
+from captum_ext.evaluation.names import check_names
+from captum_ext.evaluation.registry import METHODS, METRICS
 
 __all__ = ["MANIFEST", "ManifestMismatchError", "attribute_dataset"]
 

@@ -34,11 +34,10 @@ from captum_ext._utils.chunking import check_internal_batch_size
 from captum_ext._utils.common import classifier_forward
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
+from captum_ext.evaluation.names import check_names
 from captum_ext.evaluation.options import BenchmarkOptions
 from captum_ext.evaluation.registry import (
-    check_names,
     IG_STEPS,
-    LAYER_MAPS,
     MethodFn,
     METHODS,
     MethodSpec,
@@ -46,7 +45,6 @@ from captum_ext.evaluation.registry import (
     METRICS,
     MetricSpec,
     MetricValue,
-    use_decoder_texts,
 )
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
 from captum_ext.visualization import Explanation, special_token_mask
@@ -337,7 +335,7 @@ class _Progress:
 
 
 def _score_method(
-    spec: MethodSpec,
+    explain: MethodFn,
     model: nn.Module,
     tokenizer: Any,
     batches: List[_Batch],
@@ -345,7 +343,6 @@ def _score_method(
     keep: Sequence[int],
     progress: _Progress,
 ) -> _MethodShard:
-    explain = spec.factory(model, tokenizer)
     forward = _forward_for(model)
     shard = _MethodShard()
     for batch in batches:
@@ -394,6 +391,8 @@ class _Job:
     metrics: List[MetricSpec]
     options: BenchmarkOptions
     max_length: int
+    # Texts the decoders are fitted on, when a chosen method needs them.
+    decoder_texts: Optional[Sequence[str]] = None
 
 
 def _run_shard(
@@ -424,8 +423,9 @@ def _run_shard(
         if ctx.is_distributed:
             label += f" (rank {ctx.rank})"
         progress = _Progress(len(rows), label, options.progress)
+        explain = spec.build(model, tokenizer, job.decoder_texts)
         output.methods[spec.name] = _score_method(
-            spec, model, tokenizer, batches, metrics, keep, progress
+            explain, model, tokenizer, batches, metrics, keep, progress
         )
     return output
 
@@ -538,26 +538,26 @@ def _layer_maps(
     tokenizer: Any,
     example: Explanation,
     inputs: Tuple[List[int], Optional[List[int]]],
-    methods: Sequence[MethodSpec],
+    job: _Job,
     device: torch.device,
 ) -> Dict[str, Tuple[List[str], Tensor]]:
-    r"""The :data:`LAYER_MAPS` entries of the chosen methods on one example, from
-    its attended token ids and (text pairs) token type ids; none fitted or run
-    for a method that was not chosen."""
-    chosen = {spec.name for spec in methods}
+    r"""The per-layer scores (``MethodSpec.layer_map``) of the chosen methods on
+    one example, in the registry's order, from its attended token ids and (text
+    pairs) token type ids; none fitted or run for a method that was not
+    chosen."""
+    chosen = {spec.name for spec in job.methods}
     ids, types = inputs
     input_ids = torch.tensor([ids], device=device)  # [1, pos]
     mask = torch.ones_like(input_ids)
     token_types = None if types is None else torch.tensor([types], device=device)
     target = torch.tensor([example.target], device=device)
-    return {
-        name: (
-            example.tokens,
-            factory(model, tokenizer)(input_ids, mask, target, token_types)[0].cpu(),
-        )
-        for name, factory in LAYER_MAPS.items()
-        if name in chosen
-    }
+    maps = {}
+    for name, spec in METHODS.items():
+        if name in chosen and spec.layer_map is not None:
+            layers = spec.build(model, tokenizer, job.decoder_texts, layers=True)
+            scores = layers(input_ids, mask, target, token_types)[0]  # [layers, pos]
+            maps[name] = (example.tokens, scores.cpu())
+    return maps
 
 
 def _check_labels(metrics: Sequence[MetricSpec], data: ExampleData) -> None:
@@ -696,13 +696,15 @@ def run_benchmark(
     metric_specs = [METRICS[n] for n in check_names(options.metrics, METRICS, "metric")]
     _check_options(options.batch_size, options.n_examples, data)
     _check_labels(metric_specs, data)
+    decoder_texts = None
     if any(spec.needs_decoders for spec in method_specs):
-        use_decoder_texts(model, options.decoder_texts or list(data.texts))
+        decoder_texts = options.decoder_texts or list(data.texts)
     job = _Job(
         methods=method_specs,
         metrics=metric_specs,
         options=options,
         max_length=options.max_length or default_max_length(model, tokenizer),
+        decoder_texts=decoder_texts,
     )
     default_device = next(model.parameters()).device
     with distributed_context(str(options.device or default_device)) as ctx:
@@ -752,7 +754,7 @@ def _merge(
     if examples:
         shown = _confident_row(examples)
         maps = _layer_maps(
-            model, tokenizer, examples[shown], kept[shown], methods, ctx.device
+            model, tokenizer, examples[shown], kept[shown], job, ctx.device
         )
     truncated = sum(out.truncated for out in outputs)
     return BenchmarkResult(

@@ -12,8 +12,9 @@ from torch import nn
 from captum_ext.defaults.data import load_split, TASKS, TextDataset
 from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 from captum_ext.evaluation.engine import run_benchmark
+from captum_ext.evaluation.names import check_names
 from captum_ext.evaluation.options import BenchmarkOptions
-from captum_ext.evaluation.registry import check_names, METHODS, needs_decoders
+from captum_ext.evaluation.registry import METHODS, needs_decoders
 from captum_ext.evaluation.results import BenchmarkResult
 
 __all__ = [
