@@ -445,7 +445,7 @@ class _Job:
             for column, value in metric_values(
                 self.metric_specs,
                 shared,
-                (batch.input_ids, batch.attention_mask, batch.token_type_ids),
+                batch,
                 target,
                 scores,
                 explain,

@@ -31,7 +31,7 @@ import torch
 from torch import nn, Tensor
 
 from captum_ext._utils.chunking import check_internal_batch_size
-from captum_ext._utils.common import classifier_forward
+from captum_ext._utils.common import classifier_forward, TokenBatch
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.names import check_names
@@ -57,9 +57,6 @@ __all__ = [
     "metric_values",
     "run_benchmark",
 ]
-
-# A batch's (input_ids, attention_mask, token_type_ids or None), each [batch, pos].
-_Inputs = Tuple[Tensor, Tensor, Optional[Tensor]]
 
 # Longest input the engine feeds a model whose tokenizer states no limit.
 FALLBACK_MAX_LENGTH = 512
@@ -162,16 +159,17 @@ def _run_timed(fn: Callable[..., Tensor], *args: Any) -> Tuple[Tensor, float]:
 # ------------------------------------------------------------------- batches
 @dataclass
 class _Batch:
+    r"""One batch of the dataset and what the engine learns about it."""
+
     encoded: EncodedBatch
     labels: Optional[Tensor]  # [batch] gold labels
     target: Tensor = field(default_factory=lambda: torch.empty(0))  # [batch]
     probs: Tensor = field(default_factory=lambda: torch.empty(0))  # [batch, C]
     shared: Optional[SharedForward] = None
 
-    @property
-    def inputs(self) -> _Inputs:
+    def logits(self, forward: Callable[..., Tensor]) -> Tensor:
         e = self.encoded
-        return e.input_ids, e.attention_mask, e.token_type_ids
+        return forward(e.input_ids, *e.forward_args())  # [batch, C]
 
 
 def _batches(
@@ -203,11 +201,13 @@ def _batches(
 @torch.no_grad()
 def _predict(forward: Callable[..., Tensor], batch: _Batch) -> None:
     r"""Sets the batch's predicted class (the explained target)."""
-    logits = forward(*batch.inputs)  # [batch, C]
+    logits = batch.logits(forward)  # [batch, C]
     batch.probs = logits.float().softmax(-1)
     batch.target = logits.argmax(-1)
     batch.shared = SharedForward(forward)
-    batch.shared.remember(logits, *batch.inputs)
+    batch.shared.remember(
+        logits, batch.encoded.input_ids, *batch.encoded.forward_args()
+    )
 
 
 # ------------------------------------------------------------ one rank's work
@@ -226,7 +226,7 @@ class _MethodShard:
 
 
 def _other_classes(
-    explain: MethodFn, inputs: _Inputs, target: Tensor, scores: Tensor
+    explain: MethodFn, batch: TokenBatch, target: Tensor, scores: Tensor
 ) -> Callable[[Tensor], Tensor]:
     r"""``explain(classes)`` for Kendall-tau: rows asking for the class already
     explained (``target``) reuse their ``scores``; only the other rows run the
@@ -236,17 +236,22 @@ def _other_classes(
         out = scores.clone()
         redo = (classes != target).nonzero().flatten()
         if len(redo):
-            ids, mask, types = (None if t is None else t[redo] for t in inputs)
-            out[redo] = explain(ids, mask, classes[redo], types).detach().float()
+            rows = batch.select(redo)
+            out[redo] = _explain(explain, rows, classes[redo]).detach().float()
         return out
 
     return explain_for
 
 
+def _explain(explain: MethodFn, batch: TokenBatch, target: Tensor) -> Tensor:
+    r"""A registry method's scores ``[batch, pos]`` on ``batch``."""
+    return explain(batch.input_ids, batch.attention_mask, target, batch.token_type_ids)
+
+
 def metric_values(
     metrics: Sequence[MetricSpec],
     forward: Callable[..., Tensor],
-    inputs: _Inputs,
+    batch: TokenBatch,
     target: Tensor,
     scores: Tensor,
     explain: MethodFn,
@@ -254,13 +259,18 @@ def metric_values(
     labels: Optional[Tensor] = None,
 ) -> Iterator[Tuple[str, MetricValue]]:
     r"""``(column, value)`` of every metric on one batch's ``scores``
-    ``[batch, pos]`` for ``target`` ``[batch]``; ``inputs`` are the batch's
-    ``(input_ids, attention_mask, token_type_ids or None)`` and ``forward`` its
+    ``[batch, pos]`` for ``target`` ``[batch]``; ``forward`` is the batch's
     :class:`SharedForward`, shared by every metric and method of the batch."""
-    ids, mask, types = inputs
-    other_classes = _other_classes(explain, inputs, target, scores)
+    other_classes = _other_classes(explain, batch, target, scores)
     context = MetricContext(
-        forward, ids, mask, target, tokenizer, other_classes, types, labels
+        forward,
+        batch.input_ids,
+        batch.attention_mask,
+        target,
+        tokenizer,
+        other_classes,
+        batch.token_type_ids,
+        labels,
     )
     for metric in metrics:
         yield from metric.compute(context, scores).items()
@@ -278,9 +288,8 @@ def _score_batch(
     batch right before it (a burst of machine load then hits both), and adds
     every metric's per-example values to ``shard``."""
     with torch.no_grad():
-        _, forward_seconds = _run_timed(forward, *batch.inputs)
-    ids, mask, types = batch.inputs
-    scores, seconds = _run_timed(explain, ids, mask, batch.target, types)
+        _, forward_seconds = _run_timed(batch.logits, forward)
+    scores, seconds = _run_timed(_explain, explain, batch.encoded, batch.target)
     scores = scores.detach().float()  # [batch, pos]
     shard.seconds += seconds
     shard.forward_seconds += forward_seconds
@@ -289,7 +298,7 @@ def _score_batch(
     for column, value in metric_values(
         metrics,
         batch.shared,
-        batch.inputs,
+        batch.encoded,
         batch.target,
         scores,
         explain,

@@ -50,7 +50,7 @@ from captum.attr import (
 )
 from torch import nn, Tensor
 
-from captum_ext._utils.common import classifier_forward
+from captum_ext._utils.common import classifier_forward, TokenBatch
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext.adapters import get_adapter
 from captum_ext.attr import (
@@ -201,12 +201,6 @@ def needs_decoders(names: Sequence[str]) -> bool:
     return any(METHODS[name].needs_decoders for name in names)
 
 
-def _forward_args(attention_mask: Tensor, token_type_ids: Optional[Tensor]) -> tuple:
-    if token_type_ids is None:
-        return (attention_mask,)
-    return (attention_mask, token_type_ids)
-
-
 # scores(input_ids, target, forward_args) -> [batch, pos] (or [batch, layers, pos]);
 # forward_args[0] is the attention mask.
 ScoreFn = Callable[[Tensor, Tensor, tuple], Tensor]
@@ -224,7 +218,7 @@ def _explainer(scores: ScoreFn) -> MethodFn:
         target: Tensor,
         token_type_ids: Optional[Tensor] = None,
     ) -> Tensor:
-        args = _forward_args(attention_mask, token_type_ids)
+        args = TokenBatch.of(input_ids, attention_mask, token_type_ids).forward_args()
         with torch.enable_grad():
             return scores(input_ids, target, args).detach()
 
@@ -471,6 +465,10 @@ class MetricContext:
     token_type_ids: Optional[Tensor] = None  # [batch, pos], text pairs only
     labels: Optional[Tensor] = None  # [batch] gold labels, when the data has them
 
+    @property
+    def batch(self) -> TokenBatch:
+        return TokenBatch.of(self.input_ids, self.attention_mask, self.token_type_ids)
+
 
 @dataclass
 class MetricValue:
@@ -547,9 +545,7 @@ def _call_metric(
         context.input_ids,
         explanation,
         target=context.target,
-        additional_forward_args=_forward_args(
-            context.attention_mask, context.token_type_ids
-        ),
+        additional_forward_args=context.batch.forward_args(),
         tokens=TokenOptions.from_tokenizer(context.tokenizer),
         internal_batch_size=METRIC_ROWS,
     )

@@ -29,15 +29,6 @@ def result_dtype(model_dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(model_dtype, torch.float32)
 
 
-def _rows(batch: TokenBatch, rows: slice) -> TokenBatch:
-    types = batch.token_type_ids
-    return TokenBatch(
-        batch.input_ids[rows],
-        batch.attention_mask[rows],
-        None if types is None else types[rows],
-    )
-
-
 def _target_rows(target: TargetType, rows: slice, batch_size: int) -> TargetType:
     r"""The chunk's part of a per-example target (a list or a 1-d tensor); a
     target shared by every example (None, an int, a 0-d tensor) as it is."""
@@ -79,7 +70,7 @@ def attribute_in_chunks(
     with eval_semantics(model):
         for rows in batch_slices(size, internal_batch_size):
             chunk_scores, outputs = attribute_chunk(
-                _rows(batch, rows),
+                batch.select(rows),
                 _target_rows(target, rows, size),
                 **{k: take_rows(v, rows, size) for k, v in options.items()},
             )

@@ -381,11 +381,11 @@ class DecodedLayerAttribution(LayerAttribution):
                 "for its delta"
             )
         inputs, kwargs = self._method_inputs(batch, kwargs)
-        extra: Tuple[Tensor, ...] = (batch.attention_mask,)
-        if batch.token_type_ids is not None:
-            extra += (batch.token_type_ids,)
         alpha = self._wrapped(module).attribute(
-            inputs, target=target, additional_forward_args=extra, **kwargs
+            inputs,
+            target=target,
+            additional_forward_args=batch.forward_args(),
+            **kwargs,
         )
         shape = tuple(batch.input_ids.shape)
         if not isinstance(alpha, Tensor) or tuple(alpha.shape[:2]) != shape:
