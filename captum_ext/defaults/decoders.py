@@ -36,9 +36,9 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
-from tqdm.auto import tqdm
 
 from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.progress import Progress
 from captum_ext.adapters import get_adapter, ModelAdapter
 from captum_ext.defaults.cache import cached_directory
 
@@ -197,7 +197,7 @@ def _train_head(
     ids: Tensor,
     embedding: Tensor,
     config: FitConfig,
-    progress: tqdm,
+    progress: Progress,
 ) -> DecoderHead:
     r"""Fits one head on ``states`` ``[N, d]`` to predict ``ids`` ``[N]``."""
     generator = torch.Generator().manual_seed(config.seed)
@@ -216,8 +216,7 @@ def _train_head(
         loss.backward()
         optimizer.step()
         schedule.step()
-        progress.update()
-        progress.set_postfix(loss=f"{loss.item():.2f}")
+        progress.update(postfix=f"loss {loss.item():.2f}")
     return head.eval()
 
 
@@ -265,7 +264,7 @@ def fit_decoders(
     layers = states.shape[1]
     heads, accuracy = [], []
     total = layers * config.steps
-    with tqdm(total=total, desc="fitting decoders", unit="step") as progress:
+    with Progress(total, "fitting decoders", "steps") as progress:
         for layer in range(layers):
             head = _train_head(states[:, layer], ids, embedding, config, progress)
             heads.append(head)

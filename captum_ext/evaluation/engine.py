@@ -11,7 +11,6 @@ the table equals a one-process run up to the batch composition (padding
 invariance, within 1e-6).
 """
 
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from torch import nn, Tensor
 
 from captum_ext._utils.chunking import check_internal_batch_size
 from captum_ext._utils.common import classifier_forward, TokenBatch
+from captum_ext._utils.progress import Progress
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.names import check_names
@@ -314,35 +314,6 @@ def _score_batch(
     return scores
 
 
-class _Progress:
-    r"""A tqdm bar counting examples on a terminal; one plain line per method
-    when stderr is a log file (no carriage returns or cursor moves there)."""
-
-    def __init__(self, total: int, label: str, enabled: bool) -> None:
-        self.label, self.total, self.enabled = label, total, enabled
-        self.start = time.perf_counter()
-        self.bar: Any = None
-        if enabled and sys.stderr.isatty():
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=total, desc=label, unit="example", leave=False)
-
-    def update(self, n: int) -> None:
-        if self.bar is not None:
-            self.bar.update(n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        if self.enabled:
-            seconds = time.perf_counter() - self.start
-            print(
-                f"{self.label}: {self.total} examples in {seconds:.1f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-
-
 def _score_method(
     explain: MethodFn,
     model: nn.Module,
@@ -350,7 +321,7 @@ def _score_method(
     batches: List[_Batch],
     metrics: Sequence[MetricSpec],
     keep: Sequence[int],
-    progress: _Progress,
+    progress: Progress,
 ) -> _MethodShard:
     forward = _forward_for(model)
     shard = _MethodShard()
@@ -431,7 +402,7 @@ def _run_shard(
         label = f"{options.task}: {spec.name}"
         if ctx.is_distributed:
             label += f" (rank {ctx.rank})"
-        progress = _Progress(len(rows), label, options.progress)
+        progress = Progress(len(rows), label, "examples", enabled=options.progress)
         explain = spec.build(model, tokenizer, job.decoder_texts)
         output.methods[spec.name] = _score_method(
             explain, model, tokenizer, batches, metrics, keep, progress

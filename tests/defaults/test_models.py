@@ -180,11 +180,10 @@ def test_first_run_says_what_it_prepares_and_logs_plain_lines(
     )
     models._build("source", tmp_path / "out", torch.device("cpu"))
     err = capsys.readouterr().err  # captured: not a terminal
-    assert err.startswith(
-        "preparing the default source model (first time only, about 1 minute"
-    )
-    assert (
-        "fine-tuning source: 1 batches\n" in err and "fine-tuning source: done" in err
-    )
+    assert err.startswith("preparing the default source model (first time only")
+    assert "fine-tuning source: 1 batches\n" in err
+    # the time left, measured on the first steps, then the closing line
+    assert "fine-tuning source: about 0 s left, measured on the first 1 of 1" in err
+    assert "fine-tuning source: 1 batches in " in err
     assert "\r" not in err and "\x1b[" not in err
     assert (tmp_path / "out" / "training.json").exists()
