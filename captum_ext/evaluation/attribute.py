@@ -62,10 +62,9 @@ import torch
 from torch import nn, Tensor
 
 from captum_ext._utils.atomic import atomic_path, write_text_atomically
-from captum_ext._utils.chunking import check_internal_batch_size
 from captum_ext._utils.common import classifier_forward
 from captum_ext._utils.progress import Progress
-from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
+from captum_ext._utils.row_chunks import check_internal_batch_size
 from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.engine import (
@@ -75,6 +74,7 @@ from captum_ext.evaluation.engine import (
 )
 from captum_ext.evaluation.names import check_names
 from captum_ext.evaluation.registry import METHODS, METRICS
+from captum_ext.evaluation.tokenized_batches import bucketed_batches, EncodedBatch
 
 __all__ = ["MANIFEST", "ManifestMismatchError", "attribute_dataset"]
 

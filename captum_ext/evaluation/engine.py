@@ -29,10 +29,9 @@ from typing import (
 import torch
 from torch import nn, Tensor
 
-from captum_ext._utils.chunking import check_internal_batch_size
 from captum_ext._utils.common import classifier_forward, TokenBatch
 from captum_ext._utils.progress import Progress
-from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
+from captum_ext._utils.row_chunks import check_internal_batch_size
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.names import check_names
 from captum_ext.evaluation.options import BenchmarkOptions
@@ -47,6 +46,7 @@ from captum_ext.evaluation.registry import (
     MetricValue,
 )
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
+from captum_ext.evaluation.tokenized_batches import bucketed_batches, EncodedBatch
 from captum_ext.visualization import Explanation, special_token_mask
 
 __all__ = [

@@ -17,7 +17,7 @@ from captum_ext._utils.common import (
 )
 from captum_ext._utils.hooks import HookSet
 from captum_ext.adapters import get_adapter
-from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 
 __all__ = ["CAT"]
 

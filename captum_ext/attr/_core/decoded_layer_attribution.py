@@ -24,7 +24,7 @@ from captum_ext._utils.common import (
 )
 from captum_ext._utils.hooks import eval_semantics, HookSet
 from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
-from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 
 __all__ = ["DecodedLayerAttribution", "EmbeddingDecoder", "RELU_MODES"]
 

@@ -19,7 +19,6 @@ from captum_ext._utils.common import (
     TokenBatch,
 )
 from captum_ext._utils.hooks import HookSet
-from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 from captum_ext.attr._core.decoded_layer_attribution import (
     aggregate,
     check_options,
@@ -27,6 +26,7 @@ from captum_ext.attr._core.decoded_layer_attribution import (
     DecodedLayerAttribution,
     Decoder,
 )
+from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 
 __all__ = ["DecodedLayerGradCam"]
 

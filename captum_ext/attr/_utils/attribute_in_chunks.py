@@ -11,10 +11,10 @@ import torch
 from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
-from captum_ext._utils.chunking import batch_slices, take_rows
 from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.finite import check_finite
 from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.row_chunks import batch_slices, take_rows
 
 __all__ = ["attribute_in_chunks", "result_dtype"]
 
@@ -60,7 +60,7 @@ def attribute_in_chunks(
 
     Raises:
         TypeError, ValueError: a bad ``internal_batch_size`` (see
-            :func:`~captum_ext._utils.chunking.check_internal_batch_size`).
+            :func:`~captum_ext._utils.row_chunks.check_internal_batch_size`).
         FloatingPointError: the model's outputs (the logits, or what the
             chunk function returns in their place) or the attributions hold NaN
             or inf; the message names the examples.

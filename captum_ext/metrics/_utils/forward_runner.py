@@ -13,14 +13,14 @@ import torch
 from captum._utils.common import _run_forward
 from torch import Tensor
 
-from captum_ext._utils.chunking import (
+from captum_ext._utils.finite import check_finite
+from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.progress import Progress
+from captum_ext._utils.row_chunks import (
     batch_slices,
     check_internal_batch_size,
     take_rows,
 )
-from captum_ext._utils.finite import check_finite
-from captum_ext._utils.hooks import eval_semantics
-from captum_ext._utils.progress import Progress
 from captum_ext.metrics._utils.inputs import TokenInputs, TokenOptions
 from captum_ext.metrics._utils.perturbation import perturb_rows, PerturbationPlan
 from captum_ext.metrics._utils.protocols import PerturbationProtocol
