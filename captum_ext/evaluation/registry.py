@@ -167,32 +167,14 @@ METHODS: Dict[str, MethodSpec] = {}
 
 
 def register_method(
-    name: str,
-    factory: MethodFactory,
-    family: str,
-    *,
-    needs_decoders: bool = False,
-    class_agnostic: bool = False,
-    needs_gradients: bool = False,
-    needs_attention_weights: bool = False,
-    causal_lm: bool = False,
-    layer_map: Optional[MethodFactory] = None,
+    name: str, factory: MethodFactory, family: str, **needs: Any
 ) -> None:
     r"""Adds a method to :data:`METHODS` (benchmark, attribute and ``explain``);
-    the keywords are the fields of :class:`MethodSpec`."""
+    the keywords ``needs`` are the other fields of :class:`MethodSpec`
+    (``needs_gradients=True``, ``class_agnostic=True``, ...)."""
     if name in METHODS:
         raise ValueError(f"method {name!r} is already registered")
-    METHODS[name] = MethodSpec(
-        name,
-        factory,
-        family,
-        needs_decoders=needs_decoders,
-        class_agnostic=class_agnostic,
-        needs_gradients=needs_gradients,
-        needs_attention_weights=needs_attention_weights,
-        causal_lm=causal_lm,
-        layer_map=layer_map,
-    )
+    METHODS[name] = MethodSpec(name, factory, family, **needs)
 
 
 def needs_decoders(names: Sequence[str]) -> bool:
@@ -512,26 +494,13 @@ METRICS: Dict[str, MetricSpec] = {}
 
 
 def register_metric(
-    name: str,
-    compute: MetricCompute,
-    columns: Dict[str, bool],
-    *,
-    needs_labels: bool = False,
-    explains_other_classes: bool = False,
-    causal_lm: bool = False,
+    name: str, compute: MetricCompute, columns: Dict[str, bool], **needs: Any
 ) -> None:
-    r"""Adds a metric to :data:`METRICS`; the keywords are the fields of
-    :class:`MetricSpec`."""
+    r"""Adds a metric to :data:`METRICS`; the keywords ``needs`` are the other
+    fields of :class:`MetricSpec` (``needs_labels=True``, ...)."""
     if name in METRICS:
         raise ValueError(f"metric {name!r} is already registered")
-    METRICS[name] = MetricSpec(
-        name,
-        compute,
-        dict(columns),
-        needs_labels=needs_labels,
-        explains_other_classes=explains_other_classes,
-        causal_lm=causal_lm,
-    )
+    METRICS[name] = MetricSpec(name, compute, dict(columns), **needs)
 
 
 def _call_metric(

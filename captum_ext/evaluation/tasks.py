@@ -63,22 +63,14 @@ def benchmark_default_tasks(
     tasks: Sequence[str] = TASKS,
     methods: Optional[Sequence[str]] = None,
     metrics: Optional[Sequence[str]] = None,
-    *,
-    batch_size: int = 16,
-    device: Any = None,
-    progress: bool = True,
+    **options: Any,
 ) -> BenchmarkResult:
     r""":func:`~captum_ext.evaluation.benchmark` on each built-in task, one
-    result (see :func:`run_default_tasks`; the arguments are the fields of
-    :class:`~captum_ext.evaluation.options.BenchmarkOptions`)."""
-    options = BenchmarkOptions(
-        methods=methods,
-        metrics=metrics,
-        batch_size=batch_size,
-        device=device,
-        progress=progress,
-    )
-    return run_default_tasks(n, tasks, options)
+    result (see :func:`run_default_tasks`); ``options`` are fields of
+    :class:`~captum_ext.evaluation.options.BenchmarkOptions` (``batch_size``,
+    ``device``, ``progress``)."""
+    chosen = BenchmarkOptions(methods=methods, metrics=metrics, **options)
+    return run_default_tasks(n, tasks, chosen)
 
 
 def run_default_tasks(
