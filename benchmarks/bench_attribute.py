@@ -43,12 +43,12 @@ from typing import Callable, List, Tuple
 import pandas as pd
 import torch
 from captum_ext import classifier_forward, get_adapter
-from captum_ext.datasets import load_split
-from captum_ext.default_models import load_default_model, MAX_LENGTH
+from captum_ext.defaults.data import load_split
+from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 from captum_ext.evaluation.attribute import attribute_dataset
-from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.data import load_data, TextData
 from captum_ext.evaluation.registry import METHODS
+from captum_ext.evaluation.tokenized_batches import bucketed_batches, EncodedBatch
 
 BATCH_SIZE = 32
 ROOT = Path(__file__).resolve().parents[1]

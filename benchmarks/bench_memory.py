@@ -57,8 +57,8 @@ from benchmarks.common import (
 )
 from captum.attr import LayerIntegratedGradients
 from captum_ext import classifier_forward, get_adapter
-from captum_ext._utils.cache import cache_root, is_complete
 from captum_ext.attr import DecodedLayerAttribution, EmbeddingDecoder
+from captum_ext.defaults.cache import cache_root, is_complete
 from torch import nn, Tensor
 
 LENGTH = 512
@@ -66,7 +66,7 @@ WARM_UP_LENGTH = 32
 MIDDLE_LAYER = 3  # of MiniLM's 6
 IG_STEPS = 20
 IG_INTERNAL_BATCH = 5
-DEFAULT_CACHE = "default-sentiment-v1"  # captum_ext.default_models' cache entry
+DEFAULT_CACHE = "default-sentiment-v1"  # captum_ext.defaults.models' cache entry
 
 
 def _forward(model: nn.Module, _chunk: Optional[int]) -> Run:
@@ -124,7 +124,7 @@ CHUNKED = (
 def _load(kind: str) -> nn.Module:
     if kind == "random":
         return random_minilm()
-    from captum_ext.default_models import load_default_model
+    from captum_ext.defaults.models import load_default_model
 
     return load_default_model("sentiment")[0]
 

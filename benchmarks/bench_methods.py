@@ -192,7 +192,7 @@ def _median_ratio(
 def _real_text_ids(tokenizer: object) -> Tensor:
     r"""``[BATCH, LENGTH]`` ids: consecutive test snippets joined per row until the
     row fills LENGTH tokens, framed by the tokenizer ([CLS] ... [SEP])."""
-    from captum_ext.datasets import load_split
+    from captum_ext.defaults.data import load_split
 
     texts = iter(load_split("sentiment").texts)
     rows: List[List[int]] = []
@@ -206,7 +206,7 @@ def _real_text_ids(tokenizer: object) -> Tensor:
 
 
 def _default_model() -> Tuple[nn.Module, Tensor]:
-    from captum_ext.default_models import load_default_model
+    from captum_ext.defaults.models import load_default_model
 
     model, tokenizer = load_default_model("sentiment")
     try:

@@ -82,7 +82,7 @@ def _causal_model(path: Path, tokenizer: Any) -> torch.nn.Module:
 
 
 def _model(untrained: bool, causal: bool) -> Tuple[torch.nn.Module, Any]:
-    from captum_ext.default_models import base_model_path, load_default_model
+    from captum_ext.defaults.models import base_model_path, load_default_model
 
     if not (untrained or causal):
         return load_default_model("sentiment")
@@ -103,8 +103,8 @@ def _model(untrained: bool, causal: bool) -> Tuple[torch.nn.Module, Any]:
 
 
 def _inputs(tokenizer: object) -> Dict[str, torch.Tensor]:
-    from captum_ext.datasets import load_split
-    from captum_ext.default_models import MAX_LENGTH
+    from captum_ext.defaults.data import load_split
+    from captum_ext.defaults.models import MAX_LENGTH
 
     return dict(
         tokenizer(  # type: ignore[operator]

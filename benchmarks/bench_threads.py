@@ -49,8 +49,8 @@ def child(threads: Optional[int], steps: int) -> Dict[str, List[float]]:
 
         configure_threads()
     import torch
-    from captum_ext.datasets import load_split
-    from captum_ext.default_models import load_default_model, MAX_LENGTH
+    from captum_ext.defaults.data import load_split
+    from captum_ext.defaults.models import load_default_model, MAX_LENGTH
     from captum_ext.evaluation.registry import METHODS
 
     if threads is not None:

@@ -26,8 +26,8 @@ from typing import Dict, List
 
 import torch
 from captum_ext._utils.threads import configure_threads
-from captum_ext.datasets import load_split
-from captum_ext.default_models import load_default_model, MAX_LENGTH
+from captum_ext.defaults.data import load_split
+from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 from captum_ext.evaluation.batches import bucketed_batches
 from captum_ext.evaluation.registry import METHODS
 from captum_ext.evaluation.timing import time_paired

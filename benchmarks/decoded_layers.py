@@ -32,7 +32,8 @@ from typing import Dict, List, Sequence, Tuple
 import torch
 from benchmarks.common import embedding_grad_x_activation, encode
 from captum_ext import classifier_forward, get_adapter
-from captum_ext.attr import DecodedLayerGradCam, EmbeddingDecoder, load_fitted_decoders
+from captum_ext.attr import DecodedLayerGradCam, EmbeddingDecoder
+from captum_ext.defaults.decoders import load_fitted_decoders
 from captum_ext.metrics import hiding_revealing, TokenOptions
 from torch import nn, Tensor
 
@@ -119,8 +120,8 @@ def random_game(
 
 
 def main() -> None:
-    from captum_ext.datasets import load_split
-    from captum_ext.default_models import load_default_model, MAX_LENGTH
+    from captum_ext.defaults.data import load_split
+    from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=200, help="held-out snippets")

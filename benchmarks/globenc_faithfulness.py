@@ -90,8 +90,8 @@ def correlations(
 
 
 def main() -> None:
-    from captum_ext.datasets import load_split
-    from captum_ext.default_models import load_default_model, MAX_LENGTH
+    from captum_ext.defaults.data import load_split
+    from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=200, help="held-out snippets")

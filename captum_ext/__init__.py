@@ -1,8 +1,17 @@
 #!/usr/bin/env python3
 r"""captum_ext: transformer token-attribution methods and faithfulness metrics for
-Captum. Methods live in :mod:`captum_ext.attr`, metrics in :mod:`captum_ext.metrics`,
-evaluation jobs on your own model and data in :mod:`captum_ext.evaluation`, and
-one text explained by several methods in :func:`captum_ext.explain.explain`.
+Captum.
+
+The library, which depends only on captum, torch, transformers and numpy and
+downloads, trains and reads nothing: methods in :mod:`captum_ext.attr`, metrics in
+:mod:`captum_ext.metrics`, architectures in :mod:`captum_ext.adapters`, records
+and highlighting in :mod:`captum_ext.visualization`. The application on top of
+it: the default models and their data in :mod:`captum_ext.defaults`, evaluation
+jobs on your own model and data (and one text explained by several methods,
+:func:`captum_ext.evaluation.explain.explain`) in :mod:`captum_ext.evaluation`,
+and the command line in :mod:`captum_ext.cli`. Layers import downwards only
+(``cli -> evaluation -> defaults -> library``); ``lint-imports`` checks it with
+the contracts in ``setup.cfg``.
 
 The names below are imported on first use, so ``import captum_ext`` (and
 ``captum-ext --help``) does not import torch.

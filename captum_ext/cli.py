@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 r"""The ``captum-ext`` command line: argument parsing only; the work is done by
-:func:`captum_ext.explain.explain`, :func:`captum_ext.evaluation.benchmark` and
+:func:`captum_ext.evaluation.explain.explain`,
+:func:`captum_ext.evaluation.benchmark` and
 :func:`captum_ext.evaluation.attribute.attribute_dataset`.
 
 ``captum-ext explain "text"`` prints the prediction and every method's token
@@ -18,37 +19,18 @@ import sys
 import time
 import traceback
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, NoReturn, Optional, Sequence, Tuple
 
 from captum_ext._utils.threads import configure_threads
+from captum_ext.evaluation.names import check_names, METHOD_NAMES, METRIC_NAMES
 
-__all__ = ["METHOD_NAMES", "METRIC_NAMES", "main"]
+__all__ = ["main"]
 
 TASKS = ("sentiment", "source")
 # Fits the 15-minute budget on 2 CPU cores with first-time model preparation.
 DEFAULT_N = 64
-# The registries' names, listed here so that --help needs no torch import;
-# tests/test_cli.py checks them against the registries.
-METHOD_NAMES = (
-    "NormXLogit",
-    "LogAt",
-    "AttCAT",
-    "CAT",
-    "GlobEnc",
-    "GlobEnc N_res",
-    "GlobEnc N",
-    "Decoded Grad-CAM",
-    "Attention",
-    "Attention rollout",
-    "Embedding norm",
-    "Saliency",
-    "InputXGradient",
-    "IntegratedGradients",
-    "FeatureAblation",
-    "Random",
-)
-METRIC_NAMES = ("aopc", "log_odds", "kendall_tau", "hiding_revealing", "sufficiency")
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
 
@@ -269,14 +251,6 @@ def _check_positive(args: argparse.Namespace, *names: str) -> None:
             raise ValueError(f"{flag} must be >= 1, got {value}")
 
 
-def _check_names(
-    names: Optional[Sequence[str]], known: Sequence[str], kind: str
-) -> None:
-    unknown = [n for n in names or [] if n not in known]
-    if unknown:
-        raise ValueError(f"unknown {kind}(s) {unknown}; available: {_names(known)}")
-
-
 def _check_model_flags(args: argparse.Namespace) -> None:
     given = [flag for flag in ("revision", "tokenizer") if getattr(args, flag)]
     if args.model is None and (given or args.trust_remote_code):
@@ -323,7 +297,7 @@ def _user_data(args: argparse.Namespace, model: Any) -> Any:
 
 # ------------------------------------------------------------------ commands
 def _explain(args: argparse.Namespace) -> int:
-    _check_names(args.methods, METHOD_NAMES, "method")
+    check_names(args.methods, METHOD_NAMES, "method")
     _check_model_flags(args)
     _check_positive(args, "max_length")
     if not args.text.strip():
@@ -331,8 +305,8 @@ def _explain(args: argparse.Namespace) -> int:
     if args.html is not None:
         _check_writable_file(args.html)
     _check_model(args)
+    from captum_ext.evaluation.explain import explain
     from captum_ext.evaluation.models import resolve_device
-    from captum_ext.explain import explain
     from captum_ext.visualization import (
         explanation_html,
         explanation_text,
@@ -345,7 +319,7 @@ def _explain(args: argparse.Namespace) -> int:
     if args.model is not None:
         model, tokenizer = _user_model(args)
     else:
-        from captum_ext.default_models import load_default_model, MAX_LENGTH
+        from captum_ext.defaults.models import load_default_model, MAX_LENGTH
         from captum_ext.evaluation.tasks import default_decoder_texts
 
         model, tokenizer = load_default_model(args.task, device=args.device)
@@ -377,35 +351,33 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _run_benchmark(args: argparse.Namespace) -> Any:
-    options: Dict[str, Any] = dict(
-        batch_size=args.batch_size, device=args.device, progress=_progress(args)
+    from captum_ext.evaluation.options import BenchmarkOptions
+
+    options = BenchmarkOptions(
+        methods=args.methods,
+        metrics=args.metrics,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        device=args.device,
+        progress=_progress(args),
     )
     if args.model is None:
-        from captum_ext.evaluation.tasks import benchmark_default_tasks
+        from captum_ext.evaluation.tasks import run_default_tasks
 
-        return benchmark_default_tasks(
-            args.limit or args.n, args.tasks, args.methods, args.metrics, **options
-        )
-    from captum_ext.evaluation.engine import benchmark
+        return run_default_tasks(args.limit or args.n, args.tasks, options)
+    from captum_ext.evaluation.engine import run_benchmark
 
     model, tokenizer = _user_model(args)
     data = _user_data(args, model)
-    return benchmark(
-        model,
-        tokenizer,
-        data,
-        args.methods,
-        args.metrics,
-        task=Path(args.model).name or "data",
-        max_length=args.max_length,
-        **options,
+    return run_benchmark(
+        model, tokenizer, data, replace(options, task=Path(args.model).name or "data")
     )
 
 
 def _benchmark(args: argparse.Namespace) -> int:
-    _check_names(args.methods, METHOD_NAMES, "method")
+    check_names(args.methods, METHOD_NAMES, "method")
     _check_model_flags(args)
-    _check_names(args.metrics, METRIC_NAMES, "metric")
+    check_names(args.metrics, METRIC_NAMES, "metric")
     _check_positive(args, "n", "batch_size", "limit", "max_length")
     if (args.model is None) != (args.data is None):
         raise ValueError(
@@ -425,7 +397,7 @@ def _benchmark(args: argparse.Namespace) -> int:
         result = _run_benchmark(args)
     if not ctx.is_main:
         return 0
-    from captum_ext.report import markdown_table, write_report
+    from captum_ext.evaluation.report import markdown_table, write_report
 
     paths = write_report(result, args.out)
     print(markdown_table(result))
@@ -440,8 +412,8 @@ def _benchmark(args: argparse.Namespace) -> int:
 
 
 def _attribute(args: argparse.Namespace) -> int:
-    _check_names(args.methods, METHOD_NAMES, "method")
-    _check_names(args.metrics, METRIC_NAMES, "metric")
+    check_names(args.methods, METHOD_NAMES, "method")
+    check_names(args.metrics, METRIC_NAMES, "metric")
     _check_positive(args, "batch_size", "limit", "max_length", "shard_size")
     if args.data is None:
         raise ValueError("give --data FILE: the texts to attribute")
@@ -449,8 +421,8 @@ def _attribute(args: argparse.Namespace) -> int:
         _check_writable_dir(args.out)
     _check_model(args)
     from captum_ext.evaluation.attribute import attribute_dataset
+    from captum_ext.evaluation.explain import default_methods
     from captum_ext.evaluation.models import resolve_device
-    from captum_ext.explain import default_methods
 
     resolve_device(args.device)
     model, tokenizer = _user_model(args)

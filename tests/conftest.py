@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 r"""Session-wide setup: torch on one thread (the only place the suite sets it),
 and the real default models, fine-tuned once and cached under
-:func:`captum_ext._utils.cache.cache_root` (a few minutes the first time,
+:func:`captum_ext.defaults.cache.cache_root` (a few minutes the first time,
 seconds afterwards)."""
 
 import os
@@ -9,7 +9,7 @@ from typing import Iterator, Tuple
 
 import pytest
 import torch
-from captum_ext.default_models import load_default_model
+from captum_ext.defaults.models import load_default_model
 
 from tests.helpers import embedding_decoders_in_registry
 

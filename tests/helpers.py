@@ -5,7 +5,7 @@ r"""Tiny random-init models of every supported family, built from configs in cod
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Tuple, Type
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Type
 
 import pytest
 import torch
@@ -282,7 +282,9 @@ def save_tiny_model(directory: object) -> object:
     return directory
 
 
-def embedding_decoders(model: nn.Module, tokenizer: object) -> list:
+def embedding_decoders(
+    model: nn.Module, tokenizer: object, texts: Optional[Sequence[str]] = None
+) -> list:
     r"""Stands in for the fitted decoders, which would be fitted on real text
     and cached: the tied input embeddings decode every layer."""
     from captum_ext.attr import EmbeddingDecoder
@@ -324,8 +326,8 @@ def offline_pip_error(
 ) -> str:
     r"""The message of the RuntimeError that ``fetch()`` raises when ``module``
     runs pip through ``failing_run`` (standing in for ``subprocess.run``), as it
-    fails without network (shared by tests/test_datasets.py and
-    tests/test_default_models.py)."""
+    fails without network (shared by tests/defaults/test_data.py and
+    tests/defaults/test_models.py)."""
     monkeypatch.setattr(module.subprocess, "run", failing_run)  # type: ignore
     with pytest.raises(RuntimeError) as error:
         fetch()

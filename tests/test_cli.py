@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from captum_ext import datasets
-from captum_ext.cli import main, METHOD_NAMES, METRIC_NAMES
+from captum_ext.cli import main
+from captum_ext.defaults import data as default_data
 from captum_ext.evaluation import registry
+from captum_ext.evaluation.names import METHOD_NAMES, METRIC_NAMES
 from captum_ext.evaluation.registry import METHODS, METRICS
 
 from tests.helpers import save_tiny_model, tiny_masked_lm, tiny_tokenizer
@@ -156,8 +157,8 @@ def test_random_neither_fits_decoders_nor_fetches_data(model_dir, monkeypatch, c
         raise AssertionError("fitted or fetched for a method that needs nothing")
 
     monkeypatch.setattr(registry, "decoders_for", forbidden)
-    monkeypatch.setattr(datasets, "load_split", forbidden)
-    monkeypatch.setattr(datasets, "vader_sdist_path", forbidden)
+    monkeypatch.setattr(default_data, "load_split", forbidden)
+    monkeypatch.setattr(default_data, "vader_sdist_path", forbidden)
     argv = ["explain", TEXT, "--model", str(model_dir), "--methods", "Random"]
     assert main(argv) == 0
     assert "Random" in capsys.readouterr().out

@@ -14,17 +14,20 @@ from typing import List, Set
 import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-# Modules whose ``__all__`` classes and functions the reference documents (evaluation's
-# submodules are discovered by docs/conf.py's ``public-submodules``).
+# Modules whose ``__all__`` classes and functions the reference documents
+# (evaluation's and defaults' submodules are discovered by docs/conf.py's
+# ``public-submodules``).
 DOCUMENTED = (
     "captum_ext",
     "captum_ext.attr",
     "captum_ext.metrics",
     "captum_ext.evaluation",
     "captum_ext.visualization",
-    "captum_ext.report",
-    "captum_ext.datasets",
-    "captum_ext.default_models",
+    "captum_ext.evaluation.explain",
+    "captum_ext.evaluation.report",
+    "captum_ext.defaults.data",
+    "captum_ext.defaults.decoders",
+    "captum_ext.defaults.models",
 )
 
 

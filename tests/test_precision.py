@@ -32,13 +32,13 @@ from captum_ext.attr import (
     DecodedLayerAttribution,
     DecodedLayerGradCam,
     GlobEnc,
-    load_fitted_decoders,
     LogAt,
     NormXLogit,
 )
-from captum_ext.datasets import load_split
-from captum_ext.evaluation.batches import bucketed_batches
+from captum_ext.defaults.data import load_split
+from captum_ext.defaults.decoders import load_fitted_decoders
 from captum_ext.evaluation.tasks import default_decoder_texts
+from captum_ext.evaluation.tokenized_batches import bucketed_batches
 from captum_ext.metrics import aopc
 from scipy.stats import rankdata, spearmanr
 from torch import nn, Tensor

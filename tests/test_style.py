@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 r"""The code style Captum checks on its own code: black + usort formatting and
-flake8, so an upstream contribution needs no reformatting; and mypy on the
-package, with the flags of setup.cfg's ``[mypy]`` section."""
+flake8, so an upstream contribution needs no reformatting; mypy on the
+package, with the flags of setup.cfg's ``[mypy]`` section; and the layers of
+setup.cfg's ``[importlinter]`` contracts (the library imports no application
+module and none of datasets, pyarrow, matplotlib)."""
 
 import subprocess
 import sys
@@ -39,3 +41,11 @@ def test_mypy():
         [sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_import_contracts():
+    result = subprocess.run(
+        ["lint-imports", "--no-cache"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout

@@ -16,8 +16,9 @@ through :func:`parse_token_ids` (they have no model adapter); methods through
 """
 
 import warnings
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any, Callable, Dict, Optional, Tuple, Type, TypeVar
 
 import torch
 from captum._utils.typing import TargetType
@@ -41,18 +42,80 @@ __all__ = [
 ]
 
 
+_Batch = TypeVar("_Batch", bound="TokenBatch")
+
+
 @dataclass
 class TokenBatch:
-    r"""A batch of token ids with its masks (all ``[batch, pos]``)."""
+    r"""A batch of token ids and what the forward pass takes after them: the
+    one record from the tokenizer's output to the methods, the metrics and the
+    evaluation engine.
+
+    Args:
+        input_ids (Tensor): ``[batch, pos]`` token ids.
+        attention_mask (Tensor): ``[batch, pos]``, 1 on real tokens.
+        extra_args (tuple, optional): the forward function's arguments after
+            the mask; for a Hugging Face model ``(token_type_ids,)`` of a text
+            pair, else empty.
+    """
 
     input_ids: Tensor
     attention_mask: Tensor
-    token_type_ids: Optional[Tensor] = None
+    extra_args: Tuple[Any, ...] = ()
+
+    @classmethod
+    def of(
+        cls: Type[_Batch],
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        token_type_ids: Optional[Tensor] = None,
+        **fields: Any,
+    ) -> _Batch:
+        r"""The batch of a tokenizer's output (``token_type_ids`` for text pairs
+        only); ``fields`` are a subclass's own."""
+        extra = () if token_type_ids is None else (token_type_ids,)
+        return cls(input_ids, attention_mask, extra, **fields)
 
     @property
+    def token_type_ids(self) -> Optional[Tensor]:
+        r"""``[batch, pos]`` segment ids of a text pair, else None."""
+        return self.extra_args[0] if self.extra_args else None
+
+    @cached_property  # read by every chunk of every method and metric
     def valid(self) -> Tensor:
         r"""Boolean ``[batch, pos]``: True on real (non-pad) tokens."""
         return self.attention_mask.bool()
+
+    def forward_args(self) -> Tuple[Any, ...]:
+        r"""``additional_forward_args`` of a Captum call on these ids:
+        ``(attention_mask,)`` or ``(attention_mask, token_type_ids)``."""
+        return (self.attention_mask, *self.extra_args)
+
+    def select(self: _Batch, rows: Any) -> _Batch:
+        r"""The batch of ``rows`` (a slice or index tensor) of every tensor."""
+        return replace(
+            self,
+            input_ids=self.input_ids[rows],
+            attention_mask=self.attention_mask[rows],
+            extra_args=tuple(_rows_of(arg, rows) for arg in self.extra_args),
+        )
+
+    def to(self: _Batch, device: Any) -> _Batch:
+        r"""The batch with every tensor on ``device``."""
+        return replace(
+            self,
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            extra_args=tuple(_on(arg, device) for arg in self.extra_args),
+        )
+
+
+def _rows_of(arg: Any, rows: Any) -> Any:
+    return arg[rows] if isinstance(arg, Tensor) else arg
+
+
+def _on(arg: Any, device: Any) -> Any:
+    return arg.to(device) if isinstance(arg, Tensor) else arg
 
 
 def parse_token_ids(
@@ -168,7 +231,7 @@ def parse_token_batch(
     token_type_ids = rest[0] if rest else None
     if token_type_ids is not None:
         check_same_shape("token_type_ids", token_type_ids, input_ids)
-    batch = TokenBatch(input_ids, attention_mask, token_type_ids)
+    batch = TokenBatch.of(input_ids, attention_mask, token_type_ids)
     _check_not_only_special(adapter, batch)
     check_vocabulary_ids(adapter, input_ids)
     _check_positions(adapter, batch)

@@ -10,12 +10,6 @@ from captum_ext.attr._core.decoded_layer_attribution import (
 )
 from captum_ext.attr._core.decoded_layer_grad_cam import DecodedLayerGradCam
 from captum_ext.attr._core.embedding_norm import EmbeddingNorm
-from captum_ext.attr._core.fitted_decoder import (
-    fit_decoders,
-    FitConfig,
-    load_fitted_decoder,
-    load_fitted_decoders,
-)
 from captum_ext.attr._core.globenc import GlobEnc
 from captum_ext.attr._core.last_layer_attention import LastLayerAttention
 from captum_ext.attr._core.llm_token_attribution import LLMTokenAttribution
@@ -30,13 +24,9 @@ __all__: list = [
     "DecodedLayerGradCam",
     "EmbeddingDecoder",
     "EmbeddingNorm",
-    "FitConfig",
     "GlobEnc",
     "LastLayerAttention",
     "LLMTokenAttribution",
-    "fit_decoders",
-    "load_fitted_decoder",
-    "load_fitted_decoders",
     "LogAt",
     "NormXLogit",
 ]

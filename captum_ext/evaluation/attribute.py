@@ -50,8 +50,6 @@ import hashlib
 import json
 import os
 import platform
-import sys
-import time
 import warnings
 from contextlib import contextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -62,12 +60,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 from torch import nn, Tensor
-from tqdm.auto import tqdm
 
 from captum_ext._utils.atomic import atomic_path, write_text_atomically
-from captum_ext._utils.chunking import check_internal_batch_size
 from captum_ext._utils.common import classifier_forward
-from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
+from captum_ext._utils.progress import Progress
+from captum_ext._utils.row_chunks import check_internal_batch_size
 from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.engine import (
@@ -75,7 +72,9 @@ from captum_ext.evaluation.engine import (
     metric_values,
     SharedForward,
 )
-from captum_ext.evaluation.registry import check_names, METHODS, METRICS
+from captum_ext.evaluation.names import check_names
+from captum_ext.evaluation.registry import METHODS, METRICS
+from captum_ext.evaluation.tokenized_batches import bucketed_batches, EncodedBatch
 
 __all__ = ["MANIFEST", "ManifestMismatchError", "attribute_dataset"]
 
@@ -86,7 +85,6 @@ _TARGETS = ("predicted", "label")
 _MUST_MATCH = ("arguments", "data", "model")
 _PACKAGES = ("captum_ext", "captum", "torch", "transformers", "datasets", "pyarrow")
 _SAMPLED_VALUES = 4096  # per weight tensor, in the model fingerprint
-_QUIET_SECONDS = 10.0  # between plain progress lines when stderr is not a tty
 
 Explain = Callable[..., Tensor]
 
@@ -171,11 +169,14 @@ def attribute_dataset(
         job = _Job(model, tokenizer, method_specs, metric_specs, length, target)
         mine = context.shard(missing)
         total = sum(len(_shard_positions(k, shard_size, len(data))) for k in mine)
-        with _progress(total, progress and context.is_main) as advance:
+        enabled = progress and context.is_main
+        with Progress(
+            total, "attribute", "examples", enabled=enabled, summary=False
+        ) as bar:
             for shard in mine:
                 positions = _shard_positions(shard, shard_size, len(data))
                 table = job.shard_table(
-                    data.select(positions), batch_size, context.device, advance
+                    data.select(positions), batch_size, context.device, bar.update
                 )
                 _write_atomically(table, out / _shard_name(shard), context.rank)
         context.barrier()
@@ -444,7 +445,7 @@ class _Job:
             for column, value in metric_values(
                 self.metric_specs,
                 shared,
-                (batch.input_ids, batch.attention_mask, batch.token_type_ids),
+                batch,
                 target,
                 scores,
                 explain,
@@ -547,36 +548,3 @@ def _schema(
     types.update({name: pa.list_(pa.float32()) for name in methods})
     names = list(_source_columns(data)) + list(columns)
     return pa.schema([(name, types.get(name, pa.float64())) for name in names])
-
-
-# ------------------------------------------------------------------- progress
-@contextmanager
-def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
-    r"""``advance(n)``: a tqdm bar with examples/s and ETA on a terminal, a
-    plain line every few seconds otherwise (logs, CI, ``torchrun``)."""
-    if not enabled:
-        yield lambda n: None
-        return
-    if sys.stderr.isatty():
-        with tqdm(total=total, unit="ex", desc="attribute") as bar:
-            yield bar.update
-        return
-    start = last = time.perf_counter()
-    done = 0
-
-    def advance(n: int) -> None:
-        nonlocal done, last
-        done += n
-        now = time.perf_counter()
-        if now - last >= _QUIET_SECONDS or done == total:
-            last = now
-            rate = done / max(now - start, 1e-9)
-            eta = (total - done) / max(rate, 1e-9)
-            print(
-                f"attribute: {done}/{total} examples, {rate:.1f} examples/s, "
-                f"ETA {eta:.0f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    yield advance

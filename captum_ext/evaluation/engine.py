@@ -11,7 +11,6 @@ the table equals a one-process run up to the batch composition (padding
 invariance, within 1e-6).
 """
 
-import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -30,15 +29,15 @@ from typing import (
 import torch
 from torch import nn, Tensor
 
-from captum_ext._utils.chunking import check_internal_batch_size
-from captum_ext._utils.common import classifier_forward
-from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
+from captum_ext._utils.common import classifier_forward, TokenBatch
+from captum_ext._utils.progress import Progress
+from captum_ext._utils.row_chunks import check_internal_batch_size
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.models import ModelSource
+from captum_ext.evaluation.names import check_names
+from captum_ext.evaluation.options import BenchmarkOptions
 from captum_ext.evaluation.registry import (
-    check_names,
     IG_STEPS,
-    LAYER_MAPS,
     MethodFn,
     METHODS,
     MethodSpec,
@@ -46,10 +45,10 @@ from captum_ext.evaluation.registry import (
     METRICS,
     MetricSpec,
     MetricValue,
-    use_decoder_texts,
 )
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
 from captum_ext.evaluation.timing import clock_for, time_paired
+from captum_ext.evaluation.tokenized_batches import bucketed_batches, EncodedBatch
 from captum_ext.visualization import Explanation, special_token_mask
 
 __all__ = [
@@ -58,10 +57,8 @@ __all__ = [
     "benchmark",
     "default_max_length",
     "metric_values",
+    "run_benchmark",
 ]
-
-# A batch's (input_ids, attention_mask, token_type_ids or None), each [batch, pos].
-_Inputs = Tuple[Tensor, Tensor, Optional[Tensor]]
 
 # Longest input the engine feeds a model whose tokenizer states no limit.
 FALLBACK_MAX_LENGTH = 512
@@ -70,7 +67,7 @@ FALLBACK_MAX_LENGTH = 512
 class ExampleData(Protocol):
     r"""What the engine reads from a dataset (``TextData`` of
     :func:`captum_ext.evaluation.data.load_data`, or
-    :class:`captum_ext.datasets.TextDataset`): ``texts``, gold ``labels`` or
+    :class:`captum_ext.defaults.data.TextDataset`): ``texts``, gold ``labels`` or
     None, ``label_names`` or None, and optionally ``text_pairs``."""
 
     @property
@@ -155,22 +152,24 @@ def _forward_for(model: nn.Module) -> Callable[..., Tensor]:
 # ------------------------------------------------------------------- batches
 @dataclass
 class _Batch:
+    r"""One batch of the dataset and what the engine learns about it."""
+
     encoded: EncodedBatch
     labels: Optional[Tensor]  # [batch] gold labels
     target: Tensor = field(default_factory=lambda: torch.empty(0))  # [batch]
     probs: Tensor = field(default_factory=lambda: torch.empty(0))  # [batch, C]
     shared: Optional[SharedForward] = None
 
-    @property
-    def inputs(self) -> _Inputs:
+    def logits(self, forward: Callable[..., Tensor]) -> Tensor:
         e = self.encoded
-        return e.input_ids, e.attention_mask, e.token_type_ids
+        return forward(e.input_ids, *e.forward_args())  # [batch, C]
 
 
 def _batches(
     tokenizer: Any,
     data: ExampleData,
     rows: List[int],
+    *,
     batch_size: int,
     max_length: int,
     device: torch.device,
@@ -195,11 +194,13 @@ def _batches(
 @torch.no_grad()
 def _predict(forward: Callable[..., Tensor], batch: _Batch) -> None:
     r"""Sets the batch's predicted class (the explained target)."""
-    logits = forward(*batch.inputs)  # [batch, C]
+    logits = batch.logits(forward)  # [batch, C]
     batch.probs = logits.float().softmax(-1)
     batch.target = logits.argmax(-1)
     batch.shared = SharedForward(forward)
-    batch.shared.remember(logits, *batch.inputs)
+    batch.shared.remember(
+        logits, batch.encoded.input_ids, *batch.encoded.forward_args()
+    )
 
 
 # ------------------------------------------------------------ one rank's work
@@ -219,7 +220,7 @@ class _MethodShard:
 
 
 def _other_classes(
-    explain: MethodFn, inputs: _Inputs, target: Tensor, scores: Tensor
+    explain: MethodFn, batch: TokenBatch, target: Tensor, scores: Tensor
 ) -> Callable[[Tensor], Tensor]:
     r"""``explain(classes)`` for Kendall-tau: rows asking for the class already
     explained (``target``) reuse their ``scores``; only the other rows run the
@@ -229,17 +230,22 @@ def _other_classes(
         out = scores.clone()
         redo = (classes != target).nonzero().flatten()
         if len(redo):
-            ids, mask, types = (None if t is None else t[redo] for t in inputs)
-            out[redo] = explain(ids, mask, classes[redo], types).detach().float()
+            rows = batch.select(redo)
+            out[redo] = _explain(explain, rows, classes[redo]).detach().float()
         return out
 
     return explain_for
 
 
+def _explain(explain: MethodFn, batch: TokenBatch, target: Tensor) -> Tensor:
+    r"""A registry method's scores ``[batch, pos]`` on ``batch``."""
+    return explain(batch.input_ids, batch.attention_mask, target, batch.token_type_ids)
+
+
 def metric_values(
     metrics: Sequence[MetricSpec],
     forward: Callable[..., Tensor],
-    inputs: _Inputs,
+    batch: TokenBatch,
     target: Tensor,
     scores: Tensor,
     explain: MethodFn,
@@ -247,13 +253,18 @@ def metric_values(
     labels: Optional[Tensor] = None,
 ) -> Iterator[Tuple[str, MetricValue]]:
     r"""``(column, value)`` of every metric on one batch's ``scores``
-    ``[batch, pos]`` for ``target`` ``[batch]``; ``inputs`` are the batch's
-    ``(input_ids, attention_mask, token_type_ids or None)`` and ``forward`` its
+    ``[batch, pos]`` for ``target`` ``[batch]``; ``forward`` is the batch's
     :class:`SharedForward`, shared by every metric and method of the batch."""
-    ids, mask, types = inputs
-    other_classes = _other_classes(explain, inputs, target, scores)
+    other_classes = _other_classes(explain, batch, target, scores)
     context = MetricContext(
-        forward, ids, mask, target, tokenizer, other_classes, types, labels
+        forward,
+        batch.input_ids,
+        batch.attention_mask,
+        target,
+        tokenizer,
+        other_classes,
+        batch.token_type_ids,
+        labels,
     )
     for metric in metrics:
         yield from metric.compute(context, scores).items()
@@ -270,11 +281,10 @@ def _score_batch(
     r"""Runs the method on one batch, timed against forward passes on the same
     batch interleaved with it (:func:`~captum_ext.evaluation.timing.time_paired`),
     and adds every metric's per-example values to ``shard``."""
-    ids, mask, types = batch.inputs
     scores, timing = time_paired(
-        torch.no_grad()(lambda: forward(*batch.inputs)),
-        lambda: explain(ids, mask, batch.target, types),
-        clock_for(ids.device),
+        torch.no_grad()(lambda: batch.logits(forward)),
+        lambda: _explain(explain, batch.encoded, batch.target),
+        clock_for(batch.encoded.input_ids.device),
     )
     scores = scores.detach().float()  # [batch, pos]
     shard.seconds += min(timing.method)
@@ -285,7 +295,7 @@ def _score_batch(
     for column, value in metric_values(
         metrics,
         batch.shared,
-        batch.inputs,
+        batch.encoded,
         batch.target,
         scores,
         explain,
@@ -301,49 +311,17 @@ def _score_batch(
     return scores
 
 
-class _Progress:
-    r"""A tqdm bar counting examples on a terminal; one plain line per method
-    when stderr is a log file (no carriage returns or cursor moves there)."""
-
-    def __init__(self, total: int, label: str, enabled: bool) -> None:
-        self.label, self.total, self.enabled = label, total, enabled
-        self.start = time.perf_counter()
-        self.bar: Any = None
-        if enabled and sys.stderr.isatty():
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(total=total, desc=label, unit="example", leave=False)
-
-    def update(self, n: int) -> None:
-        if self.bar is not None:
-            self.bar.update(n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        if self.enabled:
-            seconds = time.perf_counter() - self.start
-            print(
-                f"{self.label}: {self.total} examples in {seconds:.1f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-
-
 def _score_method(
-    spec: MethodSpec,
+    explain: MethodFn,
     model: nn.Module,
     tokenizer: Any,
     batches: List[_Batch],
     metrics: Sequence[MetricSpec],
     keep: Sequence[int],
-    progress: _Progress,
+    progress: Progress,
 ) -> _MethodShard:
-    explain = spec.factory(model, tokenizer)
     forward = _forward_for(model)
     shard = _MethodShard()
-    if spec.class_agnostic:  # one ranking for every class: nothing to compare
-        metrics = [metric for metric in metrics if not metric.class_specific]
     for batch in batches:
         scores = _score_batch(explain, forward, batch, tokenizer, metrics, shard)
         mask = batch.encoded.attention_mask
@@ -381,36 +359,54 @@ def _predictions(batches: List[_Batch], keep: Sequence[int]) -> _RankOutput:
     return output
 
 
+@dataclass(frozen=True)
+class _Job:
+    r"""One benchmark run as the engine executes it: the chosen methods' and
+    metrics' specs and the options, ``max_length`` resolved."""
+
+    methods: List[MethodSpec]
+    metrics: List[MetricSpec]
+    options: BenchmarkOptions
+    max_length: int
+    # Texts the decoders are fitted on, when a chosen method needs them.
+    decoder_texts: Optional[Sequence[str]] = None
+
+
 def _run_shard(
     model: nn.Module,
     tokenizer: Any,
     data: ExampleData,
-    specs: Tuple[List[MethodSpec], List[MetricSpec]],
-    options: Dict[str, Any],
+    job: _Job,
     ctx: DistributedContext,
 ) -> _RankOutput:
-    methods, metrics = specs
+    options = job.options
     rows = ctx.shard(list(range(len(data))))
     batches = _batches(
         tokenizer,
         data,
         rows,
-        options["batch_size"],
-        options["max_length"],
-        ctx.device,
+        batch_size=options.batch_size,
+        max_length=job.max_length,
+        device=ctx.device,
     )
     forward = _forward_for(model)
     for batch in batches:
         _predict(forward, batch)
-    keep = list(range(min(options["n_examples"], len(data))))
+    keep = list(range(min(options.n_examples, len(data))))
     output = _predictions(batches, keep)
-    for spec in methods:
-        label = f"{options['task']}: {spec.name}"
+    metrics = job.metrics
+    for spec in job.methods:
+        label = f"{options.task}: {spec.name}"
         if ctx.is_distributed:
             label += f" (rank {ctx.rank})"
-        progress = _Progress(len(rows), label, options["progress"])
+        progress = Progress(len(rows), label, "examples", enabled=options.progress)
+        explain = spec.build(model, tokenizer, job.decoder_texts)
+        # One ranking for every class: nothing for a class-specific metric to compare.
+        method_metrics = [
+            m for m in metrics if not (spec.class_agnostic and m.explains_other_classes)
+        ]
         output.methods[spec.name] = _score_method(
-            spec, model, tokenizer, batches, metrics, keep, progress
+            explain, model, tokenizer, batches, method_metrics, keep, progress
         )
     return output
 
@@ -525,26 +521,26 @@ def _layer_maps(
     tokenizer: Any,
     example: Explanation,
     inputs: Tuple[List[int], Optional[List[int]]],
-    methods: Sequence[MethodSpec],
+    job: _Job,
     device: torch.device,
 ) -> Dict[str, Tuple[List[str], Tensor]]:
-    r"""The :data:`LAYER_MAPS` entries of the chosen methods on one example, from
-    its attended token ids and (text pairs) token type ids; none fitted or run
-    for a method that was not chosen."""
-    chosen = {spec.name for spec in methods}
+    r"""The per-layer scores (``MethodSpec.layer_map``) of the chosen methods on
+    one example, in the registry's order, from its attended token ids and (text
+    pairs) token type ids; none fitted or run for a method that was not
+    chosen."""
+    chosen = {spec.name for spec in job.methods}
     ids, types = inputs
     input_ids = torch.tensor([ids], device=device)  # [1, pos]
     mask = torch.ones_like(input_ids)
     token_types = None if types is None else torch.tensor([types], device=device)
     target = torch.tensor([example.target], device=device)
-    return {
-        name: (
-            example.tokens,
-            factory(model, tokenizer)(input_ids, mask, target, token_types)[0].cpu(),
-        )
-        for name, factory in LAYER_MAPS.items()
-        if name in chosen
-    }
+    maps = {}
+    for name, spec in METHODS.items():
+        if name in chosen and spec.layer_map is not None:
+            layers = spec.build(model, tokenizer, job.decoder_texts, layers=True)
+            scores = layers(input_ids, mask, target, token_types)[0]  # [layers, pos]
+            maps[name] = (example.tokens, scores.cpu())
+    return maps
 
 
 def _check_labels(metrics: Sequence[MetricSpec], data: ExampleData) -> None:
@@ -567,22 +563,21 @@ def _check_options(batch_size: int, n_examples: int, data: ExampleData) -> None:
 def _config(
     model: nn.Module,
     data: ExampleData,
-    task: str,
-    methods: Sequence[MethodSpec],
-    options: Dict[str, Any],
+    job: _Job,
     ctx: DistributedContext,
     truncated: int,
 ) -> Dict[str, Any]:
     import captum
     import transformers
 
+    task = job.options.task
     return {
         "tasks": {task: len(data)},
         "data": {task: str(getattr(data, "source", task))},
         "model": {task: ModelSource.of(model).record()},
-        "methods": [m.name for m in methods],
-        "batch_size": options["batch_size"],
-        "max_length": {task: options["max_length"]},
+        "methods": [m.name for m in job.methods],
+        "batch_size": job.options.batch_size,
+        "max_length": {task: job.max_length},
         "truncated": {task: truncated},
         "ig_steps": IG_STEPS,
         "device": str(ctx.device),
@@ -648,48 +643,74 @@ def benchmark(
         BenchmarkResult: one row per method, with per-example values
         (``MethodResult.per_example``), ``to_csv``/``to_json``.
     """
-    start = time.perf_counter()
-    method_specs = [METHODS[n] for n in check_names(methods, METHODS, "method")]
-    metric_specs = [METRICS[n] for n in check_names(metrics, METRICS, "metric")]
-    _check_options(batch_size, n_examples, data)
-    _check_labels(metric_specs, data)
-    if any(spec.needs_decoders for spec in method_specs):
-        use_decoder_texts(model, decoder_texts or list(data.texts))
-    options = dict(
-        task=task,
+    options = BenchmarkOptions(
+        methods=methods,
+        metrics=metrics,
         batch_size=batch_size,
-        max_length=max_length or default_max_length(model, tokenizer),
-        n_examples=n_examples,
+        max_length=max_length,
+        device=device,
         progress=progress,
+        decoder_texts=decoder_texts,
+        task=task,
+        n_examples=n_examples,
+    )
+    return run_benchmark(model, tokenizer, data, options, stacklevel=3)
+
+
+def run_benchmark(
+    model: nn.Module,
+    tokenizer: Any,
+    data: ExampleData,
+    options: BenchmarkOptions,
+    stacklevel: int = 2,
+) -> BenchmarkResult:
+    r""":func:`benchmark` with its options as one record (what the command line
+    builds).
+
+    Args:
+        model (nn.Module): a Hugging Face sequence classifier.
+        tokenizer: its tokenizer.
+        data: texts (and optional ``text_pairs``, gold ``labels`` and
+            ``label_names``).
+        options (BenchmarkOptions): the run's methods, metrics, batch size and
+            the rest (see :class:`~captum_ext.evaluation.options.BenchmarkOptions`).
+        stacklevel (int, optional): of the warning that counts cut texts.
+
+    Returns:
+        BenchmarkResult: as :func:`benchmark`'s.
+    """
+    start = time.perf_counter()
+    method_specs = [METHODS[n] for n in check_names(options.methods, METHODS, "method")]
+    metric_specs = [METRICS[n] for n in check_names(options.metrics, METRICS, "metric")]
+    _check_options(options.batch_size, options.n_examples, data)
+    _check_labels(metric_specs, data)
+    decoder_texts = None
+    if any(spec.needs_decoders for spec in method_specs):
+        decoder_texts = options.decoder_texts or list(data.texts)
+    job = _Job(
+        methods=method_specs,
+        metrics=metric_specs,
+        options=options,
+        max_length=options.max_length or default_max_length(model, tokenizer),
+        decoder_texts=decoder_texts,
     )
     default_device = next(model.parameters()).device
-    with distributed_context(str(device or default_device)) as ctx:
+    with distributed_context(str(options.device or default_device)) as ctx:
         model.to(ctx.device)
-        output = _run_shard(
-            model, tokenizer, data, (method_specs, metric_specs), options, ctx
-        )
+        output = _run_shard(model, tokenizer, data, job, ctx)
         gathered = ctx.gather(output)
         result = None
         if gathered is not None:
-            result = _merge(
-                model,
-                tokenizer,
-                data,
-                gathered,
-                method_specs,
-                metric_specs,
-                options,
-                ctx,
-            )
+            result = _merge(model, tokenizer, data, gathered, job=job, ctx=ctx)
             result.wall_seconds = time.perf_counter() - start
         result = ctx.broadcast(result)
-    truncated = result.config["truncated"][task]
+    truncated = result.config["truncated"][options.task]
     if truncated:
         warnings.warn(
             f"{truncated} of {len(data)} texts were cut to max_length="
-            f"{options['max_length']} tokens; their attributions cover the kept "
+            f"{job.max_length} tokens; their attributions cover the kept "
             "tokens only",
-            stacklevel=2,
+            stacklevel=stacklevel,
         )
     return result
 
@@ -699,13 +720,12 @@ def _merge(
     tokenizer: Any,
     data: ExampleData,
     outputs: List[_RankOutput],
-    methods: List[MethodSpec],
-    metrics: List[MetricSpec],
-    options: Dict[str, Any],
+    *,
+    job: _Job,
     ctx: DistributedContext,
 ) -> BenchmarkResult:
-    task = options["task"]
-    columns = {c: up for m in metrics for c, up in m.columns.items()}
+    task, methods = job.options.task, job.methods
+    columns = {c: up for m in job.metrics for c, up in m.columns.items()}
     rows = [
         _merge_method(
             spec, [out.methods[spec.name] for out in outputs], task, list(columns)
@@ -722,13 +742,13 @@ def _merge(
     if examples:
         shown = _confident_row(examples)
         maps = _layer_maps(
-            model, tokenizer, examples[shown], kept[shown], methods, ctx.device
+            model, tokenizer, examples[shown], kept[shown], job, ctx.device
         )
     truncated = sum(out.truncated for out in outputs)
     return BenchmarkResult(
         rows=rows,
         metrics=columns,
         examples={task: list(examples.values())},
-        config=_config(model, data, task, methods, options, ctx, truncated),
+        config=_config(model, data, job, ctx, truncated),
         layer_maps={task: maps},
     )

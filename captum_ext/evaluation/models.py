@@ -15,8 +15,9 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 from torch import nn
 
+from captum_ext._utils.progress import quiet_library_bars
 from captum_ext.adapters import get_adapter, UnsupportedModelError
-from captum_ext.default_models import quiet_transformers
+from captum_ext.defaults.models import quiet_transformers
 from captum_ext.evaluation.hub import is_hub_id
 from captum_ext.evaluation.model_files import read_model_config
 
@@ -281,9 +282,13 @@ def load_classifier(
         UnsupportedModelError: not a sequence classifier (a masked-LM or bare
             encoder directory), weights missing from the directory, or an
             architecture captum_ext has no adapter for.
+
+    When stderr is not a terminal, transformers' own progress bars are turned
+    off (they would write carriage returns into the log).
     """
     from transformers import AutoModelForSequenceClassification
 
+    quiet_library_bars()
     chosen_device = resolve_device(device)
     chosen_dtype = _dtype(dtype)
     if max_length is not None and max_length < 2:

@@ -8,7 +8,14 @@ metric it can run, by name. Adding to the benchmark is one entry each:
 - :data:`METRICS`: name -> :class:`MetricSpec`, whose ``compute(context, scores)``
   returns a :class:`MetricValue` (a value per example, optionally a curve) for
   each of its table columns;
-- :data:`LAYER_MAPS`: per-layer scores ``[batch, layers, pos]`` drawn as heatmaps.
+- a method's ``layer_map``: per-layer scores ``[batch, layers, pos]`` drawn as
+  heatmaps.
+
+Each entry states what it needs (gradients, attention weights, fitted decoders,
+gold labels), whether its scores ignore the target class and whether it supports
+causal language models. The names are also listed, without torch, in
+:mod:`captum_ext.evaluation.names`; this module refuses to import when the two
+differ.
 
 Captum's own baselines sit in :data:`METHODS` next to the captum_ext methods, so
 the table answers "what would a user pick instead". They work on the
@@ -27,11 +34,10 @@ has:
 - ``Random``: uniform scores, seeded; the floor every method should beat.
 
 Methods that need fitted decoders (``Decoded Grad-CAM``) say so in
-:attr:`MethodSpec.needs_decoders`; their decoders are fitted on the texts given
-to :func:`use_decoder_texts`, and only when such a method is chosen.
+:attr:`MethodSpec.needs_decoders`; :meth:`MethodSpec.build` passes them the texts
+to fit the decoders on, and only such a method is given them.
 """
 
-import weakref
 import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -44,7 +50,7 @@ from captum.attr import (
 )
 from torch import nn, Tensor
 
-from captum_ext._utils.common import classifier_forward
+from captum_ext._utils.common import classifier_forward, TokenBatch
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext.adapters import get_adapter
 from captum_ext.attr import (
@@ -55,10 +61,11 @@ from captum_ext.attr import (
     EmbeddingNorm,
     GlobEnc,
     LastLayerAttention,
-    load_fitted_decoders,
     LogAt,
     NormXLogit,
 )
+from captum_ext.defaults.decoders import load_fitted_decoders
+from captum_ext.evaluation.names import METHOD_NAMES, METRIC_NAMES
 from captum_ext.metrics import (
     aopc,
     hiding_revealing,
@@ -73,7 +80,6 @@ __all__ = [
     "ABLATION_ROWS",
     "IG_ROWS",
     "IG_STEPS",
-    "LAYER_MAPS",
     "METHODS",
     "METRICS",
     "METRIC_ROWS",
@@ -82,18 +88,18 @@ __all__ = [
     "MetricContext",
     "MetricSpec",
     "MetricValue",
-    "check_names",
     "decoded_layer",
     "decoders_for",
     "register_method",
     "register_metric",
     "needs_decoders",
-    "use_decoder_texts",
 ]
 
 # explain(input_ids, attention_mask, target, token_type_ids=None) -> [batch, pos]
 MethodFn = Callable[..., Tensor]
-MethodFactory = Callable[[nn.Module, Any], MethodFn]
+# factory(model, tokenizer) -> explain; factory(model, tokenizer, decoder_texts)
+# for a method that needs decoders.
+MethodFactory = Callable[..., MethodFn]
 
 IG_STEPS = 16
 # Rows per forward pass of FeatureAblation, of IntegratedGradients' path points
@@ -106,21 +112,27 @@ METRIC_ROWS = 128
 
 @dataclass(frozen=True)
 class MethodSpec:
-    r"""An attribution method as the engine runs it.
+    r"""An attribution method as the engine runs it, with what it needs.
 
     Args:
         name (str): column/row label.
         factory (MethodFactory): ``factory(model, tokenizer)`` returns
             ``explain(input_ids, attention_mask, target, token_type_ids=None)
-            -> [batch, pos]``.
+            -> [batch, pos]`` (see :meth:`build`).
         family (str): ``"captum_ext"``, ``"captum"`` (a baseline a user would
             pick instead), ``"baseline"`` (the simple baselines the papers beat:
             attention, attention rollout, embedding norm) or ``"control"``
             (random, which runs no forward pass).
         needs_decoders (bool): True when the factory fits decoders (costly, and
-            it needs real text: see :func:`use_decoder_texts`).
+            it needs real text: the factory then takes ``decoder_texts``).
         class_agnostic (bool): True when the scores do not depend on the
             target class (Kendall-tau does not apply).
+        needs_gradients (bool): True when the method runs a backward pass.
+        needs_attention_weights (bool): True when it reads the attention
+            probabilities (an eager-attention model).
+        causal_lm (bool): True when it supports causal language models.
+        layer_map (MethodFactory, optional): like ``factory``, for scores per
+            layer ``[batch, layers, pos]`` the report draws as a heatmap.
     """
 
     name: str
@@ -128,53 +140,47 @@ class MethodSpec:
     family: str
     needs_decoders: bool = False
     class_agnostic: bool = False
+    needs_gradients: bool = False
+    needs_attention_weights: bool = False
+    causal_lm: bool = False
+    layer_map: Optional[MethodFactory] = None
+
+    def build(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        decoder_texts: Optional[Sequence[str]] = None,
+        layers: bool = False,
+    ) -> MethodFn:
+        r"""The method's ``explain`` function for ``model`` (its per-layer one
+        with ``layers=True``); ``decoder_texts`` reach only a method that needs
+        decoders."""
+        factory = self.layer_map if layers else self.factory
+        if factory is None:
+            raise ValueError(f"{self.name} has no per-layer scores")
+        if self.needs_decoders:
+            return factory(model, tokenizer, decoder_texts)
+        return factory(model, tokenizer)
 
 
 METHODS: Dict[str, MethodSpec] = {}
 
 
 def register_method(
-    name: str,
-    factory: MethodFactory,
-    family: str,
-    needs_decoders: bool = False,
-    class_agnostic: bool = False,
+    name: str, factory: MethodFactory, family: str, **needs: Any
 ) -> None:
-    r"""Adds a method to :data:`METHODS` (benchmark, attribute and ``explain``)."""
+    r"""Adds a method to :data:`METHODS` (benchmark, attribute and ``explain``);
+    the keywords ``needs`` are the other fields of :class:`MethodSpec`
+    (``needs_gradients=True``, ``class_agnostic=True``, ...)."""
     if name in METHODS:
         raise ValueError(f"method {name!r} is already registered")
-    METHODS[name] = MethodSpec(name, factory, family, needs_decoders, class_agnostic)
-
-
-def check_names(
-    names: Optional[Sequence[str]], registry: Dict[str, Any], kind: str
-) -> List[str]:
-    r"""``names`` validated against ``registry`` (all of it when None): known,
-    at least one, none listed twice."""
-    if names is None:
-        return list(registry)
-    unknown = [name for name in names if name not in registry]
-    if unknown:
-        raise ValueError(
-            f"unknown {kind}(s) {unknown}; available: {', '.join(registry)}"
-        )
-    if not names:
-        raise ValueError(f"no {kind} chosen; available: {', '.join(registry)}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"a {kind} is listed twice: {list(names)}")
-    return list(names)
+    METHODS[name] = MethodSpec(name, factory, family, **needs)
 
 
 def needs_decoders(names: Sequence[str]) -> bool:
-    r"""Whether any of the named methods fits decoders (see
-    :func:`use_decoder_texts`)."""
+    r"""Whether any of the named methods fits decoders (and so needs texts to
+    fit them on)."""
     return any(METHODS[name].needs_decoders for name in names)
-
-
-def _forward_args(attention_mask: Tensor, token_type_ids: Optional[Tensor]) -> tuple:
-    if token_type_ids is None:
-        return (attention_mask,)
-    return (attention_mask, token_type_ids)
 
 
 # scores(input_ids, target, forward_args) -> [batch, pos] (or [batch, layers, pos]);
@@ -194,7 +200,7 @@ def _explainer(scores: ScoreFn) -> MethodFn:
         target: Tensor,
         token_type_ids: Optional[Tensor] = None,
     ) -> Tensor:
-        args = _forward_args(attention_mask, token_type_ids)
+        args = TokenBatch.of(input_ids, attention_mask, token_type_ids).forward_args()
         with torch.enable_grad():
             return scores(input_ids, target, args).detach()
 
@@ -219,48 +225,19 @@ def _captum_ext(method: Callable[[nn.Module], Any], **options: Any) -> MethodFac
     return factory
 
 
-register_method("NormXLogit", _captum_ext(NormXLogit), "captum_ext")
-register_method("LogAt", _captum_ext(LogAt), "captum_ext")
-register_method("AttCAT", _captum_ext(AttCAT), "captum_ext")
-register_method("CAT", _captum_ext(CAT), "captum_ext")
-for _name, _variant in (("GlobEnc", "N_enc"), ("GlobEnc N_res", "N_res")):
-    register_method(
-        _name,
-        _captum_ext(GlobEnc, variant=_variant),
-        "captum_ext",
-        class_agnostic=True,
-    )
-register_method(
-    "GlobEnc N", _captum_ext(GlobEnc, variant="N"), "captum_ext", class_agnostic=True
-)
-
-
-# Texts the decoders of each model are fitted on; weak keys so a dropped model
-# takes its entry with it.
-_DECODER_TEXTS: "weakref.WeakKeyDictionary[nn.Module, List[str]]" = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def use_decoder_texts(model: nn.Module, texts: Sequence[str]) -> None:
-    r"""Sets the real texts :func:`decoders_for` fits ``model``'s decoders on:
-    the default task's training texts for the default models, the user's data
-    otherwise."""
-    _DECODER_TEXTS[model] = list(texts)
-
-
-def decoders_for(model: nn.Module, tokenizer: Any) -> List[nn.Module]:
-    r"""One decoder per ``hidden_states`` index for Decoded Grad-CAM: fitted on
-    the frozen encoder and cached (a sequence classifier has no masked-LM head;
-    see :func:`captum_ext.attr.load_fitted_decoders`)."""
-    texts = _DECODER_TEXTS.get(model)
+def decoders_for(
+    model: nn.Module, tokenizer: Any, texts: Optional[Sequence[str]]
+) -> List[nn.Module]:
+    r"""One decoder per ``hidden_states`` index for Decoded Grad-CAM, fitted on
+    ``texts`` with the encoder frozen and cached (a sequence classifier has no
+    masked-LM head; see
+    :func:`captum_ext.defaults.decoders.load_fitted_decoders`)."""
     if not texts:
         raise ValueError(
             "Decoded Grad-CAM fits decoders on real text, and none was given for "
-            "this model: call captum_ext.evaluation.registry.use_decoder_texts("
-            "model, texts) first"
+            "this model: pass decoder_texts (e.g. the model's training texts)"
         )
-    return list(load_fitted_decoders(model, tokenizer, texts).heads)
+    return list(load_fitted_decoders(model, tokenizer, list(texts)).heads)
 
 
 def decoded_layer(model: nn.Module) -> int:
@@ -274,8 +251,10 @@ def _decoded(all_layers: bool) -> MethodFactory:
     r"""Decoded Grad-CAM at :func:`decoded_layer`, or at every layer
     (``[batch, L + 1, pos]``) from one backward pass."""
 
-    def factory(model: nn.Module, tokenizer: Any) -> MethodFn:
-        decoders = decoders_for(model, tokenizer)
+    def factory(
+        model: nn.Module, tokenizer: Any, decoder_texts: Optional[Sequence[str]] = None
+    ) -> MethodFn:
+        decoders = decoders_for(model, tokenizer, decoder_texts)
         layer = decoded_layer(model)
         method = DecodedLayerGradCam(model, layer, decoders[layer])
 
@@ -289,11 +268,6 @@ def _decoded(all_layers: bool) -> MethodFactory:
         return _explainer(scores)
 
     return factory
-
-
-register_method(
-    "Decoded Grad-CAM", _decoded(all_layers=False), "captum_ext", needs_decoders=True
-)
 
 
 # ----------------------------------------------------------- captum baselines
@@ -400,34 +374,62 @@ def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
     return _explainer(scores)
 
 
+# ------------------------------------------------------------ the methods
+# The GlobEnc variants by decomposition depth (see GlobEnc's ``variant``).
+_GLOBENC_VARIANTS = {"GlobEnc": "N_enc", "GlobEnc N_res": "N_res", "GlobEnc N": "N"}
+
+register_method("NormXLogit", _captum_ext(NormXLogit), "captum_ext")
+register_method("LogAt", _captum_ext(LogAt), "captum_ext")
+register_method(
+    "AttCAT",
+    _captum_ext(AttCAT),
+    "captum_ext",
+    layer_map=_captum_ext(AttCAT, return_layers=True),
+    needs_gradients=True,
+    needs_attention_weights=True,
+)
+register_method("CAT", _captum_ext(CAT), "captum_ext", needs_gradients=True)
+for _name, _variant in _GLOBENC_VARIANTS.items():
+    register_method(
+        _name,
+        _captum_ext(GlobEnc, variant=_variant),
+        "captum_ext",
+        class_agnostic=True,
+        needs_attention_weights=True,
+    )
+register_method(
+    "Decoded Grad-CAM",
+    _decoded(all_layers=False),
+    "captum_ext",
+    needs_decoders=True,
+    layer_map=_decoded(all_layers=True),
+    needs_gradients=True,
+)
 # The simple baselines the papers beat, class-agnostic like GlobEnc.
 register_method(
-    "Attention", _captum_ext(LastLayerAttention), "baseline", class_agnostic=True
+    "Attention",
+    _captum_ext(LastLayerAttention),
+    "baseline",
+    class_agnostic=True,
+    needs_attention_weights=True,
 )
 register_method(
     "Attention rollout",
     _captum_ext(AttentionRollout),
     "baseline",
     class_agnostic=True,
+    needs_attention_weights=True,
 )
 register_method(
     "Embedding norm", _captum_ext(EmbeddingNorm), "baseline", class_agnostic=True
 )
-register_method("Saliency", _saliency, "captum")
-register_method("InputXGradient", _input_x_gradient, "captum")
-register_method("IntegratedGradients", _integrated_gradients, "captum")
+register_method("Saliency", _saliency, "captum", needs_gradients=True)
+register_method("InputXGradient", _input_x_gradient, "captum", needs_gradients=True)
+register_method(
+    "IntegratedGradients", _integrated_gradients, "captum", needs_gradients=True
+)
 register_method("FeatureAblation", _feature_ablation, "captum")
 register_method("Random", _random, "control")
-
-
-# ------------------------------------------------------------------ layer maps
-# Per-layer scores of a method chosen in the run: ``factory(model, tokenizer)``
-# returns ``fn(input_ids, attention_mask, target, token_type_ids=None) -> [batch,
-# layers, pos]``, and the report draws one heatmap per entry.
-LAYER_MAPS: Dict[str, MethodFactory] = {
-    "AttCAT": _captum_ext(AttCAT, return_layers=True),
-    "Decoded Grad-CAM": _decoded(all_layers=True),
-}
 
 
 # -------------------------------------------------------------------- metrics
@@ -444,6 +446,10 @@ class MetricContext:
     explain: Callable[[Tensor], Tensor]
     token_type_ids: Optional[Tensor] = None  # [batch, pos], text pairs only
     labels: Optional[Tensor] = None  # [batch] gold labels, when the data has them
+
+    @property
+    def batch(self) -> TokenBatch:
+        return TokenBatch.of(self.input_ids, self.attention_mask, self.token_type_ids)
 
 
 @dataclass
@@ -471,35 +477,32 @@ class MetricSpec:
         columns (dict[str, bool]): column label -> higher is better.
         needs_labels (bool): True when the metric scores against gold labels
             (the engine refuses it on data without labels).
-        class_specific (bool): True when the metric compares a method's
-            explanations of different classes: it does not apply to a
+        explains_other_classes (bool): True when it runs the method again for
+            other classes (``context.explain``); it does not apply to a
             class-agnostic method (the engine leaves its values out: NaN in
             the table, null in JSON).
+        causal_lm (bool): True when it supports causal language models.
     """
 
     name: str
     compute: MetricCompute
     columns: Dict[str, bool]
     needs_labels: bool = False
-    class_specific: bool = False
+    explains_other_classes: bool = False
+    causal_lm: bool = False
 
 
 METRICS: Dict[str, MetricSpec] = {}
 
 
 def register_metric(
-    name: str,
-    compute: MetricCompute,
-    columns: Dict[str, bool],
-    needs_labels: bool = False,
-    class_specific: bool = False,
+    name: str, compute: MetricCompute, columns: Dict[str, bool], **needs: Any
 ) -> None:
-    r"""Adds a metric to :data:`METRICS`."""
+    r"""Adds a metric to :data:`METRICS`; the keywords ``needs`` are the other
+    fields of :class:`MetricSpec` (``needs_labels=True``, ...)."""
     if name in METRICS:
         raise ValueError(f"metric {name!r} is already registered")
-    METRICS[name] = MetricSpec(
-        name, compute, dict(columns), needs_labels, class_specific
-    )
+    METRICS[name] = MetricSpec(name, compute, dict(columns), **needs)
 
 
 def _call_metric(
@@ -513,9 +516,7 @@ def _call_metric(
         context.input_ids,
         explanation,
         target=context.target,
-        additional_forward_args=_forward_args(
-            context.attention_mask, context.token_type_ids
-        ),
+        additional_forward_args=context.batch.forward_args(),
         tokens=TokenOptions.from_tokenizer(context.tokenizer),
         internal_batch_size=METRIC_ROWS,
     )
@@ -551,9 +552,16 @@ def _hiding_revealing(context: MetricContext, scores: Tensor) -> Dict[str, Metri
 register_metric("aopc", _curve_metric(aopc, "AOPC"), {"AOPC": True})
 register_metric("log_odds", _curve_metric(log_odds, "LOdds"), {"LOdds": False})
 register_metric(
-    "kendall_tau", _kendall_tau, {"Kendall-tau": False}, class_specific=True
+    "kendall_tau", _kendall_tau, {"Kendall-tau": False}, explains_other_classes=True
 )
 register_metric("hiding_revealing", _hiding_revealing, {"Hide": False, "Reveal": True})
 register_metric(
     "sufficiency", _curve_metric(sufficiency, "Sufficiency"), {"Sufficiency": False}
 )
+
+if (tuple(METHODS), tuple(METRICS)) != (METHOD_NAMES, METRIC_NAMES):
+    raise ImportError(
+        "the registry's methods and metrics differ from the names of "
+        "captum_ext/evaluation/names.py, from which the command line builds its "
+        f"choices: {list(METHODS)}, {list(METRICS)}"
+    )

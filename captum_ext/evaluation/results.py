@@ -84,14 +84,14 @@ class BenchmarkResult:
     def __repr__(self) -> str:
         r"""A few terminal lines: the run and each task's faithfulness-cost
         front (:func:`captum_ext.report.result_text`)."""
-        from captum_ext.report import result_text
+        from captum_ext.evaluation.report import result_text
 
         return result_text(self)
 
     def _repr_html_(self) -> str:
         r"""In a notebook: the report's frontier, tables and highlighted
         examples (:func:`captum_ext.report.result_html`)."""
-        from captum_ext.report import result_html
+        from captum_ext.evaluation.report import result_html
 
         return result_html(self)
 

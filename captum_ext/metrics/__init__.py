@@ -47,7 +47,63 @@ internal_batch_size (int, optional)
     most rows per forward pass: examples, or (example, level) pairs of every
     curve; results do not depend on it. Default: None (the batch size)
 show_progress (bool, optional)
-    a tqdm progress bar. Default: False
+    progress on stderr: a bar on a terminal, plain lines with the time left in
+    a log. Default: False
+
+.. _metric-presets:
+
+.. rubric:: The papers' protocols of the perturbation curves
+
+Each preset reproduces the authors' reference code; :func:`get_protocol` holds
+it as a typed record. The default of each metric is in its docstring.
+
+:func:`aopc`
+    - ``"attcat"`` (AttCAT, Qiang et al., NeurIPS 2022,
+      https://github.com/qiangyao1988/AttCAT, ``cal_aopc``): :math:`g \in`
+      ``np.linspace(0, 1, 10)[1:]`` (nine multiples of 1/9, 100 % included);
+      :math:`k = \mathrm{round}(g \cdot n)` with :math:`n` counting special
+      tokens; special tokens and the lowest-ranked real token are never
+      removed; deletion; :math:`|p - \tilde p|`. Examples with :math:`n < 10`
+      are skipped: their score and curve are NaN (use ``torch.nanmean``). The
+      reference tracks the gold label: pass ``target=labels``.
+    - ``"normxlogit"`` (Comp_CD of NormXLogit, Abbasi et al., EMNLP 2025,
+      https://github.com/sinaabbasi1/NormXLogit): :math:`g \in \{0.1, \dots,
+      0.9\}`; :math:`k = \lfloor g \cdot n \rfloor` with :math:`n` counting
+      special tokens; every real token but the first ([CLS]) may be perturbed,
+      [SEP] included; [MASK] replacement with the attention mask kept
+      (``tokens.mask_token_id`` required); signed.
+    - ``"ferret"`` (``aopc_compr`` of ferret 0.5, Attanasio et al., 2023,
+      https://github.com/g8a9/ferret): thresholds ``np.arange(0.1, 1.1, 0.1)``;
+      :math:`v = \lfloor g \cdot n \rfloor` of the non-special tokens; only the
+      positive-scored tokens among the top :math:`v` are deleted; a level that
+      would delete nothing or the same tokens as the previous level is skipped
+      (NaN in the curve, left out of the mean); score 0 when every level is
+      skipped; signed. ferret decodes the remaining tokens and re-tokenises
+      them, and protects only the first and last token; here token ids are
+      deleted directly and every special token is protected.
+:func:`log_odds`
+    - ``"attcat"`` (AttCAT, Qiang et al., NeurIPS 2022, Eq. 14,
+      https://github.com/qiangyao1988/AttCAT, ``cal_logodds``): the AOPC
+      ``"attcat"`` protocol (nine levels ``np.linspace(0, 1, 10)[1:]``,
+      :math:`k = \mathrm{round}(g \cdot n)` with :math:`n` counting special
+      tokens, special tokens and the lowest-ranked real token never replaced,
+      examples with :math:`n < 10` NaN) with [PAD] replacement and the
+      attention mask left on (``tokens.pad_token_id`` required). The reference tracks
+      the gold label: pass ``target=labels``.
+:func:`sufficiency`
+    - ``"normxlogit"`` (NormXLogit, Abbasi et al., EMNLP 2025,
+      https://github.com/sinaabbasi1/NormXLogit): :math:`g \in \{0.1, \dots,
+      0.9\}`; :math:`k = \lfloor g \cdot n \rfloor` with :math:`n` counting
+      special tokens; every real token but the first ([CLS]) outside the top
+      :math:`k` is replaced by [MASK], [SEP] included, attention mask kept
+      (``tokens.mask_token_id`` required); signed.
+    - ``"ferret"`` (``aopc_suff`` of ferret 0.5,
+      https://github.com/g8a9/ferret): thresholds ``np.arange(0.1, 1.1, 0.1)``;
+      the kept tokens are the positive-scored ones among the top
+      :math:`\lfloor g \cdot n \rfloor` non-special tokens; every other
+      non-special token is deleted; levels keeping nothing or the same tokens
+      as the previous level are skipped (NaN, left out of the mean); score 1
+      when every level is skipped; signed.
 
 .. _generation-metric-arguments:
 
@@ -85,7 +141,8 @@ internal_batch_size (int, optional)
     most rows (prompts, or perturbed prompt x target rows) per forward pass;
     results do not depend on it. Default: None (the batch size)
 show_progress (bool, optional)
-    a tqdm progress bar. Default: False
+    progress on stderr: a bar on a terminal, plain lines with the time left in
+    a log. Default: False
 """
 
 from captum_ext.metrics._core.aopc import aopc

@@ -7,8 +7,8 @@ from captum_ext._utils.common import parse_token_batch
 from captum_ext._utils.hooks import HookSet
 from captum_ext.attr import GlobEnc
 from captum_ext.attr._core import globenc
-from captum_ext.datasets import load_split
-from captum_ext.default_models import MAX_LENGTH
+from captum_ext.defaults.data import load_split
+from captum_ext.defaults.models import MAX_LENGTH
 
 from tests.helpers import (
     assert_same_state,

@@ -119,7 +119,7 @@ def test_values_do_not_depend_on_batching():
 
 
 def test_subsets_fit_nothing_unneeded_and_reject_unknown_names(monkeypatch):
-    def no_decoders(model, tokenizer):
+    def no_decoders(model, tokenizer, texts):
         raise AssertionError("decoders fitted for methods that need none")
 
     monkeypatch.setattr(registry, "decoders_for", no_decoders)

@@ -6,13 +6,8 @@ import pytest
 import torch
 from captum_ext.attr import AttentionRollout, EmbeddingNorm, LastLayerAttention
 from captum_ext.evaluation import registry
-from captum_ext.evaluation.registry import (
-    check_names,
-    METHODS,
-    METRICS,
-    register_method,
-    use_decoder_texts,
-)
+from captum_ext.evaluation.names import check_names
+from captum_ext.evaluation.registry import METHODS, METRICS, register_method
 
 from tests.helpers import tiny_labelled_bert, TINY_TEXTS, tiny_tokenizer
 
@@ -72,7 +67,7 @@ def test_register_and_check_names_reject_bad_names():
 def test_decoders_are_fitted_on_the_given_texts_only(monkeypatch):
     model, tokenizer = tiny_labelled_bert(), tiny_tokenizer()
     with pytest.raises(ValueError, match="fits decoders on real text"):
-        registry.decoders_for(model, tokenizer)
+        registry.decoders_for(model, tokenizer, None)
     seen = []
 
     class Fitted:
@@ -83,8 +78,8 @@ def test_decoders_are_fitted_on_the_given_texts_only(monkeypatch):
         return Fitted()
 
     monkeypatch.setattr(registry, "load_fitted_decoders", fake_fit)
-    use_decoder_texts(model, ["one text", "another"])
-    assert registry.decoders_for(model, tokenizer) == ["h0", "h1", "h2"]
+    texts = ["one text", "another"]
+    assert registry.decoders_for(model, tokenizer, texts) == ["h0", "h1", "h2"]
     assert seen == [["one text", "another"]]
 
 

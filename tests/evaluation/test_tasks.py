@@ -4,7 +4,7 @@ one combined result out; the decoders' training texts are read only when a
 chosen method fits decoders."""
 
 import pytest
-from captum_ext.datasets import TextDataset
+from captum_ext.defaults.data import TextDataset
 from captum_ext.evaluation import tasks
 
 from tests.helpers import (

@@ -9,7 +9,7 @@ from torch import Tensor
 from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext.attr._core.cat import CAT
-from captum_ext.attr._core.chunked import result_dtype
+from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 
 __all__ = ["AttCAT"]
 

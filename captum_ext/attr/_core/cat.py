@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 r"""CAT: class activation tokens, gradient times hidden state summed over layers."""
 
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Literal, Optional, overload, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -18,7 +18,7 @@ from captum_ext._utils.common import (
 from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext.adapters import get_adapter
-from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.generation import (
     attribute_generation,
     explains_generation,
@@ -104,6 +104,28 @@ class CAT(GradientAttribution):
         self.model = model
         self.adapter = get_adapter(model)
         self.layers = layers
+
+    # The scores' shape follows return_layers: [batch, pos] or [batch, L, pos].
+    @overload
+    def attribute(
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        target: TargetType = None,
+        additional_forward_args: Any = None,
+        return_layers: Literal[False] = False,
+        internal_batch_size: Optional[int] = None,
+    ) -> Tensor: ...  # [batch, pos]
+
+    @overload
+    def attribute(
+        self,
+        inputs: Union[Tensor, Tuple[Tensor]],
+        target: TargetType = None,
+        additional_forward_args: Any = None,
+        *,
+        return_layers: Literal[True],
+        internal_batch_size: Optional[int] = None,
+    ) -> Tensor: ...  # [batch, L, pos]
 
     @log_usage()
     def attribute(

@@ -25,7 +25,7 @@ from captum_ext._utils.common import (
 from captum_ext._utils.hooks import eval_semantics, HookSet
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
-from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.generation import (
     attribute_generation,
     explains_generation,
@@ -289,7 +289,7 @@ class DecodedLayerAttribution(LayerAttribution):
     module mapping hidden states to vocabulary logits: a pre-trained MLM head
     (the paper's setting, e.g. ``get_adapter(mlm_model).mlm_head()``), the tied
     input embeddings (:class:`EmbeddingDecoder`), or a decoder fitted on the
-    frozen encoder (:func:`~captum_ext.attr.load_fitted_decoder`).
+    frozen encoder (:func:`~captum_ext.defaults.decoders.load_fitted_decoder`).
 
     The wrapped method receives the token ids, or their word embeddings for
     methods that interpolate or add noise in input space (``LayerConductance``,
@@ -474,11 +474,11 @@ class DecodedLayerAttribution(LayerAttribution):
                 "for its delta"
             )
         inputs, kwargs = self._method_inputs(batch, kwargs)
-        extra = forward_args or (batch.attention_mask,)
-        if batch.token_type_ids is not None:
-            extra += (batch.token_type_ids,)
         alpha = self._wrapped(module).attribute(
-            inputs, target=target, additional_forward_args=extra, **kwargs
+            inputs,
+            target=target,
+            additional_forward_args=forward_args or batch.forward_args(),
+            **kwargs,
         )
         shape = tuple(batch.input_ids.shape)
         if not isinstance(alpha, Tensor) or tuple(alpha.shape[:2]) != shape:

@@ -20,7 +20,6 @@ from captum_ext._utils.common import (
 )
 from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
-from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
 from captum_ext.attr._core.decoded_layer_attribution import (
     aggregate,
     check_options,
@@ -29,6 +28,7 @@ from captum_ext.attr._core.decoded_layer_attribution import (
     DecodedLayerAttribution,
     Decoder,
 )
+from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.generation import run_teacher_forced, target_gradients
 
 __all__ = ["DecodedLayerGradCam"]

@@ -8,8 +8,8 @@ from captum._utils.typing import TargetType
 from torch import Tensor
 
 from captum_ext._utils.common import resolve_target, run_model, TokenBatch
-from captum_ext.attr._core.chunked import result_dtype
-from captum_ext.attr._core.forward_only import ForwardOnlyAttribution
+from captum_ext.attr._utils.attribute_in_chunks import result_dtype
+from captum_ext.attr._utils.forward_only_attribution import ForwardOnlyAttribution
 
 __all__ = ["EmbeddingNorm"]
 

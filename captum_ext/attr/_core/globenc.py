@@ -21,7 +21,7 @@ from captum_ext._utils.common import (
 from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.teacher_forcing import teacher_forced_batch, TeacherForcedBatch
 from captum_ext.adapters import BlockParts, get_adapter, ModelAdapter
-from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.decoder_decomposition import (
     capture_decoder,
     decoder_factors,

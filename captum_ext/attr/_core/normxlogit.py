@@ -7,8 +7,8 @@ from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
 from captum_ext._utils.common import TokenBatch
-from captum_ext.attr._core.chunked import result_dtype
 from captum_ext.attr._core.logat import LogAt
+from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 
 __all__ = ["NormXLogit"]
 

@@ -27,7 +27,7 @@ from captum_ext._utils.teacher_forcing import (
     TeacherForcedBatch,
 )
 from captum_ext.adapters import get_adapter, ModelAdapter
-from captum_ext.attr._core.chunked import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 
 __all__ = [
     "GeneratedScores",

@@ -44,31 +44,9 @@ def aopc(
     \in \{0.1, 0.2, \dots, 1.0\}`; special tokens and padding are never removed;
     signed difference of the target's softmax probability.
 
-    **Presets** (each reproduces the authors' reference code):
-
-    - ``"attcat"`` (AttCAT, Qiang et al., NeurIPS 2022,
-      https://github.com/qiangyao1988/AttCAT, ``cal_aopc``): :math:`g \in`
-      ``np.linspace(0, 1, 10)[1:]`` (nine multiples of 1/9, 100 % included);
-      :math:`k = \mathrm{round}(g \cdot n)` with :math:`n` counting special
-      tokens; special tokens and the lowest-ranked real token are never
-      removed; deletion; :math:`|p - \tilde p|`. Examples with :math:`n < 10`
-      are skipped: their score and curve are NaN (use ``torch.nanmean``). The
-      reference tracks the gold label: pass ``target=labels``.
-    - ``"normxlogit"`` (Comp_CD of NormXLogit, Abbasi et al., EMNLP 2025,
-      https://github.com/sinaabbasi1/NormXLogit): :math:`g \in \{0.1, \dots,
-      0.9\}`; :math:`k = \lfloor g \cdot n \rfloor` with :math:`n` counting
-      special tokens; every real token but the first ([CLS]) may be perturbed,
-      [SEP] included; [MASK] replacement with the attention mask kept
-      (``tokens.mask_token_id`` required); signed.
-    - ``"ferret"`` (``aopc_compr`` of ferret 0.5, Attanasio et al., 2023,
-      https://github.com/g8a9/ferret): thresholds ``np.arange(0.1, 1.1, 0.1)``;
-      :math:`v = \lfloor g \cdot n \rfloor` of the non-special tokens; only the
-      positive-scored tokens among the top :math:`v` are deleted; a level that
-      would delete nothing or the same tokens as the previous level is skipped
-      (NaN in the curve, left out of the mean); score 0 when every level is
-      skipped; signed. ferret decodes the remaining tokens and re-tokenises
-      them, and protects only the first and last token; here token ids are
-      deleted directly and every special token is protected.
+    **Presets** ``"attcat"``, ``"normxlogit"``, ``"ferret"``: the papers'
+    protocols, each described in :ref:`the table of presets <metric-presets>`
+    (:mod:`captum_ext.metrics`).
 
     ``forward_func``, ``inputs``, ``attributions``, ``additional_forward_args``,
     ``tokens``, ``internal_batch_size`` and ``show_progress`` are the

@@ -3,13 +3,12 @@
 from typing import Callable, List, Optional, Union
 
 import torch
-from captum._utils.progress import NullProgress
 from captum._utils.typing import TargetType, TensorOrTupleOfTensorsGeneric
 from captum.log import log_usage
 from torch import Tensor
 
 from captum_ext._utils.common import resolve_target
-from captum_ext.metrics._utils.batching import progress_bar, Runner
+from captum_ext.metrics._utils.forward_runner import progress_bar, Runner
 from captum_ext.metrics._utils.inputs import (
     check_attributions,
     parse_inputs,
@@ -90,7 +89,9 @@ def kendall_tau(
     """
     protocol = resolve_protocol("kendall_tau", preset, KendallProtocol)
     parsed = parse_inputs(inputs, additional_forward_args, tokens)
-    runner = Runner(forward_func, parsed, internal_batch_size, NullProgress())
+    runner = Runner(
+        forward_func, parsed, internal_batch_size, progress_bar(False, "", 0)
+    )
     with torch.no_grad():
         base = runner.base()
     num_classes = base.shape[1]

@@ -41,16 +41,8 @@ def log_odds(
     :math:`k = \mathrm{round}(g \cdot n)` of the :math:`n` non-special real
     tokens, :math:`g \in \{0.1, \dots, 1.0\}`.
 
-    **Presets**:
-
-    - ``"attcat"`` (AttCAT, Qiang et al., NeurIPS 2022, Eq. 14,
-      https://github.com/qiangyao1988/AttCAT, ``cal_logodds``): the AOPC
-      ``"attcat"`` protocol (nine levels ``np.linspace(0, 1, 10)[1:]``,
-      :math:`k = \mathrm{round}(g \cdot n)` with :math:`n` counting special
-      tokens, special tokens and the lowest-ranked real token never replaced,
-      examples with :math:`n < 10` NaN) with [PAD] replacement and the
-      attention mask left on (``tokens.pad_token_id`` required). The reference tracks
-      the gold label: pass ``target=labels``.
+    **Presets** ``"attcat"``: the papers' protocols, each described in
+    :ref:`the table of presets <metric-presets>` (:mod:`captum_ext.metrics`).
 
     ``forward_func``, ``inputs``, ``attributions``, ``additional_forward_args``,
     ``tokens``, ``internal_batch_size`` and ``show_progress`` are the

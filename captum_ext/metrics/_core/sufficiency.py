@@ -42,21 +42,8 @@ def sufficiency(
     non-special ones, :math:`g \in \{0.1, \dots, 1.0\}`; special tokens are
     always kept; signed.
 
-    **Presets**:
-
-    - ``"normxlogit"`` (NormXLogit, Abbasi et al., EMNLP 2025,
-      https://github.com/sinaabbasi1/NormXLogit): :math:`g \in \{0.1, \dots,
-      0.9\}`; :math:`k = \lfloor g \cdot n \rfloor` with :math:`n` counting
-      special tokens; every real token but the first ([CLS]) outside the top
-      :math:`k` is replaced by [MASK], [SEP] included, attention mask kept
-      (``tokens.mask_token_id`` required); signed.
-    - ``"ferret"`` (``aopc_suff`` of ferret 0.5,
-      https://github.com/g8a9/ferret): thresholds ``np.arange(0.1, 1.1, 0.1)``;
-      the kept tokens are the positive-scored ones among the top
-      :math:`\lfloor g \cdot n \rfloor` non-special tokens; every other
-      non-special token is deleted; levels keeping nothing or the same tokens
-      as the previous level are skipped (NaN, left out of the mean); score 1
-      when every level is skipped; signed.
+    **Presets** ``"normxlogit"``, ``"ferret"``: the papers' protocols, each described in
+    :ref:`the table of presets <metric-presets>` (:mod:`captum_ext.metrics`).
 
     ``forward_func``, ``inputs``, ``attributions``, ``additional_forward_args``,
     ``tokens``, ``internal_batch_size`` and ``show_progress`` are the

@@ -3,13 +3,12 @@
 from typing import Callable, Optional
 
 import torch
-from captum._utils.progress import NullProgress
 from captum._utils.typing import TargetType, TensorOrTupleOfTensorsGeneric
 from captum.log import log_usage
 from torch import Tensor
 
 from captum_ext._utils.common import resolve_target
-from captum_ext.metrics._utils.batching import Runner
+from captum_ext.metrics._utils.forward_runner import progress_bar, Runner
 from captum_ext.metrics._utils.inputs import (
     check_attributions,
     parse_inputs,
@@ -74,7 +73,9 @@ def token_overlap(
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     parsed = parse_inputs(inputs, additional_forward_args, tokens)
     scores = check_attributions(attributions, parsed)
-    runner = Runner(forward_func, parsed, internal_batch_size, NullProgress())
+    runner = Runner(
+        forward_func, parsed, internal_batch_size, progress_bar(False, "", 0)
+    )
     with torch.no_grad():
         classes_per_example = resolve_target(target, runner.base())
     counted = parsed.content

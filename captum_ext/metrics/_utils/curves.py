@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from captum_ext._utils.common import resolve_target
-from captum_ext.metrics._utils.batching import progress_bar, Runner
+from captum_ext.metrics._utils.forward_runner import progress_bar, Runner
 from captum_ext.metrics._utils.inputs import (
     check_attributions,
     MetricCall,

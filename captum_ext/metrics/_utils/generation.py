@@ -111,8 +111,7 @@ class GenerationInputs:
             repeat(prompts.input_ids),
             repeat(prompts.attention_mask),
             (),
-            repeat(prompts.valid),
-            repeat(prompts.special),
+            special=repeat(prompts.special),
             prompts_of_causal_lm=True,
         )
 

@@ -9,13 +9,13 @@ are passed on to ``forward_func`` unchanged.
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import torch
 from captum._utils.typing import TargetType
 from torch import Tensor
 
-from captum_ext._utils.common import check_same_shape, parse_token_ids
+from captum_ext._utils.common import check_same_shape, parse_token_ids, TokenBatch
 
 __all__ = [
     "MetricCall",
@@ -92,21 +92,18 @@ class MetricOptions(NamedTuple):
     show_progress: bool
 
 
-@dataclass
-class TokenInputs:
-    r"""Token ids, their masks and the remaining forward arguments.
-
-    ``valid`` marks real (non-pad) tokens; ``special`` marks the real tokens that
-    are never perturbed, ranked or counted (special tokens, plus any position the
-    caller excludes through ``special_tokens_mask``). ``prompts_of_causal_lm``:
-    every row is a causal LM's prompt, continued after its last column, so rows
-    are re-packed on the left whatever their padding.
+@dataclass(kw_only=True)
+class TokenInputs(TokenBatch):
+    r"""A :class:`~captum_ext._utils.common.TokenBatch` checked for a metric:
+    ``extra_args`` are the forward function's arguments after the mask, passed
+    on unchanged; ``special`` marks the real tokens that are never perturbed,
+    ranked or counted (special tokens, plus any position the caller excludes
+    through ``special_tokens_mask``).
+    ``prompts_of_causal_lm``: every row is a causal LM's prompt, continued
+    after its last column, so rows are re-packed on the left whatever their
+    padding.
     """
 
-    input_ids: Tensor
-    attention_mask: Tensor
-    extra_args: Tuple[Any, ...]
-    valid: Tensor
     special: Tensor
     prompts_of_causal_lm: bool = False
 
@@ -130,9 +127,6 @@ class TokenInputs:
         batch_left = bool(left.any()) and not bool(right.any())
         return left | (first & last & batch_left)
 
-    def forward_args(self) -> Tuple[Any, ...]:
-        return (self.attention_mask, *self.extra_args)
-
 
 def parse_inputs(
     inputs: Any,
@@ -148,9 +142,8 @@ def parse_inputs(
     input_ids, attention_mask, rest = parse_token_ids(
         inputs, additional_forward_args, tokens.pad_token_id
     )
-    valid = attention_mask.bool()
-    special = _special_positions(input_ids, tokens) & valid
-    return TokenInputs(input_ids, attention_mask, rest, valid, special)
+    special = _special_positions(input_ids, tokens) & attention_mask.bool()
+    return TokenInputs(input_ids, attention_mask, rest, special=special)
 
 
 def _special_positions(input_ids: Tensor, tokens: TokenOptions) -> Tensor:

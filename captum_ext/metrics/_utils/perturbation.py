@@ -12,7 +12,7 @@ from typing import Any, Tuple
 import torch
 from torch import Tensor
 
-from captum_ext._utils.chunking import take_rows
+from captum_ext._utils.row_chunks import take_rows
 from captum_ext.metrics._utils.inputs import TokenInputs, TokenOptions
 from captum_ext.metrics._utils.protocols import PerturbationProtocol
 from captum_ext.metrics._utils.ranking import descending_order, ranks_within

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-r"""The metrics' forward passes (metrics/_utils/batching.py): non-finite logits
+r"""The metrics' forward passes (metrics/_utils/forward_runner.py): non-finite logits
 name the examples of the caller's batch, whatever the chunking, and large finite
 half-precision logits of one example's rows in one chunk are not mistaken for an
 overflow."""

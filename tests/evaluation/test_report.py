@@ -8,9 +8,9 @@ import re
 
 import pytest
 import torch
-from captum_ext import report
+from captum_ext.evaluation import report
+from captum_ext.evaluation.report import markdown_table, write_report
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
-from captum_ext.report import markdown_table, write_report
 from captum_ext.visualization import Explanation
 
 GRID = [0.1, 0.5, 1.0]

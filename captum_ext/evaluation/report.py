@@ -644,9 +644,7 @@ def result_text(result: BenchmarkResult) -> str:
         points = ", ".join(f"{p.method} {p.value:.3f} @{p.cost:.1f}x" for p in front)
         n = _rows(result, task)[0].n
         lines.append(f"  {task} (n={n}) {metric} front: {points or 'none'}")
-    lines.append(
-        "  .table(), .to_csv(path); captum_ext.report.write_report(result, dir)"
-    )
+    lines.append("  .table(), .to_csv(path); report.write_report(result, dir)")
     return "\n".join(fit_line(terminal_safe(line)) for line in lines)
 
 

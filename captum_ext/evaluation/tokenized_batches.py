@@ -10,37 +10,20 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
-from torch import Tensor
+
+from captum_ext._utils.common import TokenBatch
 
 __all__ = ["EncodedBatch", "bucketed_batches"]
 
 
-@dataclass
-class EncodedBatch:
-    r"""One padded batch. ``rows[i]`` is the input position of batch row ``i``;
-    ``truncated[i]`` says whether that text was cut to ``max_length`` tokens."""
+@dataclass(kw_only=True)
+class EncodedBatch(TokenBatch):
+    r"""One padded :class:`~captum_ext._utils.common.TokenBatch` of a dataset.
+    ``rows[i]`` is the input position of batch row ``i``; ``truncated[i]`` says
+    whether that text was cut to ``max_length`` tokens."""
 
     rows: List[int]
-    input_ids: Tensor  # [batch, pos]
-    attention_mask: Tensor  # [batch, pos]
-    token_type_ids: Optional[Tensor]  # [batch, pos], text pairs only
     truncated: List[bool]
-
-    def to(self, device: Any) -> "EncodedBatch":
-        type_ids = self.token_type_ids
-        return EncodedBatch(
-            self.rows,
-            self.input_ids.to(device),
-            self.attention_mask.to(device),
-            None if type_ids is None else type_ids.to(device),
-            self.truncated,
-        )
-
-    def forward_args(self) -> tuple:
-        r"""``additional_forward_args`` for captum_ext methods and metrics."""
-        if self.token_type_ids is None:
-            return (self.attention_mask,)
-        return (self.attention_mask, self.token_type_ids)
 
 
 def _pad_id(tokenizer: Any) -> int:
@@ -94,7 +77,9 @@ def bucketed_batches(
             for row, i in enumerate(rows):
                 types[row, : len(ids[i])] = torch.tensor(type_ids[i])
         flags = [truncated[i] for i in rows]
-        batches.append(EncodedBatch(rows, input_ids, mask, types, flags))
+        batches.append(
+            EncodedBatch.of(input_ids, mask, types, rows=rows, truncated=flags)
+        )
     return batches
 
 

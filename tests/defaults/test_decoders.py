@@ -9,15 +9,14 @@ from typing import List
 
 import pytest
 import torch
-from captum_ext._utils import cache
-from captum_ext.attr import (
-    DecodedLayerGradCam,
+from captum_ext.attr import DecodedLayerGradCam
+from captum_ext.defaults import cache, decoders
+from captum_ext.defaults.decoders import (
     fit_decoders,
     FitConfig,
     load_fitted_decoder,
     load_fitted_decoders,
 )
-from captum_ext.attr._core import fitted_decoder
 from tokenizers import models, pre_tokenizers, processors, Tokenizer
 from transformers import PreTrainedTokenizerFast
 
@@ -86,13 +85,13 @@ def test_fitting_drives_reconstruction_accuracy_up(model):
 def test_cache_reuses_the_fit(model, monkeypatch, tmp_path):
     monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path))
     calls = []
-    train = fitted_decoder._train_head
+    train = decoders._train_head
 
     def counting(*args, **kwargs):
         calls.append(1)
         return train(*args, **kwargs)
 
-    monkeypatch.setattr(fitted_decoder, "_train_head", counting)
+    monkeypatch.setattr(decoders, "_train_head", counting)
     texts, tokenizer = _corpus(200), _tokenizer()
     config = replace(CONFIG, steps=5)
     first = load_fitted_decoders(model, tokenizer, texts, config)

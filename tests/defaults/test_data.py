@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Dict, Iterator, List
 
 import pytest
-from captum_ext import datasets
-from captum_ext.datasets import (
+from captum_ext.defaults import data as default_data
+from captum_ext.defaults.data import (
     label_names,
     load_split,
     parse_ground_truth,
@@ -30,7 +30,7 @@ from captum_ext.datasets import (
 
 from tests.helpers import offline_pip_error
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Digests of "label<TAB>text" lines of each split of the real data: a changed
 # parser, dedupe rule, seed or subsample size shows up here.
@@ -101,26 +101,26 @@ def fake_vader_sdist(path: Path) -> Path:
     inner = _tar_gz(
         {
             f"hutto_ICWSM_2014/{name}": "\r\n".join(_fake_lines(corpus)).encode()
-            for corpus, name in datasets._FILES.items()
+            for corpus, name in default_data._FILES.items()
         }
     )
-    prefix = f"vaderSentiment-{datasets.VADER_VERSION}"
-    path.write_bytes(_tar_gz({f"{prefix}/{datasets._INNER_TARBALL}": inner}))
+    prefix = f"vaderSentiment-{default_data.VADER_VERSION}"
+    path.write_bytes(_tar_gz({f"{prefix}/{default_data._INNER_TARBALL}": inner}))
     return path
 
 
 @pytest.fixture
 def fake_vader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    r"""Points :mod:`captum_ext.datasets` at the fixture archive (its digest
+    r"""Points :mod:`captum_ext.defaults.data` at the fixture archive (its digest
     pinned instead of the release's) with smaller "source" splits."""
-    sdist = fake_vader_sdist(tmp_path / datasets.VADER_SDIST)
-    monkeypatch.setattr(datasets, "VADER_SHA256", datasets.sha256_of(sdist))
-    monkeypatch.setattr(datasets, "vader_sdist_path", lambda: sdist)
-    monkeypatch.setattr(datasets, "SOURCE_TRAIN_PER_CLASS", FAKE_TRAIN_PER_CLASS)
-    monkeypatch.setattr(datasets, "SOURCE_TEST_PER_CLASS", FAKE_TEST_PER_CLASS)
-    datasets._splits.cache_clear()
+    sdist = fake_vader_sdist(tmp_path / default_data.VADER_SDIST)
+    monkeypatch.setattr(default_data, "VADER_SHA256", default_data.sha256_of(sdist))
+    monkeypatch.setattr(default_data, "vader_sdist_path", lambda: sdist)
+    monkeypatch.setattr(default_data, "SOURCE_TRAIN_PER_CLASS", FAKE_TRAIN_PER_CLASS)
+    monkeypatch.setattr(default_data, "SOURCE_TEST_PER_CLASS", FAKE_TEST_PER_CLASS)
+    default_data._splits.cache_clear()
     yield sdist
-    datasets._splits.cache_clear()  # no fixture split leaks into later tests
+    default_data._splits.cache_clear()  # no fixture split leaks into later tests
 
 
 def test_parse_handles_crlf_entities_and_bad_bytes():
@@ -161,12 +161,12 @@ def test_download_with_wrong_checksum_is_rejected_and_not_cached(tmp_path, monke
     monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path))
 
     def fake_pip(command, shown, what):
-        Path(command[-1], datasets.VADER_SDIST).write_bytes(b"not the release")
+        Path(command[-1], default_data.VADER_SDIST).write_bytes(b"not the release")
 
-    monkeypatch.setattr(datasets, "_run_pip", fake_pip)
+    monkeypatch.setattr(default_data, "_run_pip", fake_pip)
     with pytest.raises(RuntimeError, match="SHA-256 mismatch"):
-        datasets.vader_sdist_path()
-    assert not (tmp_path / datasets._CACHE_NAME).exists()
+        default_data.vader_sdist_path()
+    assert not (tmp_path / default_data._CACHE_NAME).exists()
 
 
 def test_pip_failure_says_what_to_run(tmp_path, monkeypatch):
@@ -176,7 +176,7 @@ def test_pip_failure_says_what_to_run(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(args, 1, "", "No matching distribution")
 
     message = offline_pip_error(
-        monkeypatch, datasets, datasets.vader_sdist_path, offline
+        monkeypatch, default_data, default_data.vader_sdist_path, offline
     )
     assert "python -m pip download --no-deps --no-binary :all: " in message
     assert "vadersentiment==3.3.2" in message
@@ -235,7 +235,7 @@ def test_train_and_test_are_disjoint(fake_vader, task):
 
 def test_splits_are_deterministic_within_a_process(fake_vader):
     first = load_split("sentiment", "test")
-    datasets._splits.cache_clear()
+    default_data._splits.cache_clear()
     second = load_split("sentiment", "test")
     assert first == second and first is not second
     # A caller's edits do not leak into later loads.
@@ -246,12 +246,13 @@ def test_splits_are_deterministic_within_a_process(fake_vader):
 def test_splits_are_deterministic_across_processes(fake_vader):
     # String hashing is salted per process; the split must not depend on it.
     code = (
-        "import sys; from pathlib import Path; from captum_ext import datasets as d\n"
+        "import sys; from pathlib import Path\n"
+        "from captum_ext.defaults import data as d\n"
         "d.VADER_SHA256 = sys.argv[2]; d.vader_sdist_path = lambda: Path(sys.argv[1])\n"
         "s = d.load_split('sentiment'); print(repr((s.texts, s.labels)))"
     )
     output = subprocess.run(
-        [sys.executable, "-c", code, str(fake_vader), datasets.VADER_SHA256],
+        [sys.executable, "-c", code, str(fake_vader), default_data.VADER_SHA256],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -284,7 +285,7 @@ def test_unknown_task_or_split():
 
 @pytest.mark.integration
 def test_real_archive_is_verified_and_corpora_sizes():
-    corpora = read_ground_truth(datasets.vader_sdist_path())
+    corpora = read_ground_truth(default_data.vader_sdist_path())
     sizes = {name: len(rows) for name, rows in corpora.items()}
     assert sizes == {"movie": 10605, "tweet": 4200, "product": 3708, "editorial": 5190}
     for rows in corpora.values():
@@ -303,8 +304,8 @@ def test_real_sentiment_split_sizes_and_balance():
 @pytest.mark.integration
 def test_real_source_split_sizes():
     train, test = load_split("source", "train"), load_split("source", "test")
-    per_class_train = datasets.SOURCE_TRAIN_PER_CLASS
-    per_class_test = datasets.SOURCE_TEST_PER_CLASS
+    per_class_train = default_data.SOURCE_TRAIN_PER_CLASS
+    per_class_test = default_data.SOURCE_TEST_PER_CLASS
     assert [train.labels.count(c) for c in range(4)] == [per_class_train] * 4
     assert [test.labels.count(c) for c in range(4)] == [per_class_test] * 4
     # Classes are interleaved, not in blocks.

@@ -36,11 +36,11 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 from torch import nn, Tensor
-from tqdm.auto import tqdm
 
-from captum_ext._utils.cache import cached_directory
 from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.progress import Progress
 from captum_ext.adapters import get_adapter, ModelAdapter
+from captum_ext.defaults.cache import cached_directory
 
 __all__ = [
     "DecoderHead",
@@ -197,7 +197,7 @@ def _train_head(
     ids: Tensor,
     embedding: Tensor,
     config: FitConfig,
-    progress: tqdm,
+    progress: Progress,
 ) -> DecoderHead:
     r"""Fits one head on ``states`` ``[N, d]`` to predict ``ids`` ``[N]``."""
     generator = torch.Generator().manual_seed(config.seed)
@@ -216,8 +216,7 @@ def _train_head(
         loss.backward()
         optimizer.step()
         schedule.step()
-        progress.update()
-        progress.set_postfix(loss=f"{loss.item():.2f}")
+        progress.update(postfix=f"loss {loss.item():.2f}")
     return head.eval()
 
 
@@ -265,7 +264,7 @@ def fit_decoders(
     layers = states.shape[1]
     heads, accuracy = [], []
     total = layers * config.steps
-    with tqdm(total=total, desc="fitting decoders", unit="step") as progress:
+    with Progress(total, "fitting decoders", "steps") as progress:
         for layer in range(layers):
             head = _train_head(states[:, layer], ids, embedding, config, progress)
             heads.append(head)
@@ -369,7 +368,7 @@ def load_fitted_decoders(
             the model's.
         texts (sequence of str): real text in the model's language, e.g. the
             training texts of the task the model was fine-tuned on (for the
-            default models, :func:`captum_ext.datasets.load_split` ``(task,
+            default models, :func:`captum_ext.defaults.data.load_split` ``(task,
             "train").texts``); the first ``config.fit_texts +
             config.held_out_texts`` are used and are part of the cache key.
         config (FitConfig, optional): the recipe.

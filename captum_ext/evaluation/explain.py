@@ -2,7 +2,7 @@
 r"""Explaining one text with several methods at once: what ``captum-ext explain``
 prints, as a Python call.
 
->>> from captum_ext.explain import explain
+>>> from captum_ext.evaluation.explain import explain
 >>> from captum_ext.visualization import explanation_text
 >>> explanation = explain(model, tokenizer, "It's not bad at all.",
 ...                       methods=["AttCAT", "NormXLogit"])
@@ -21,7 +21,8 @@ from torch import nn
 from captum_ext._utils.common import classifier_forward
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext.evaluation.engine import default_max_length
-from captum_ext.evaluation.registry import check_names, METHODS, use_decoder_texts
+from captum_ext.evaluation.names import check_names
+from captum_ext.evaluation.registry import METHODS
 from captum_ext.visualization import Explanation, special_token_mask
 
 __all__ = ["default_methods", "explain"]
@@ -86,8 +87,6 @@ def explain(
     """
     names = check_names(methods, METHODS, "method") if methods is not None else None
     names = names or default_methods(with_decoders=decoder_texts is not None)
-    if decoder_texts is not None:
-        use_decoder_texts(model, decoder_texts)
     device = next(model.parameters()).device
     length = max_length or default_max_length(model, tokenizer)
     encoded = _encode(tokenizer, text, text_pair, length)
@@ -108,7 +107,9 @@ def explain(
     target_tensor = torch.tensor([chosen], device=device)
     scores = {
         name: METHODS[name]
-        .factory(model, tokenizer)(input_ids, mask, target_tensor, type_ids)[0]
+        .build(model, tokenizer, decoder_texts)(
+            input_ids, mask, target_tensor, type_ids
+        )[0]
         .detach()
         .float()
         .cpu()

@@ -11,10 +11,10 @@ import torch
 from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
-from captum_ext._utils.chunking import batch_slices, take_rows
 from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.finite import check_finite
 from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.row_chunks import batch_slices, take_rows
 
 __all__ = ["attribute_in_chunks", "result_dtype"]
 
@@ -27,15 +27,6 @@ def result_dtype(model_dtype: torch.dtype) -> torch.dtype:
     r"""The precision policy's output dtype: float32, or the model's dtype when it
     is wider (float64 models keep float64)."""
     return torch.promote_types(model_dtype, torch.float32)
-
-
-def _rows(batch: TokenBatch, rows: slice) -> TokenBatch:
-    types = batch.token_type_ids
-    return TokenBatch(
-        batch.input_ids[rows],
-        batch.attention_mask[rows],
-        None if types is None else types[rows],
-    )
 
 
 def _target_rows(target: TargetType, rows: slice, batch_size: int) -> TargetType:
@@ -69,7 +60,7 @@ def attribute_in_chunks(
 
     Raises:
         TypeError, ValueError: a bad ``internal_batch_size`` (see
-            :func:`~captum_ext._utils.chunking.check_internal_batch_size`).
+            :func:`~captum_ext._utils.row_chunks.check_internal_batch_size`).
         FloatingPointError: the model's outputs (the logits, or what the
             chunk function returns in their place) or the attributions hold NaN
             or inf; the message names the examples.
@@ -79,7 +70,7 @@ def attribute_in_chunks(
     with eval_semantics(model):
         for rows in batch_slices(size, internal_batch_size):
             chunk_scores, outputs = attribute_chunk(
-                _rows(batch, rows),
+                batch.select(rows),
                 _target_rows(target, rows, size),
                 **{k: take_rows(v, rows, size) for k, v in options.items()},
             )

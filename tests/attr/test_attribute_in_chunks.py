@@ -2,7 +2,7 @@
 import pytest
 import torch
 from captum_ext._utils.common import TokenBatch
-from captum_ext.attr._core.chunked import attribute_in_chunks
+from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
 from torch import nn
 
 MODEL = nn.Dropout().eval()  # the model whose eval semantics the chunks run in

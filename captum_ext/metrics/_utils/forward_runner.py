@@ -7,20 +7,20 @@ of a whole batch, so a chunk can never be smaller than the batch; here the
 every forward pass.
 """
 
-from typing import Any, Callable, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Tuple
 
 import torch
 from captum._utils.common import _run_forward
-from captum._utils.progress import NullProgress, progress, Progress
 from torch import Tensor
 
-from captum_ext._utils.chunking import (
+from captum_ext._utils.finite import check_finite
+from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.progress import Progress
+from captum_ext._utils.row_chunks import (
     batch_slices,
     check_internal_batch_size,
     take_rows,
 )
-from captum_ext._utils.finite import check_finite
-from captum_ext._utils.hooks import eval_semantics
 from captum_ext.metrics._utils.inputs import TokenInputs, TokenOptions
 from captum_ext.metrics._utils.perturbation import perturb_rows, PerturbationPlan
 from captum_ext.metrics._utils.protocols import PerturbationProtocol
@@ -29,10 +29,9 @@ __all__ = ["Runner", "progress_bar"]
 
 
 def progress_bar(show_progress: bool, desc: str, total: int) -> Progress:
-    r"""A tqdm bar counting evaluated rows, or a no-op one."""
-    if show_progress:
-        return progress(desc=desc, total=total)
-    return NullProgress()
+    r"""The shared reporter counting evaluated rows (nothing when
+    ``show_progress`` is False)."""
+    return Progress(total, desc, "rows", enabled=show_progress, summary=False)
 
 
 class Runner:
@@ -45,7 +44,7 @@ class Runner:
         forward_func: Callable[..., Tensor],
         inputs: TokenInputs,
         internal_batch_size: Optional[int],
-        bar: Union[Progress, NullProgress],
+        bar: Progress,
     ) -> None:
         self.forward_func = forward_func
         self.inputs = inputs

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+r"""The names of the registry's methods and metrics, importable without torch
+(the command line builds its choices and ``--help`` from them), and the one
+check of names a user chose. :mod:`captum_ext.evaluation.registry` refuses to
+import when its entries and these names differ."""
+
+from typing import Collection, List, Optional, Sequence
+
+__all__ = ["METHOD_NAMES", "METRIC_NAMES", "check_names"]
+
+METHOD_NAMES = (
+    "NormXLogit",
+    "LogAt",
+    "AttCAT",
+    "CAT",
+    "GlobEnc",
+    "GlobEnc N_res",
+    "GlobEnc N",
+    "Decoded Grad-CAM",
+    "Attention",
+    "Attention rollout",
+    "Embedding norm",
+    "Saliency",
+    "InputXGradient",
+    "IntegratedGradients",
+    "FeatureAblation",
+    "Random",
+)
+METRIC_NAMES = ("aopc", "log_odds", "kendall_tau", "hiding_revealing", "sufficiency")
+
+
+def check_names(
+    names: Optional[Sequence[str]], known: Collection[str], kind: str
+) -> List[str]:
+    r"""``names`` validated against ``known`` (all of it when None): known,
+    at least one, none listed twice."""
+    if names is None:
+        return list(known)
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"unknown {kind}(s) {unknown}; available: {', '.join(known)}")
+    if not names:
+        raise ValueError(f"no {kind} chosen; available: {', '.join(known)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"a {kind} is listed twice: {list(names)}")
+    return list(names)
