@@ -14,11 +14,11 @@ import datasets
 import pandas as pd
 import pytest
 import torch
-from captum_ext.evaluation import attribute as attribute_module
 from captum_ext.evaluation.attribute import (
     attribute_dataset,
     MANIFEST,
     ManifestMismatchError,
+    runner,
 )
 from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.engine import benchmark
@@ -112,7 +112,7 @@ def test_metric_values_equal_each_example_alone(tmp_path: Path) -> None:
     model = tiny_labelled_bert()
     table = pd.read_parquet(run(tmp_path / "out", model, metrics=["aopc"]))
     explain = METHODS["NormXLogit"].factory(model, tokenizer())
-    forward = attribute_module.classifier_forward(model)
+    forward = runner.classifier_forward(model)
     for index in (1, 6):
         ids, mask = single(DATA.texts[index])
         target = torch.tensor([int(table["predicted"][index])])
@@ -160,7 +160,7 @@ def test_reads_back_with_datasets_in_data_order(tmp_path: Path) -> None:
 def test_resume_after_interruption(tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "out"
     complete = pd.read_parquet(run(tmp_path / "reference"))
-    write = attribute_module._write_atomically
+    write = runner.write_shard
     calls: List[Path] = []
 
     def write_then_die(table, path, rank):
@@ -169,7 +169,7 @@ def test_resume_after_interruption(tmp_path: Path, monkeypatch) -> None:
         calls.append(path)
         write(table, path, rank)
 
-    monkeypatch.setattr(attribute_module, "_write_atomically", write_then_die)
+    monkeypatch.setattr(runner, "write_shard", write_then_die)
     with pytest.raises(KeyboardInterrupt):
         run(out)
     assert sorted(os.listdir(out)) == [MANIFEST, "part-00000.parquet"]
@@ -177,7 +177,7 @@ def test_resume_after_interruption(tmp_path: Path, monkeypatch) -> None:
     written_at = first_shard.stat().st_mtime_ns
     (out / ".part-00001.parquet.tmp-0-123").write_bytes(b"half a shard")
 
-    monkeypatch.setattr(attribute_module, "_write_atomically", write)
+    monkeypatch.setattr(runner, "write_shard", write)
     run(out, batch_size=2)  # batch size and device may change between runs
     assert first_shard.stat().st_mtime_ns == written_at
     assert sorted(os.listdir(out)) == [MANIFEST] + [
@@ -296,7 +296,7 @@ def test_other_ranks_raise_the_error_rank_0_found(error) -> None:
             return pickle.loads(pickle.dumps((error, [])))
 
     with pytest.raises(type(error)) as raised:
-        attribute_module._agreed_missing_shards(
+        runner._agreed_missing_shards(
             OtherRank(), Path("unused"), {}, None, None, DATA
         )
     assert str(raised.value) == str(error)

@@ -1,72 +1,36 @@
 #!/usr/bin/env python3
-r"""Attributions for a whole dataset, written as Parquet shards that a killed run
-resumes, in one process or across ranks under ``torchrun``.
+r""":func:`attribute_dataset`: every example of a dataset explained by several
+methods (and scored by metrics), one Parquet row per example; the user guide is
+``docs/guide/attribute.rst``."""
 
-Layout of ``out_dir``:
-
-- ``part-00000.parquet``, ``part-00001.parquet``, ...: shard ``k`` holds
-  examples ``k * shard_size`` to ``(k + 1) * shard_size - 1`` of the data, in
-  data order, one row per example. Shards are fixed slices of the data, so they
-  do not depend on the number of ranks: under ``torchrun`` the shards still
-  missing are dealt round-robin to the ranks, and a rerun with any number of
-  ranks finishes what is left. Inside a shard examples are batched by length.
-- ``_manifest.json``: arguments, data and model fingerprints, versions. A rerun
-  whose methods, metrics, ``max_length``, ``shard_size``, ``target``, data or
-  model differ refuses to write into the directory. ``batch_size`` and
-  ``device`` may change between runs (scores do not depend on them beyond
-  floating-point noise); different package versions only warn.
-
-A shard is written under a hidden temporary name and renamed when complete, so
-an interrupted run leaves whole shards only. Reading the result back is one
-call; rows come in data order (sort by ``id`` for source order after a
-shuffle)::
-
-    import pandas as pd
-    table = pd.read_parquet(out_dir)  # or
-    # datasets.load_dataset("parquet", data_files=f"{out_dir}/*.parquet")
-
-Across GPUs and machines every process runs the same call under ``torchrun``
-(NCCL on GPUs, gloo on CPUs); ``out_dir`` must be on a file system all machines
-share. On each of ``M`` machines, with ``NODE_RANK`` 0..M-1 and ``HOST0`` the
-first machine::
-
-    torchrun --nnodes M --node-rank NODE_RANK --nproc-per-node 8 \
-        --master-addr HOST0 --master-port 29500 \
-        --no-python captum-ext attribute --model DIR --data FILE \
-        --methods NormXLogit AttCAT --out /shared/out --device cuda
-
-(one machine: ``torchrun --nproc-per-node N --no-python captum-ext attribute
-...``; a script calling :func:`attribute_dataset` runs the same way).
-
-Columns: ``id`` (the example's row in the source), ``text`` (``text_pair``),
-``label`` (with gold labels), ``tokens``, ``input_ids`` (``token_type_ids`` for
-pairs), ``truncated``, ``predicted``, ``probabilities``, ``target`` (the class
-explained), one ``list<float32>`` per method with a score per token, and with
-``metrics`` one float per example and metric column, named
-``"<method>/<column>"`` (e.g. ``"NormXLogit/AOPC"``).
-"""
-
-import hashlib
-import json
-import os
-import platform
 import sys
 import time
-import warnings
 from contextlib import contextmanager
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from torch import nn, Tensor
 from tqdm.auto import tqdm
 
-from captum_ext._utils.atomic import atomic_path, write_text_atomically
 from captum_ext._utils.chunking import check_internal_batch_size
 from captum_ext._utils.common import classifier_forward
+from captum_ext.evaluation.attribute.manifest import (
+    check_or_write_manifest,
+    ManifestMismatchError,
+    run_manifest,
+)
+from captum_ext.evaluation.attribute.prediction import (
+    first_logits,
+    predicts_with_target_none,
+)
+from captum_ext.evaluation.attribute.schema import output_schema, source_columns
+from captum_ext.evaluation.attribute.shards import (
+    shard_name,
+    shard_positions,
+    write_shard,
+)
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
@@ -77,22 +41,12 @@ from captum_ext.evaluation.engine import (
 )
 from captum_ext.evaluation.registry import check_names, METHODS, METRICS
 
-__all__ = ["MANIFEST", "ManifestMismatchError", "attribute_dataset"]
+__all__ = ["attribute_dataset"]
 
-MANIFEST = "_manifest.json"  # "_" prefix: Parquet readers skip it
-_FORMAT = 1
 _TARGETS = ("predicted", "label")
-# The manifest entries a rerun must match to add shards to the same directory.
-_MUST_MATCH = ("arguments", "data", "model")
-_PACKAGES = ("captum_ext", "captum", "torch", "transformers", "datasets", "pyarrow")
-_SAMPLED_VALUES = 4096  # per weight tensor, in the model fingerprint
 _QUIET_SECONDS = 10.0  # between plain progress lines when stderr is not a tty
 
 Explain = Callable[..., Tensor]
-
-
-class ManifestMismatchError(ValueError):
-    r"""``out_dir`` holds outputs of a run with other arguments, data or model."""
 
 
 def attribute_dataset(
@@ -170,14 +124,14 @@ def attribute_dataset(
         )
         job = _Job(model, tokenizer, method_specs, metric_specs, length, target)
         mine = context.shard(missing)
-        total = sum(len(_shard_positions(k, shard_size, len(data))) for k in mine)
+        total = sum(len(shard_positions(k, shard_size, len(data))) for k in mine)
         with _progress(total, progress and context.is_main) as advance:
             for shard in mine:
-                positions = _shard_positions(shard, shard_size, len(data))
+                positions = shard_positions(shard, shard_size, len(data))
                 table = job.shard_table(
                     data.select(positions), batch_size, context.device, advance
                 )
-                _write_atomically(table, out / _shard_name(shard), context.rank)
+                write_shard(table, out / shard_name(shard), context.rank)
         context.barrier()
     return out
 
@@ -211,7 +165,6 @@ def _max_length(model: nn.Module, tokenizer: Any, max_length: Optional[int]) -> 
     return int(check_internal_batch_size(max_length, "max_length") or 0)
 
 
-# ------------------------------------------------------------------- manifest
 def _agreed_missing_shards(
     context: DistributedContext,
     out: Path,
@@ -225,7 +178,7 @@ def _agreed_missing_shards(
     verdict: Tuple[Optional[Exception], List[int]] = (None, [])
     if context.is_main:
         try:
-            manifest = _manifest(arguments, model, tokenizer, data)
+            manifest = run_manifest(arguments, model, tokenizer, data)
             verdict = (None, _prepare(out, manifest))
         except (OSError, ManifestMismatchError) as error:
             verdict = (error, [])
@@ -235,131 +188,14 @@ def _agreed_missing_shards(
     return missing
 
 
-def _manifest(
-    arguments: Dict[str, Any], model: nn.Module, tokenizer: Any, data: TextData
-) -> Dict[str, Any]:
-    n_shards = -(-len(data) // arguments["shard_size"])
-    return {
-        "format": _FORMAT,
-        "arguments": arguments,
-        "data": {"examples": len(data), "fingerprint": _data_fingerprint(data)},
-        "model": {
-            "class": type(model).__name__,
-            "fingerprint": _model_fingerprint(model, tokenizer),
-        },
-        "source": data.source,
-        "shards": n_shards,
-        "versions": _versions(),
-    }
-
-
 def _prepare(out: Path, manifest: Dict[str, Any]) -> List[int]:
     r"""Creates ``out`` with the manifest, or checks the one there; removes
     temporary files of interrupted runs; returns the shards not yet written."""
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / MANIFEST
-    if path.exists():
-        _check_same_run(path, _read_manifest(path), manifest)
-    elif any(out.glob("part-*.parquet")):
-        raise ManifestMismatchError(
-            f"{out} holds shards but no {MANIFEST}; choose an empty --out directory"
-        )
-    else:
-        write_text_atomically(
-            path, lambda handle: json.dump(manifest, handle, indent=2)
-        )
+    check_or_write_manifest(out, manifest)
     for stale in out.glob(".part-*.tmp-*"):
         stale.unlink()
     shards = range(manifest["shards"])
-    return [k for k in shards if not (out / _shard_name(k)).exists()]
-
-
-def _read_manifest(path: Path) -> Dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except ValueError as error:
-        raise ManifestMismatchError(
-            f"{path} is not a readable manifest ({error}); use another --out "
-            "directory"
-        ) from error
-
-
-def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> None:
-    differs = [
-        f"{key}.{field}: {old.get(key, {}).get(field)!r} before, {value!r} now"
-        for key in _MUST_MATCH
-        for field, value in new[key].items()
-        if old.get(key, {}).get(field) != value
-    ]
-    if differs:
-        raise ManifestMismatchError(
-            f"{path.parent} holds attributions of another run ("
-            + "; ".join(differs)
-            + "); use another --out directory, or the same arguments to resume"
-        )
-    before = old.get("versions", {})
-    versions = [
-        f"{name} {before.get(name)} -> {now}"
-        for name, now in new["versions"].items()
-        if before.get(name) != now
-    ]
-    if versions:
-        warnings.warn(
-            f"resuming {path.parent} with other package versions "
-            f"({', '.join(versions)}); scores of old and new shards may differ "
-            "in the last digits"
-        )
-
-
-def _data_fingerprint(data: TextData) -> str:
-    content = [data.texts, data.text_pairs, data.labels, data.rows]
-    return hashlib.sha256(json.dumps(content).encode()).hexdigest()
-
-
-def _model_fingerprint(model: nn.Module, tokenizer: Any) -> str:
-    r"""Hash of the config, every tensor's name, shape and dtype with up to
-    :data:`_SAMPLED_VALUES` evenly spaced values (exact bytes, so the same on
-    any device, and a 7B model takes well under a second), and the tokenizer's
-    vocabulary. Training or merging an adapter changes whole weight matrices,
-    so sampled values see it."""
-    digest = hashlib.sha256()
-    config = getattr(model, "config", None)
-    if config is not None:
-        digest.update(config.to_json_string(use_diff=False).encode())
-    for name, tensor in model.state_dict().items():
-        flat = tensor.detach().reshape(-1)
-        sample = flat[:: max(1, flat.numel() // _SAMPLED_VALUES)]
-        digest.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}".encode())
-        digest.update(sample.cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    vocabulary = sorted(tokenizer.get_vocab().items())
-    digest.update(json.dumps([type(tokenizer).__name__, vocabulary]).encode())
-    return digest.hexdigest()
-
-
-def _versions() -> Dict[str, str]:
-    found = {"python": platform.python_version()}
-    for package in _PACKAGES:
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = "not installed"
-    return found
-
-
-# --------------------------------------------------------------------- shards
-def _shard_name(shard: int) -> str:
-    return f"part-{shard:05d}.parquet"
-
-
-def _shard_positions(shard: int, shard_size: int, n: int) -> range:
-    return range(shard * shard_size, min((shard + 1) * shard_size, n))
-
-
-def _write_atomically(table: pa.Table, path: Path, rank: int) -> None:
-    r"""Writes under a hidden name and renames, so readers and reruns only ever
-    see complete shards."""
-    with atomic_path(path, tag=f"{rank}-{os.getpid()}") as temporary:
-        pq.write_table(table, temporary)
+    return [k for k in shards if not (out / shard_name(k)).exists()]
 
 
 class _Job:
@@ -410,8 +246,8 @@ class _Job:
             advance(len(batch.rows))
         back = sorted(range(len(order)), key=order.__getitem__)
         columns = {name: [values[i] for i in back] for name, values in columns.items()}
-        schema = _schema(data, self.names, columns)
-        return pa.Table.from_pydict(_source_columns(data) | columns, schema=schema)
+        schema = output_schema(data, self.names, columns)
+        return pa.Table.from_pydict(source_columns(data) | columns, schema=schema)
 
     def batch_columns(
         self, batch: EncodedBatch, classes: Optional[List[int]]
@@ -464,8 +300,8 @@ class _Job:
         ``no_grad`` forward predicts first and the method gets the classes.
         """
         explain = self.explainers[0]
-        if gold is not None or self.families[0] == "captum_ext":
-            with _first_logits(self.model, batch) as seen:
+        if gold is not None or predicts_with_target_none(self.families[0]):
+            with first_logits(self.model, batch) as seen:
                 scores = _call(explain, batch, gold)
             if seen:
                 return scores, seen[0]
@@ -492,61 +328,6 @@ def _per_token(scores: Tensor, valid: Tensor, name: str) -> List[List[float]]:
         )
     scores = scores.float().cpu()
     return [row[keep].tolist() for row, keep in zip(scores, valid.cpu())]
-
-
-@contextmanager
-def _first_logits(model: nn.Module, batch: EncodedBatch) -> Iterator[List[Tensor]]:
-    r"""Collects the logits of the first model call on exactly ``batch``'s ids
-    and mask; the hook is removed however the block ends."""
-    seen: List[Tensor] = []
-
-    def keep_logits(module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        ids = kwargs.get("input_ids", args[0] if args else None)
-        mask = kwargs.get("attention_mask", batch.attention_mask)
-        logits = getattr(output, "logits", output)
-        if seen or not isinstance(ids, Tensor) or not isinstance(logits, Tensor):
-            return
-        same_rows = ids.shape == batch.input_ids.shape and torch.equal(
-            ids, batch.input_ids
-        )
-        if same_rows and torch.equal(mask, batch.attention_mask) and logits.dim() == 2:
-            seen.append(logits.detach())
-
-    handle = model.register_forward_hook(keep_logits, with_kwargs=True)
-    try:
-        yield seen
-    finally:
-        handle.remove()
-
-
-def _source_columns(data: TextData) -> Dict[str, List[Any]]:
-    columns: Dict[str, List[Any]] = {"id": list(data.rows), "text": list(data.texts)}
-    if data.text_pairs is not None:
-        columns["text_pair"] = list(data.text_pairs)
-    if data.labels is not None:
-        columns["label"] = list(data.labels)
-    return columns
-
-
-def _schema(
-    data: TextData, methods: Sequence[str], columns: Dict[str, List[Any]]
-) -> pa.Schema:
-    types = {
-        "id": pa.int64(),
-        "text": pa.string(),
-        "text_pair": pa.string(),
-        "label": pa.int64(),
-        "tokens": pa.list_(pa.string()),
-        "input_ids": pa.list_(pa.int32()),
-        "token_type_ids": pa.list_(pa.int8()),
-        "truncated": pa.bool_(),
-        "predicted": pa.int64(),
-        "probabilities": pa.list_(pa.float32()),
-        "target": pa.int64(),
-    }
-    types.update({name: pa.list_(pa.float32()) for name in methods})
-    names = list(_source_columns(data)) + list(columns)
-    return pa.schema([(name, types.get(name, pa.float64())) for name in names])
 
 
 # ------------------------------------------------------------------- progress
