@@ -296,9 +296,7 @@ def test_other_ranks_raise_the_error_rank_0_found(error) -> None:
             return pickle.loads(pickle.dumps((error, [])))
 
     with pytest.raises(type(error)) as raised:
-        runner._agreed_missing_shards(
-            OtherRank(), Path("unused"), {}, None, None, DATA
-        )
+        runner._agreed_missing_shards(OtherRank(), Path("unused"), {}, None, None, DATA)
     assert str(raised.value) == str(error)
 
 
@@ -327,3 +325,34 @@ def test_plain_progress_lines_when_not_a_terminal(tmp_path: Path, capsys) -> Non
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith("attribute: 5/5 examples, ")
     assert "examples/s, ETA 0 s" in lines[-1]
+
+
+@pytest.mark.parametrize("content", ["[1, 2, 3]", "null", '"text"', "4"])
+def test_manifest_that_is_not_an_object(tmp_path: Path, content: str) -> None:
+    out = run(tmp_path / "out", data=DATA.head(2), methods=["NormXLogit"])
+    (out / MANIFEST).write_text(content)
+    with pytest.raises(ManifestMismatchError, match="not an object"):
+        run(out, data=DATA.head(2), methods=["NormXLogit"])
+
+
+def test_manifest_entries_that_are_not_objects_differ(tmp_path: Path) -> None:
+    out = run(tmp_path / "out", data=DATA.head(2), methods=["NormXLogit"])
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest.update(model=[1], versions="x")
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(ManifestMismatchError, match="model.fingerprint: None before"):
+        run(out, data=DATA.head(2), methods=["NormXLogit"])
+
+
+def test_the_same_model_under_another_path_resumes(tmp_path: Path) -> None:
+    model = tiny_labelled_bert()
+    model.config._name_or_path = "models/bert"
+    out = run(tmp_path / "out", model, data=DATA.head(8), methods=["NormXLogit"])
+    (out / "part-00001.parquet").unlink()
+    model.config._name_or_path = "/somewhere/else/models/bert"
+    model.config.transformers_version = "0.0.1"  # only warned about, as versions
+    run(out, model, data=DATA.head(8), methods=["NormXLogit"])
+    assert len(pd.read_parquet(out)) == 8
+    model.config.num_labels_note = "a config entry that is no path"
+    with pytest.raises(ManifestMismatchError, match="model.fingerprint"):
+        run(out, model, data=DATA.head(8), methods=["NormXLogit"])

@@ -79,20 +79,26 @@ def check_or_write_manifest(out: Path, manifest: Dict[str, Any]) -> None:
 
 def _read_manifest(path: Path) -> Dict[str, Any]:
     try:
-        return json.loads(path.read_text())
+        manifest = json.loads(path.read_text())
     except ValueError as error:
-        raise ManifestMismatchError(
-            f"{path} is not a readable manifest ({error}); use another --out "
-            "directory"
-        ) from error
+        raise _unreadable(path, str(error)) from error
+    if not isinstance(manifest, dict):
+        raise _unreadable(path, f"a JSON {type(manifest).__name__}, not an object")
+    return manifest
+
+
+def _unreadable(path: Path, why: str) -> ManifestMismatchError:
+    return ManifestMismatchError(
+        f"{path} is not a readable manifest ({why}); use another --out directory"
+    )
 
 
 def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> None:
     differs = [
-        f"{key}.{field}: {old.get(key, {}).get(field)!r} before, {value!r} now"
+        f"{key}.{field}: {_entry(old, key).get(field)!r} before, {value!r} now"
         for key in _MUST_MATCH
         for field, value in new[key].items()
-        if old.get(key, {}).get(field) != value
+        if _entry(old, key).get(field) != value
     ]
     if differs:
         raise ManifestMismatchError(
@@ -100,7 +106,7 @@ def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> Non
             + "; ".join(differs)
             + "); use another --out directory, or the same arguments to resume"
         )
-    before = old.get("versions", {})
+    before = _entry(old, "versions")
     versions = [
         f"{name} {before.get(name)} -> {now}"
         for name, now in new["versions"].items()
@@ -114,6 +120,13 @@ def _check_same_run(path: Path, old: Dict[str, Any], new: Dict[str, Any]) -> Non
         )
 
 
+def _entry(manifest: Dict[str, Any], key: str) -> Dict[str, Any]:
+    r"""``manifest[key]``, or an empty entry when it is missing or not an object
+    (a hand-edited manifest then differs instead of raising a ``TypeError``)."""
+    entry = manifest.get(key)
+    return entry if isinstance(entry, dict) else {}
+
+
 def data_fingerprint(data: TextData) -> str:
     r"""SHA-256 of the texts, pairs, labels and source rows."""
     content = [data.texts, data.text_pairs, data.labels, data.rows]
@@ -121,15 +134,17 @@ def data_fingerprint(data: TextData) -> str:
 
 
 def model_fingerprint(model: nn.Module, tokenizer: Any) -> str:
-    r"""Hash of the config, every tensor's name, shape and dtype with up to
-    :data:`_SAMPLED_VALUES` evenly spaced values (exact bytes, so the same on
-    any device, and a 7B model takes well under a second), and the tokenizer's
-    vocabulary. Training or merging an adapter changes whole weight matrices,
-    so sampled values see it."""
+    r"""Hash of the config (:func:`_config_content`), every tensor's name, shape
+    and dtype with up to :data:`_SAMPLED_VALUES` evenly spaced values (exact
+    bytes, so the same on any device, and a 7B model takes well under a
+    second), and the tokenizer's vocabulary. Training or merging an adapter
+    changes whole weight matrices, so sampled values see it. Where the model
+    was loaded from is no part of it: the same model under another path,
+    through a symlink or after a move resumes."""
     digest = hashlib.sha256()
     config = getattr(model, "config", None)
     if config is not None:
-        digest.update(config.to_json_string(use_diff=False).encode())
+        digest.update(json.dumps(_config_content(config), sort_keys=True).encode())
     for name, tensor in model.state_dict().items():
         flat = tensor.detach().reshape(-1)
         sample = flat[:: max(1, flat.numel() // _SAMPLED_VALUES)]
@@ -138,6 +153,19 @@ def model_fingerprint(model: nn.Module, tokenizer: Any) -> str:
     vocabulary = sorted(tokenizer.get_vocab().items())
     digest.update(json.dumps([type(tokenizer).__name__, vocabulary]).encode())
     return digest.hexdigest()
+
+
+def _config_content(config: Any) -> Dict[str, Any]:
+    r"""The config's entries that shape the model's outputs: without the
+    bookkeeping ``_``-prefixed entries (``_name_or_path``: where it was loaded
+    from) and ``transformers_version`` (recorded, and only warned about, under
+    ``versions``)."""
+    content = json.loads(config.to_json_string(use_diff=False))
+    return {
+        key: value
+        for key, value in content.items()
+        if not key.startswith("_") and key != "transformers_version"
+    }
 
 
 def _versions() -> Dict[str, str]:
