@@ -35,6 +35,9 @@ _BUILDERS: Dict[str, tuple] = {
     ".parquet": ("parquet", {}),
 }
 _SHOWN_ROWS = 10
+# What marks a missing label in a CSV/TSV cell; no other cell has missing values,
+# so a text that is literally "NA" or "null" stays that text.
+_MISSING_LABELS = ["", "NA", "N/A", "NaN", "nan", "null", "None"]
 # What datasets says when a file parses to a header and no rows.
 _NO_DATA = "corresponds to no data"
 
@@ -138,7 +141,7 @@ def load_data(
     path = Path(path)
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise DataError(f"limit must be a positive number of examples, got {limit!r}")
-    table = _read(path, split)
+    table = _read(path, split, label_column)
     _require_columns(path, table, [text_column, text_pair_column, label_column])
     if len(table) == 0:
         raise DataError(_no_rows(path))
@@ -172,7 +175,11 @@ def _quiet_private_cache() -> Iterator[str]:
             datasets.utils.enable_progress_bars()
 
 
-def _read(path: Path, split: Optional[str]) -> datasets.Dataset:
+def _read(
+    path: Path,
+    split: Optional[str],
+    label_column: Optional[str],
+) -> datasets.Dataset:
     if not path.exists():
         raise DataError(f"{path}: no such file or directory")
     if path.is_dir():
@@ -191,6 +198,8 @@ def _read(path: Path, split: Optional[str]) -> datasets.Dataset:
     if path.stat().st_size == 0:
         raise DataError(_no_rows(path))
     name, options = builder
+    if name == "csv":
+        options = {**options, **_csv_missing_values(label_column)}
     with _quiet_private_cache() as cache:
         try:
             return datasets.load_dataset(
@@ -208,6 +217,15 @@ def _read(path: Path, split: Optional[str]) -> datasets.Dataset:
                 f"{path}: cannot be read as {name.upper()} "
                 f"({type(error).__name__}: {error}); check the file's format"
             ) from error
+
+
+def _csv_missing_values(label_column: Optional[str]) -> Dict[str, Any]:
+    r"""pandas' CSV options that apply missing-value rules to the label column
+    only: a text cell ``NA`` is the text "NA", an empty one the empty text."""
+    return {
+        "keep_default_na": False,
+        "na_values": {label_column: _MISSING_LABELS} if label_column else None,
+    }
 
 
 def _read_saved(path: Path, split: Optional[str]) -> datasets.Dataset:
