@@ -102,13 +102,22 @@ def _tokenizer(path: Path) -> Any:
 
     if not path.is_dir():
         raise ValueError(f"tokenizer directory {str(path)!r} does not exist")
+    advice = "save it with tokenizer.save_pretrained(path) or give --tokenizer DIR"
     try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError, TypeError) as error:
         raise ValueError(
-            f"no tokenizer could be loaded from {str(path)!r} ({error}); save it "
-            "with tokenizer.save_pretrained(path) or give --tokenizer DIR"
+            f"no tokenizer could be loaded from {str(path)!r} ({error}); {advice}"
         ) from None
+    # A directory without vocabulary files still gives a tokenizer (built from
+    # the config's class alone) that knows only its special tokens, so every
+    # word would become the unknown token.
+    if not set(tokenizer.get_vocab()) - set(tokenizer.all_special_tokens):
+        raise ValueError(
+            f"{str(path)!r} holds no tokenizer vocabulary (no tokenizer.json, "
+            f"vocab.txt, vocab.json or sentencepiece model); {advice}"
+        )
+    return tokenizer
 
 
 def _set_padding(model: nn.Module, tokenizer: Any) -> None:
