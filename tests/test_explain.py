@@ -67,3 +67,12 @@ def test_text_pairs():
         tiny_labelled_bert(), tiny_tokenizer(), "good", ["Saliency"], text_pair="bad"
     )
     assert explanation.tokens == ["[CLS]", "good", "[SEP]", "bad", "[SEP]"]
+
+
+def test_max_length_above_the_models_positions_is_refused_before_any_work():
+    model, long_text = tiny_labelled_bert(), " ".join(["fun"] * 80)  # 64 positions
+    with pytest.raises(ValueError, match="max_length=100 is more than the 64 pos"):
+        explain(model, tiny_tokenizer(), long_text, ["NormXLogit"], max_length=100)
+    with pytest.warns(UserWarning, match="cut to max_length=64"):
+        explanation = explain(model, tiny_tokenizer(), long_text, max_length=64)
+    assert len(explanation.tokens) == 64

@@ -31,6 +31,7 @@ import torch
 from torch import nn, Tensor
 
 from captum_ext._utils.chunking import check_internal_batch_size
+from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext._utils.common import classifier_forward
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
@@ -54,6 +55,7 @@ __all__ = [
     "ExampleData",
     "SharedForward",
     "benchmark",
+    "checked_max_length",
     "default_max_length",
     "metric_values",
 ]
@@ -80,10 +82,35 @@ class ExampleData(Protocol):
 def default_max_length(model: nn.Module, tokenizer: Any) -> int:
     r"""The most tokens both the tokenizer and the model's positions allow
     (:data:`FALLBACK_MAX_LENGTH` when neither says)."""
-    limits = [getattr(tokenizer, "model_max_length", None)]
-    limits.append(getattr(model.config, "max_position_embeddings", None))
+    limits = [getattr(tokenizer, "model_max_length", None), _positions(model)]
     known = [int(n) for n in limits if isinstance(n, int) and 0 < n < 1_000_000]
     return min(known, default=FALLBACK_MAX_LENGTH)
+
+
+def checked_max_length(
+    model: nn.Module, tokenizer: Any, max_length: Optional[int]
+) -> int:
+    r"""``max_length``, or :func:`default_max_length` when None; a
+    ``ValueError`` before any work when the model has fewer positions."""
+    if max_length is None:
+        return default_max_length(model, tokenizer)
+    check_internal_batch_size(max_length, "max_length")
+    positions = _positions(model)
+    if positions is not None and max_length > positions:
+        raise ValueError(
+            f"max_length={max_length} is more than the {positions} positions "
+            f"{type(model).__name__} has; use --max-length {positions} or less"
+        )
+    return int(max_length)
+
+
+def _positions(model: nn.Module) -> Optional[int]:
+    r"""The model's number of input positions, if it states one."""
+    try:
+        return get_adapter(model).max_positions
+    except UnsupportedModelError:
+        value = getattr(getattr(model, "config", None), "max_position_embeddings", 0)
+        return int(value) if isinstance(value, int) and value > 0 else None
 
 
 # --------------------------------------------------------------- shared forward
@@ -655,7 +682,7 @@ def benchmark(
     options = dict(
         task=task,
         batch_size=batch_size,
-        max_length=max_length or default_max_length(model, tokenizer),
+        max_length=checked_max_length(model, tokenizer, max_length),
         n_examples=n_examples,
         progress=progress,
     )

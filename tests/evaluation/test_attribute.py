@@ -356,3 +356,14 @@ def test_the_same_model_under_another_path_resumes(tmp_path: Path) -> None:
     model.config.num_labels_note = "a config entry that is no path"
     with pytest.raises(ManifestMismatchError, match="model.fingerprint"):
         run(out, model, data=DATA.head(8), methods=["NormXLogit"])
+
+
+def test_max_length_above_the_models_positions_is_refused_before_any_work(
+    tmp_path: Path,
+) -> None:
+    long = TextData("long.csv", [" ".join(["fun"] * 80)] * 3)  # 64 positions
+    with pytest.raises(ValueError, match="max_length=65 is more than the 64 pos"):
+        run(tmp_path / "out", data=long, methods=["NormXLogit"], max_length=65)
+    assert not (tmp_path / "out").exists()
+    run(tmp_path / "out", data=long, methods=["NormXLogit"], max_length=64)
+    assert pd.read_parquet(tmp_path / "out")["truncated"].tolist() == [True] * 3

@@ -35,7 +35,7 @@ from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.engine import (
-    default_max_length,
+    checked_max_length,
     metric_values,
     SharedForward,
 )
@@ -107,7 +107,7 @@ def attribute_dataset(
     _check_target(target, data)
     if model.training:
         raise ValueError("the model is in training mode; call model.eval() first")
-    length = _max_length(model, tokenizer, max_length)
+    length = checked_max_length(model, tokenizer, max_length)
     out = Path(out_dir)
     arguments = {
         "methods": list(methods),
@@ -157,12 +157,6 @@ def _check_target(target: str, data: TextData) -> None:
             f"target='label' explains the gold labels, but {data.source} was "
             "loaded without a label column; pass label_column (--label-column)"
         )
-
-
-def _max_length(model: nn.Module, tokenizer: Any, max_length: Optional[int]) -> int:
-    if max_length is None:
-        return default_max_length(model, tokenizer)
-    return int(check_internal_batch_size(max_length, "max_length") or 0)
 
 
 def _agreed_missing_shards(
