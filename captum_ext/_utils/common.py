@@ -335,6 +335,10 @@ class ClassifierLogits(nn.Module):
             )
         elif token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
+        if self._adapter is not None and not self.inputs_embeds:
+            # Here, not only in the methods: every forward pass of a prediction,
+            # a metric or a Captum method passes through this one place.
+            check_vocabulary_ids(self._adapter, input_ids)
         name = "inputs_embeds" if self.inputs_embeds else "input_ids"
         kwargs[name] = input_ids
         return self.model(**kwargs).logits
