@@ -40,7 +40,7 @@ def default_methods(with_decoders: bool) -> List[str]:
 def _encode(tokenizer: Any, text: str, text_pair: Optional[str], max_length: int):
     if not text.strip():
         raise ValueError("the text is empty: give some words to explain")
-    full = tokenizer(text, text_pair, truncation=False)["input_ids"]
+    full = tokenizer(text, text_pair, truncation=False, verbose=False)["input_ids"]
     encoded = tokenizer(text, text_pair, truncation=True, max_length=max_length)
     if len(full) > len(encoded["input_ids"]):
         warnings.warn(

@@ -107,7 +107,9 @@ def _encode(
     r"""Token ids (and type ids for pairs) cut to ``max_length``, and which
     examples were cut. Only the texts that are too long are tokenised twice."""
     pairs = None if text_pairs is None else list(text_pairs)
-    encoded = tokenizer(list(texts), pairs, truncation=False)
+    # verbose=False: the callers say which texts were cut, instead of
+    # transformers' "Token indices sequence length is longer than ..." line.
+    encoded = tokenizer(list(texts), pairs, truncation=False, verbose=False)
     ids = list(encoded["input_ids"])
     type_ids = _type_ids(encoded) if pairs is not None else None
     long_rows = [i for i, row in enumerate(ids) if len(row) > max_length]

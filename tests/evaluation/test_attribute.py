@@ -367,3 +367,13 @@ def test_max_length_above_the_models_positions_is_refused_before_any_work(
     assert not (tmp_path / "out").exists()
     run(tmp_path / "out", data=long, methods=["NormXLogit"], max_length=64)
     assert pd.read_parquet(tmp_path / "out")["truncated"].tolist() == [True] * 3
+
+
+def test_truncation_is_told_by_the_projects_own_notice(tmp_path: Path, capfd) -> None:
+    with pytest.warns(UserWarning) as notices:
+        run(tmp_path / "out", methods=["NormXLogit"])
+    assert "Token indices sequence length" not in capfd.readouterr().err
+    assert [str(n.message) for n in notices] == [
+        "2 of the texts this run attributed were cut to max_length=10 tokens "
+        "(column 'truncated'); their attributions cover the kept tokens only"
+    ]

@@ -5,6 +5,7 @@ methods (and scored by metrics), one Parquet row per example; the user guide is
 
 import sys
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -125,6 +126,7 @@ def attribute_dataset(
         job = _Job(model, tokenizer, method_specs, metric_specs, length, target)
         mine = context.shard(missing)
         total = sum(len(shard_positions(k, shard_size, len(data))) for k in mine)
+        truncated = 0
         with _progress(total, progress and context.is_main) as advance:
             for shard in mine:
                 positions = shard_positions(shard, shard_size, len(data))
@@ -132,7 +134,14 @@ def attribute_dataset(
                     data.select(positions), batch_size, context.device, advance
                 )
                 write_shard(table, out / shard_name(shard), context.rank)
+                truncated += sum(table.column("truncated").to_pylist())
         context.barrier()
+    if truncated:
+        warnings.warn(
+            f"{truncated} of the texts this run attributed were cut to "
+            f"max_length={length} tokens (column 'truncated'); their "
+            "attributions cover the kept tokens only"
+        )
     return out
 
 
