@@ -7,6 +7,7 @@ call."""
 import json
 import os
 import pickle
+from contextlib import ExitStack
 from pathlib import Path
 from typing import List
 
@@ -20,6 +21,7 @@ from captum_ext.evaluation.attribute import (
     ManifestMismatchError,
     runner,
 )
+from captum_ext.evaluation.attribute.lock import LOCK
 from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import METHODS, MethodSpec, MetricContext, METRICS
@@ -144,7 +146,7 @@ def test_metric_values_of_text_pairs_equal_the_benchmarks(tmp_path: Path) -> Non
 def test_reads_back_with_datasets_in_data_order(tmp_path: Path) -> None:
     data = DATA.select([8, 2, 5, 0, 7])  # as after a seeded shuffle
     out = run(tmp_path / "out", data=data, shard_size=2)
-    assert sorted(os.listdir(out)) == [MANIFEST] + [
+    assert sorted(os.listdir(out)) == [LOCK, MANIFEST] + [
         f"part-0000{k}.parquet" for k in range(3)
     ]
     loaded = datasets.load_dataset(
@@ -172,7 +174,7 @@ def test_resume_after_interruption(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(runner, "write_shard", write_then_die)
     with pytest.raises(KeyboardInterrupt):
         run(out)
-    assert sorted(os.listdir(out)) == [MANIFEST, "part-00000.parquet"]
+    assert sorted(os.listdir(out)) == [LOCK, MANIFEST, "part-00000.parquet"]
     first_shard = out / "part-00000.parquet"
     written_at = first_shard.stat().st_mtime_ns
     (out / ".part-00001.parquet.tmp-0-123").write_bytes(b"half a shard")
@@ -180,7 +182,7 @@ def test_resume_after_interruption(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(runner, "write_shard", write)
     run(out, batch_size=2)  # batch size and device may change between runs
     assert first_shard.stat().st_mtime_ns == written_at
-    assert sorted(os.listdir(out)) == [MANIFEST] + [
+    assert sorted(os.listdir(out)) == [LOCK, MANIFEST] + [
         f"part-0000{k}.parquet" for k in range(3)
     ]
     pd.testing.assert_frame_equal(pd.read_parquet(out), complete, atol=1e-6)
@@ -296,7 +298,7 @@ def test_other_ranks_raise_the_error_rank_0_found(error) -> None:
             return pickle.loads(pickle.dumps((error, [])))
 
     with pytest.raises(type(error)) as raised:
-        runner._agreed_missing_shards(OtherRank(), Path("unused"), {}, None, None, DATA)
+        runner._agreed_missing_shards(OtherRank(), None, None, None, ExitStack())
     assert str(raised.value) == str(error)
 
 

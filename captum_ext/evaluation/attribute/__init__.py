@@ -12,15 +12,19 @@ machines, what survives a kill) is ``docs/guide/attribute.rst``; the modules:
 - :mod:`~captum_ext.evaluation.attribute.schema`: the Parquet schema of a run;
 - :mod:`~captum_ext.evaluation.attribute.shards`: shard names, slices, atomic
   writes and the verification of finished shards on resume;
+- :mod:`~captum_ext.evaluation.attribute.lock`: one writer per output
+  directory;
 - :mod:`~captum_ext.evaluation.attribute.prediction`: the logits of a
   method's own forward pass, so the prediction costs no extra pass.
 """
 
+from captum_ext.evaluation.attribute.lock import OutputLockedError
 from captum_ext.evaluation.attribute.manifest import MANIFEST, ManifestMismatchError
 from captum_ext.evaluation.attribute.runner import attribute_dataset
 
 __all__ = [
     "MANIFEST",
     "ManifestMismatchError",
+    "OutputLockedError",
     "attribute_dataset",
 ]

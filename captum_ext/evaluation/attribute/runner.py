@@ -6,9 +6,19 @@ methods (and scored by metrics), one Parquet row per example; the user guide is
 import sys
 import time
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, ExitStack
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 
 import pyarrow as pa
 import torch
@@ -26,10 +36,13 @@ from captum_ext.evaluation.attribute.prediction import (
     first_logits,
     predicts_with_target_none,
 )
-from captum_ext.evaluation.attribute.schema import output_schema, source_columns
+from captum_ext.evaluation.attribute.lock import output_lock
+from captum_ext.evaluation.attribute.schema import run_schema, source_columns
 from captum_ext.evaluation.attribute.shards import (
+    remove_temporary_files,
     shard_name,
     shard_positions,
+    shard_problem,
     write_shard,
 )
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
@@ -99,6 +112,7 @@ def attribute_dataset(
 
     Raises:
         ManifestMismatchError: ``out_dir`` holds another run's outputs.
+        OutputLockedError: another run is writing into ``out_dir``.
         ValueError: unknown method or metric, bad sizes, no labels for
             ``target="label"``, a model in training mode.
     """
@@ -117,12 +131,13 @@ def attribute_dataset(
         "shard_size": shard_size,
         "target": target,
     }
-    with distributed_context(device) as context:
+    names = [spec.name for spec in method_specs]
+    schema = run_schema(data, names, metric_specs, _gives_type_ids(tokenizer, data))
+    with distributed_context(device) as context, ExitStack() as held:
         if next(model.parameters()).device != context.device:
             model.to(context.device)
-        missing = _agreed_missing_shards(
-            context, out, arguments, model, tokenizer, data
-        )
+        run = _Run(out, arguments, schema, data)
+        missing = _agreed_missing_shards(context, run, model, tokenizer, held)
         job = _Job(model, tokenizer, method_specs, metric_specs, length, target)
         mine = context.shard(missing)
         total = sum(len(shard_positions(k, shard_size, len(data))) for k in mine)
@@ -131,7 +146,7 @@ def attribute_dataset(
             for shard in mine:
                 positions = shard_positions(shard, shard_size, len(data))
                 table = job.shard_table(
-                    data.select(positions), batch_size, context.device, advance
+                    data.select(positions), schema, batch_size, context.device, advance
                 )
                 write_shard(table, out / shard_name(shard), context.rank)
                 truncated += sum(table.column("truncated").to_pylist())
@@ -168,21 +183,41 @@ def _check_target(target: str, data: TextData) -> None:
         )
 
 
+def _gives_type_ids(tokenizer: Any, data: TextData) -> bool:
+    r"""Whether the tokenizer gives segment ids for ``data``'s pairs (BERT
+    does; RoBERTa-like tokenizers mark pairs with separators only)."""
+    if data.text_pairs is None or not len(data):
+        return False
+    encoded = tokenizer(data.texts[:1], data.text_pairs[:1], verbose=False)
+    return encoded.get("token_type_ids") is not None
+
+
+class _Run(NamedTuple):
+    r"""What rank 0 checks the output directory against."""
+
+    out: Path
+    arguments: Dict[str, Any]
+    schema: pa.Schema
+    data: TextData
+
+
 def _agreed_missing_shards(
     context: DistributedContext,
-    out: Path,
-    arguments: Dict[str, Any],
+    run: _Run,
     model: nn.Module,
     tokenizer: Any,
-    data: TextData,
+    held: ExitStack,
 ) -> List[int]:
-    r"""Rank 0 checks (or writes) the manifest and lists the shards still to do;
-    every rank gets the same list, or the same error."""
+    r"""Rank 0 takes the output lock (held in ``held`` until the run ends),
+    checks (or writes) the manifest and lists the shards still to do; every
+    rank gets the same list, or the same error."""
     verdict: Tuple[Optional[Exception], List[int]] = (None, [])
     if context.is_main:
         try:
-            manifest = run_manifest(arguments, model, tokenizer, data)
-            verdict = (None, _prepare(out, manifest))
+            run.out.mkdir(parents=True, exist_ok=True)
+            held.enter_context(output_lock(run.out))
+            manifest = run_manifest(run.arguments, model, tokenizer, run.data)
+            verdict = (None, _prepare(run, manifest))
         except (OSError, ManifestMismatchError) as error:
             verdict = (error, [])
     failure, missing = context.broadcast(verdict)  # pickled: the same error
@@ -191,14 +226,25 @@ def _agreed_missing_shards(
     return missing
 
 
-def _prepare(out: Path, manifest: Dict[str, Any]) -> List[int]:
-    r"""Creates ``out`` with the manifest, or checks the one there; removes
-    temporary files of interrupted runs; returns the shards not yet written."""
-    check_or_write_manifest(out, manifest)
-    for stale in out.glob(".part-*.tmp-*"):
-        stale.unlink()
-    shards = range(manifest["shards"])
-    return [k for k in shards if not (out / shard_name(k)).exists()]
+def _prepare(run: _Run, manifest: Dict[str, Any]) -> List[int]:
+    r"""Writes or checks the manifest, removes temporary files of runs that are
+    gone, and returns the shards still to do: those missing and those that do
+    not verify (removed, with a notice)."""
+    remove_temporary_files(run.out)
+    check_or_write_manifest(run.out, manifest)
+    missing = []
+    for shard in range(manifest["shards"]):
+        path = run.out / shard_name(shard)
+        if not path.exists():
+            missing.append(shard)
+            continue
+        positions = shard_positions(shard, run.arguments["shard_size"], len(run.data))
+        problem = shard_problem(path, [run.data.rows[i] for i in positions], run.schema)
+        if problem is not None:
+            warnings.warn(f"{path} is redone: it does not verify ({problem})")
+            path.unlink()
+            missing.append(shard)
+    return missing
 
 
 class _Job:
@@ -226,12 +272,13 @@ class _Job:
     def shard_table(
         self,
         data: TextData,
+        schema: pa.Schema,
         batch_size: int,
         device: torch.device,
         advance: Callable[[int], None],
     ) -> pa.Table:
-        r"""One shard's rows, in the order of ``data``; ``advance(n)`` after
-        each batch of ``n`` examples."""
+        r"""One shard's rows, in the order of ``data``, with ``schema``;
+        ``advance(n)`` after each batch of ``n`` examples."""
         columns: Dict[str, List[Any]] = {}
         order: List[int] = []
         gold = data.labels if self.target == "label" else None
@@ -248,9 +295,15 @@ class _Job:
             order.extend(batch.rows)
             advance(len(batch.rows))
         back = sorted(range(len(order)), key=order.__getitem__)
-        columns = {name: [values[i] for i in back] for name, values in columns.items()}
-        schema = output_schema(data, self.names, columns)
-        return pa.Table.from_pydict(source_columns(data) | columns, schema=schema)
+        columns = source_columns(data) | {
+            name: [values[i] for i in back] for name, values in columns.items()
+        }
+        if set(columns) != set(schema.names):  # the schema is the run's contract
+            raise RuntimeError(
+                f"shard columns {sorted(columns)} are not the run's schema "
+                f"{schema.names}"
+            )
+        return pa.Table.from_pydict(columns, schema=schema)
 
     def batch_columns(
         self, batch: EncodedBatch, classes: Optional[List[int]]

@@ -13,8 +13,9 @@ from typing import Any, Dict, List, Sequence
 import pyarrow as pa
 
 from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.registry import MetricSpec
 
-__all__ = ["output_schema", "source_columns"]
+__all__ = ["run_schema", "source_columns"]
 
 _TYPES = {
     "id": pa.int64(),
@@ -41,11 +42,26 @@ def source_columns(data: TextData) -> Dict[str, List[Any]]:
     return columns
 
 
-def output_schema(
-    data: TextData, methods: Sequence[str], columns: Dict[str, List[Any]]
+def run_schema(
+    data: TextData,
+    methods: Sequence[str],
+    metrics: Sequence[MetricSpec],
+    token_type_ids: bool,
 ) -> pa.Schema:
-    r"""The schema of ``data``'s source columns followed by ``columns``."""
-    types = dict(_TYPES)
-    types.update({name: pa.list_(pa.float32()) for name in methods})
-    names = list(source_columns(data)) + list(columns)
-    return pa.schema([(name, types.get(name, pa.float64())) for name in names])
+    r"""The schema every shard of a run has, known before the first is written
+    (so a finished shard can be checked against it on resume): ``data``'s
+    source columns, the tokens and prediction, then each method's scores
+    followed by its metric columns. ``token_type_ids``: whether the tokenizer
+    gives segment ids for ``data``'s pairs."""
+    names = list(source_columns(data)) + ["tokens", "input_ids"]
+    names += ["token_type_ids"] if token_type_ids else []
+    names += ["truncated", "predicted", "probabilities", "target"]
+    fields = [(name, _TYPES[name]) for name in names]
+    for method in methods:
+        fields.append((method, pa.list_(pa.float32())))
+        fields += [
+            (f"{method}/{column}", pa.float64())
+            for metric in metrics
+            for column in metric.columns
+        ]
+    return pa.schema(fields)
