@@ -23,6 +23,7 @@ import torch
 from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
+from captum_ext._utils.hooks import model_lock
 from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
 
 __all__ = [
@@ -341,7 +342,8 @@ class ClassifierLogits(nn.Module):
             check_vocabulary_ids(self._adapter, input_ids)
         name = "inputs_embeds" if self.inputs_embeds else "input_ids"
         kwargs[name] = input_ids
-        return self.model(**kwargs).logits
+        with model_lock(self.model):  # not during a captum_ext call's passes
+            return self.model(**kwargs).logits
 
 
 def classifier_forward(

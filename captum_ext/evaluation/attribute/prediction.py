@@ -15,6 +15,7 @@ from typing import Any, Iterator, List
 import torch
 from torch import nn, Tensor
 
+from captum_ext._utils.hooks import HookSet
 from captum_ext.evaluation.batches import EncodedBatch
 
 __all__ = ["first_logits", "predicts_with_target_none"]
@@ -45,8 +46,6 @@ def first_logits(model: nn.Module, batch: EncodedBatch) -> Iterator[List[Tensor]
         if same_rows and torch.equal(mask, batch.attention_mask) and logits.dim() == 2:
             seen.append(logits.detach())
 
-    handle = model.register_forward_hook(keep_logits, with_kwargs=True)
-    try:
+    with HookSet() as hooks:
+        hooks.forward(model, keep_logits, with_kwargs=True)
         yield seen
-    finally:
-        handle.remove()
