@@ -46,6 +46,7 @@ __all__ = [
 TIME_COLUMN = "time (x forward)"
 KENDALL = "Kendall-tau"
 NOT_APPLICABLE = "n/a (class-agnostic)"
+UNSCORED = "n/a"  # examples a metric cannot score (NaN), left out of means
 TIMING_FLAG = "⚠"
 
 # What each metric column measures; the better direction comes from the
@@ -132,7 +133,18 @@ def _metric_cell(row: MethodResult, metric: str, best: float) -> Cell:
     if not _applies(row, metric):
         return Cell(NOT_APPLICABLE, "the scores do not depend on the class", "na")
     value = row.metrics[metric]
-    return Cell(f"{value:.3f}{'*' if value == best else ''}")
+    if math.isnan(value):
+        return Cell(UNSCORED, f"none of the {row.n} examples could be scored", "na")
+    text = f"{value:.3f}{'*' if value == best else ''}"
+    left_out = sum(math.isnan(v) for v in row.per_example.get(metric, []))
+    if not left_out:
+        return Cell(text)
+    return Cell(
+        f"{text} ({left_out} {UNSCORED})",
+        f"{left_out} of {row.n} examples have no token the metric can perturb "
+        "(only special or unknown tokens); the mean leaves them out",
+        "na",
+    )
 
 
 def _time_cell(row: MethodResult) -> Cell:
