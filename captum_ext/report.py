@@ -12,7 +12,6 @@ state and the report works headless.
 """
 
 import base64
-import html
 import math
 import re
 from pathlib import Path
@@ -30,8 +29,8 @@ from captum_ext.visualization import (
     explanation_caption,
     explanation_html,
     html_page,
+    html_safe,
     normalize,
-    terminal_safe,
     word_groups,
 )
 
@@ -171,7 +170,7 @@ def _cells(result: BenchmarkResult, task: str) -> List[List[Cell]]:
 def _md(text: str) -> str:
     r"""Markdown-safe and terminal-safe: HTML escaped (results.md is rendered),
     table pipes escaped, control characters replaced."""
-    return terminal_safe(html.escape(text)).replace("|", "\\|")
+    return html_safe(text).replace("|", "\\|")
 
 
 def markdown_table(result: BenchmarkResult) -> str:
@@ -333,8 +332,8 @@ def _html_cell(cell: Cell, numeric: bool, tag: str = "td") -> str:
     classes = " ".join(name for name in ("num" if numeric else "", cell.kind) if name)
     attributes = f' class="{classes}"' if classes else ""
     if cell.note:
-        attributes += f' title="{html.escape(cell.note)}"'
-    return f"<{tag}{attributes}>{html.escape(cell.text)}</{tag}>"
+        attributes += f' title="{html_safe(cell.note)}"'
+    return f"<{tag}{attributes}>{html_safe(cell.text)}</{tag}>"
 
 
 def _html_table(table: List[List[Cell]]) -> str:
@@ -351,7 +350,7 @@ def _html_table(table: List[List[Cell]]) -> str:
 def _figure(path: Path, caption: str) -> str:
     r"""The PNG embedded (base64) with an HTML ``caption``."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    alt = html.escape(path.stem)
+    alt = html_safe(path.stem)
     return (
         f'<figure><img alt="{alt}" src="data:image/png;base64,{data}">'
         f"<figcaption>{caption}</figcaption></figure>"
@@ -370,7 +369,7 @@ def _config_html(result: BenchmarkResult) -> str:
     r"""The run's configuration as a two-column list, one setting a line."""
     items = dict(result.config, **{"wall time": f"{result.wall_seconds:.0f} s"})
     rows = "".join(
-        f"<dt>{html.escape(str(key))}</dt><dd>{html.escape(_config_value(value))}</dd>"
+        f"<dt>{html_safe(str(key))}</dt><dd>{html_safe(_config_value(value))}</dd>"
         for key, value in items.items()
     )
     return f'<h2>configuration</h2><dl class="config">{rows}</dl>'
@@ -378,7 +377,7 @@ def _config_html(result: BenchmarkResult) -> str:
 
 def _definitions_html(result: BenchmarkResult) -> str:
     items = "".join(
-        f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>"
+        f"<dt>{html_safe(name)}</dt><dd>{html_safe(text)}</dd>"
         for name, text in metric_definitions(result)
     )
     return (
@@ -402,14 +401,14 @@ def _layer_caption(result: BenchmarkResult, task: str, name: str) -> str:
     tokens, _ = result.layer_maps[task][name]
     example = _example_for(result, task, tokens)
     what = (
-        f"{html.escape(name)} per layer (rows: hidden_states index, 0 = "
+        f"{html_safe(name)} per layer (rows: hidden_states index, 0 = "
         "embeddings; each row scaled by its own peak |score| over the real "
         "tokens; special tokens grey)"
     )
     if example is None:
         return what + "."
     return (
-        f"{what} on “{html.escape(_example_text(example))}”: "
+        f"{what} on “{html_safe(_example_text(example))}”: "
         f"{explanation_caption(example)}."
     )
 
@@ -417,14 +416,14 @@ def _layer_caption(result: BenchmarkResult, task: str, name: str) -> str:
 def _curve_caption(metric: str) -> str:
     y_label, x_label = CURVE_AXES.get(metric, (metric, "fraction of tokens"))
     summary = "area under this curve" if metric in AREAS else "mean over the levels"
-    return html.escape(
+    return html_safe(
         f"{metric} per level: {y_label} (y) against the {x_label} (x), mean "
         f"over the examples; the table's value is the {summary}."
     )
 
 
 def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
-    body = [f"<h2>{html.escape(task)}</h2>", _html_table(_cells(result, task))]
+    body = [f"<h2>{html_safe(task)}</h2>", _html_table(_cells(result, task))]
     for metric in result.metrics:
         # The rule plot_all drew by, not the files in out_dir: an earlier run's
         # plot of a metric without a curve now must not be shown.

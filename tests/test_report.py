@@ -119,7 +119,7 @@ def test_markdown_escapes_html_pipes_and_terminal_escapes():
     table = markdown_table(result)
     assert "<script" not in table and "\x1b" not in table
     assert (
-        "| &lt;script&gt;alert(1)&lt;/script&gt;\\|x\ufffd[31m | captum_ext |" in table
+        "| &lt;script&gt;alert(1)&lt;/script&gt;\\|x\\x1b[31m | captum_ext |" in table
     )
 
 
