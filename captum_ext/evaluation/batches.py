@@ -12,7 +12,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-__all__ = ["EncodedBatch", "bucketed_batches"]
+__all__ = ["EncodedBatch", "bucketed_batches", "texts_without_words"]
 
 
 @dataclass
@@ -135,3 +135,16 @@ def _type_ids(encoded: Any) -> Optional[List[List[int]]]:
     # RoBERTa-like tokenizers mark pairs with separators only, no type ids
     type_ids = encoded.get("token_type_ids")
     return None if type_ids is None else list(type_ids)
+
+
+def texts_without_words(
+    tokenizer: Any, texts: Sequence[str], text_pairs: Optional[Sequence[str]] = None
+) -> List[int]:
+    r"""Positions of the texts that tokenise to special tokens only (a text of
+    control characters, or of special-token strings such as ``"[SEP]"``):
+    there is nothing in them to attribute."""
+    pairs = None if text_pairs is None else list(text_pairs)
+    encoded = tokenizer(list(texts), pairs, truncation=False, verbose=False)
+    # An unknown word is still a word (the methods attribute it).
+    special = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}
+    return [i for i, ids in enumerate(encoded["input_ids"]) if set(ids) <= special]

@@ -45,8 +45,12 @@ from captum_ext.evaluation.attribute.shards import (
     shard_problem,
     write_shard,
 )
-from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
-from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.batches import (
+    bucketed_batches,
+    EncodedBatch,
+    texts_without_words,
+)
+from captum_ext.evaluation.data import DataError, TextData
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.engine import (
     checked_max_length,
@@ -123,6 +127,7 @@ def attribute_dataset(
     if model.training:
         raise ValueError("the model is in training mode; call model.eval() first")
     length = checked_max_length(model, tokenizer, max_length)
+    _check_words(tokenizer, data)
     out = Path(out_dir)
     arguments = {
         "methods": list(methods),
@@ -180,6 +185,18 @@ def _check_target(target: str, data: TextData) -> None:
         raise ValueError(
             f"target='label' explains the gold labels, but {data.source} was "
             "loaded without a label column; pass label_column (--label-column)"
+        )
+
+
+def _check_words(tokenizer: Any, data: TextData) -> None:
+    empty = texts_without_words(tokenizer, data.texts, data.text_pairs)
+    if empty:
+        rows = ", ".join(str(data.rows[i]) for i in empty[:10])
+        more = f" and {len(empty) - 10} more" if len(empty) > 10 else ""
+        raise DataError(
+            f"{data.source}: the text(s) in row(s) {rows}{more} have no word after "
+            "tokenisation (only control characters or special-token strings); "
+            "remove them"
         )
 
 
