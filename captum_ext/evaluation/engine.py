@@ -31,8 +31,8 @@ import torch
 from torch import nn, Tensor
 
 from captum_ext._utils.chunking import check_internal_batch_size
-from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext._utils.common import classifier_forward
+from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext.evaluation.batches import bucketed_batches, EncodedBatch
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.registry import (

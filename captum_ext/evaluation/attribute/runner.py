@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from captum_ext._utils.chunking import check_internal_batch_size
 from captum_ext._utils.common import classifier_forward
+from captum_ext.evaluation.attribute.lock import output_lock
 from captum_ext.evaluation.attribute.manifest import (
     check_or_write_manifest,
     ManifestMismatchError,
@@ -36,7 +37,6 @@ from captum_ext.evaluation.attribute.prediction import (
     first_logits,
     predicts_with_target_none,
 )
-from captum_ext.evaluation.attribute.lock import output_lock
 from captum_ext.evaluation.attribute.schema import run_schema, source_columns
 from captum_ext.evaluation.attribute.shards import (
     remove_temporary_files,
