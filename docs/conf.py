@@ -82,6 +82,8 @@ class PublicSubmodules(Directive):
                 continue
             name = f"{package.__name__}.{info.name}"
             members = _public_names(importlib.import_module(name)) - exported
+            if not members:  # all of it is documented where it is exported
+                continue
             lines += [f".. automodule:: {name}"]
             lines += [f"   :members: {', '.join(sorted(members))}", ""]
         self.state_machine.insert_input(StringList(lines, source=package.__name__), "")

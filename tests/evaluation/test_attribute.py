@@ -17,11 +17,11 @@ import pytest
 import torch
 from captum_ext.evaluation.attribute import (
     attribute_dataset,
-    MANIFEST,
     ManifestMismatchError,
     runner,
 )
 from captum_ext.evaluation.attribute.lock import LOCK
+from captum_ext.evaluation.attribute.manifest import MANIFEST
 from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import METHODS, MethodSpec, MetricContext, METRICS

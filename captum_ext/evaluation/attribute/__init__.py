@@ -19,11 +19,10 @@ machines, what survives a kill) is ``docs/guide/attribute.rst``; the modules:
 """
 
 from captum_ext.evaluation.attribute.lock import OutputLockedError
-from captum_ext.evaluation.attribute.manifest import MANIFEST, ManifestMismatchError
+from captum_ext.evaluation.attribute.manifest import ManifestMismatchError
 from captum_ext.evaluation.attribute.runner import attribute_dataset
 
 __all__ = [
-    "MANIFEST",
     "ManifestMismatchError",
     "OutputLockedError",
     "attribute_dataset",
