@@ -28,9 +28,9 @@ import torch
 from captum_ext._utils.threads import configure_threads
 from captum_ext.defaults.data import load_split
 from captum_ext.defaults.models import load_default_model, MAX_LENGTH
-from captum_ext.evaluation.batches import bucketed_batches
 from captum_ext.evaluation.registry import METHODS
 from captum_ext.evaluation.timing import time_paired
+from captum_ext.evaluation.tokenized_batches import bucketed_batches
 
 BATCH = 16
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}

@@ -49,6 +49,7 @@ __all__ = [
     "notebook_html",
     "special_token_mask",
     "supports_color",
+    "html_safe",
     "terminal_safe",
     "to_records",
     "visualization_records",
@@ -244,9 +245,22 @@ def display_texts(
 
 
 def terminal_safe(text: str) -> str:
-    r"""Control characters replaced by U+FFFD, so a token or a class name cannot
-    emit terminal escape sequences."""
-    return "".join(c if c.isprintable() else "\ufffd" for c in text)
+    r"""Every character that is not printable (control characters such as ESC,
+    BEL and NUL, bidi overrides such as U+202E, line separators) shown as a
+    visible escape (``\x1b``, ``\u202e``), so a token, a text or a class name
+    can neither emit terminal escape sequences nor silently reorder what is
+    shown around it."""
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(character: str) -> str:
+    return character.encode("unicode_escape").decode("ascii")
+
+
+def html_safe(text: str) -> str:
+    r""":func:`terminal_safe`, then HTML-escaped: text from data or a model as
+    it goes into a page."""
+    return html.escape(terminal_safe(text))
 
 
 def supports_color(stream: TextIO) -> bool:
@@ -340,7 +354,7 @@ def _background(value: float) -> str:
 
 
 def _html_piece(text: str, value: float, special: bool) -> str:
-    text = html.escape(text)
+    text = html_safe(text)
     if special:
         title = f"special token, {value:+.3f} on this row's scale (not coloured)"
         return f'<mark class="tok special" title="{title}">{text}</mark>'
@@ -409,8 +423,8 @@ def html_page(title: str, body: str) -> str:
     r"""A self-contained page (inline CSS, no external resources)."""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>"
-        f"<body><h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n"
+        f"<title>{html_safe(title)}</title><style>{_CSS}</style></head>"
+        f"<body><h1>{html_safe(title)}</h1>\n{body}\n</body></html>\n"
     )
 
 
@@ -419,7 +433,7 @@ def explanation_caption(explanation: Explanation) -> str:
     explained class."""
 
     def bold(index: Optional[int]) -> str:
-        return f"<b>{html.escape(explanation.label(index))}</b>"
+        return f"<b>{html_safe(explanation.label(index))}</b>"
 
     truth = ""
     if explanation.true_class is not None:
@@ -436,12 +450,12 @@ def explanation_html(explanation: Explanation, text: Optional[str] = None) -> st
     ``text`` (default: ``explanation.text``) is shown above it."""
     specials = explanation.specials()
     rows = [
-        f"<tr><td>{html.escape(name)}</td><td>"
+        f"<tr><td>{html_safe(name)}</td><td>"
         f"{html_tokens(explanation.tokens, scores, specials)}</td></tr>"
         for name, scores in explanation.scores.items()
     ]
     text = explanation.text if text is None else text
-    intro = f"<p>{html.escape(text)}</p>" if text is not None else ""
+    intro = f"<p>{html_safe(text)}</p>" if text is not None else ""
     prediction = (
         f"<p>{explanation_caption(explanation)}. "
         '<span class="note">Green supports the class, red speaks against it; '
@@ -482,15 +496,15 @@ def visualization_records(
     specials = explanation.specials()
     groups = word_groups(explanation.tokens, specials)
     texts = display_texts(explanation.tokens, specials)
-    words = [html.escape("".join(texts[i] for i in group)) for group in groups]
+    words = [html_safe("".join(texts[i] for i in group)) for group in groups]
     label = explanation.label
     return [
         captum_viz.VisualizationDataRecord(
             word_attributions=_word_scores(groups, scores, specials),
             pred_prob=float(explanation.pred_prob),
-            pred_class=html.escape(label(explanation.pred_class)),
-            true_class=html.escape(label(explanation.true_class)),
-            attr_class=html.escape(f"{name}: {label(explanation.target)}"),
+            pred_class=html_safe(label(explanation.pred_class)),
+            true_class=html_safe(label(explanation.true_class)),
+            attr_class=html_safe(f"{name}: {label(explanation.target)}"),
             attr_score=float(scores.sum()),
             raw_input_ids=words,
             convergence_score=float("nan"),

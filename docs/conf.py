@@ -82,9 +82,9 @@ class PublicSubmodules(Directive):
             if info.name.startswith("_"):
                 continue
             name = f"{package.__name__}.{info.name}"
-            module = importlib.import_module(name)
-            members = _public_names(module) - exported
-            # Listed members only; an empty ``:members:`` would mean all of them.
+            members = _public_names(importlib.import_module(name)) - exported
+            if not members:  # all of it is documented where it is exported
+                continue
             lines += [f".. automodule:: {name}"]
             if members:
                 lines += [f"   :members: {', '.join(sorted(members))}"]

@@ -297,7 +297,18 @@ def test_explanation_text_sanitises_class_and_method_names():
     explanation.scores = {"\x1b[2JM": torch.ones(len(HOSTILE))}
     out = explanation_text(explanation, color=False)
     assert "\x1b" not in out and "\x07" not in out
-    assert "\ufffd[31mneg" in out
+    assert "\\x1b[31mneg" in out and "\\x07pos" in out  # visible escapes
+
+
+def test_control_and_bidi_characters_are_shown_as_visible_escapes():
+    explanation = _explanation()
+    explanation.label_names = ["neg\u202egnp.exe", "pos\x00\x07"]
+    page = explanation_html(explanation, text="evil\u202etxt.exe \x1b[2J\u2066x")
+    for raw in ("\u202e", "\x00", "\x07", "\x1b", "\u2066"):
+        assert raw not in page
+    for shown in ("neg\\u202egnp.exe", "pos\\x00\\x07", "evil\\u202etxt.exe"):
+        assert shown in page
+    assert "\\x1b[2J\\u2066x" in page
 
 
 class _Stream(io.StringIO):

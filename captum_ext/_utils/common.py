@@ -24,6 +24,7 @@ import torch
 from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
+from captum_ext._utils.hooks import model_lock
 from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
 
 __all__ = [
@@ -401,9 +402,14 @@ class ClassifierLogits(nn.Module):
             )
         elif token_type_ids is not None:
             kwargs["token_type_ids"] = token_type_ids
+        if self._adapter is not None and not self.inputs_embeds:
+            # Here, not only in the methods: every forward pass of a prediction,
+            # a metric or a Captum method passes through this one place.
+            check_vocabulary_ids(self._adapter, input_ids)
         name = "inputs_embeds" if self.inputs_embeds else "input_ids"
         kwargs[name] = input_ids
-        return self.model(**kwargs).logits
+        with model_lock(self.model):  # not during a captum_ext call's passes
+            return self.model(**kwargs).logits
 
 
 def classifier_forward(

@@ -11,7 +11,12 @@ eval mode and restores every submodule's ``training`` flag on exit.
 Thread safety: a forward hook fires on every forward pass of its module,
 whichever thread runs it, and ``model.eval()`` / ``model.train()`` flip flags that
 every thread sees. So two calls on one model from two threads would capture each
-other's activations and restore each other's modes. :func:`model_lock` gives each
+other's activations and restore each other's modes. Hooks of a :class:`HookSet`
+act only on the forward passes of the thread that registered them, and
+:class:`~captum_ext.ClassifierLogits` (``classifier_forward``, what Captum's
+methods and the metrics run) holds the model's lock for each forward pass, so a
+Captum method or a prediction in another thread neither sees nor disturbs a
+captum_ext call. :func:`model_lock` gives each
 model one re-entrant lock, and :func:`eval_semantics` holds it while a method
 registers hooks, runs the model and removes them: calls on one model from several
 threads are serialised (each gives exactly its single-threaded result), calls on
@@ -23,8 +28,9 @@ the module), which wrappers share with what they wrap: the Hugging Face model,
 :class:`~captum_ext.ClassifierLogits` around it, a ``peft`` ``PeftModel`` and a
 ``torch.compile`` ``OptimizedModule`` all take the same lock. Not covered: a
 metric's ``forward_func`` that is a plain function (not an ``nn.Module``) runs
-unlocked, and the caller's own forward passes on the model in other threads
-(wrap them in ``with model_lock(model):``). Nested locks are taken outermost model
+unlocked, and Captum's hook-based methods (``Layer*``, ``Neuron*``, DeepLift) in
+other threads, whose hooks see every thread's passes: run those inside
+``with model_lock(model):``. Nested locks are taken outermost model
 first (e.g. the explained model, then a decoder module of another model).
 """
 
@@ -64,11 +70,15 @@ class HookSet:
         while self._handles:
             self._handles.pop().remove()
 
-    def forward(self, module: nn.Module, hook: Callable[..., Any]) -> None:
-        self._handles.append(module.register_forward_hook(hook))
+    def forward(
+        self, module: nn.Module, hook: Callable[..., Any], with_kwargs: bool = False
+    ) -> None:
+        self._handles.append(
+            module.register_forward_hook(_own_thread(hook), with_kwargs=with_kwargs)
+        )
 
     def forward_pre(self, module: nn.Module, hook: Callable[..., Any]) -> None:
-        self._handles.append(module.register_forward_pre_hook(hook))
+        self._handles.append(module.register_forward_pre_hook(_own_thread(hook)))
 
     def capture_output(self, module: nn.Module) -> List[Tensor]:
         r"""Appends ``module``'s output tensor (first element of a tuple) per call."""
@@ -101,6 +111,23 @@ class HookSet:
             return None
 
         self.forward(module, hook)
+
+
+def _own_thread(hook: Callable[..., Any]) -> Callable[..., Any]:
+    r"""``hook`` acting only on forward passes of the thread that registers it.
+
+    A module's hooks fire on every forward pass, whichever thread runs it: a
+    Captum method or a plain prediction in another thread, which takes no
+    captum_ext lock while it registers nothing, would otherwise be captured
+    (and its output replaced) by a method's hooks."""
+    owner = threading.get_ident()
+
+    def in_owner_thread(*args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() != owner:
+            return None
+        return hook(*args, **kwargs)
+
+    return in_owner_thread
 
 
 # id(anchor) -> (weak reference to the anchor, its lock). The weak reference

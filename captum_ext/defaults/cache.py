@@ -9,9 +9,12 @@ not match its files is rebuilt. A file lock serialises builders across processes
 (pytest-xdist workers, two shells).
 
 A builder that is killed (``kill -9``, a power cut) leaves its temporary
-directory ``.<name>.<random>`` behind. Every :func:`cached_directory` call first
-removes such orphans: a temporary directory of ``name`` exists only while a
-builder holds ``name``'s lock, and the operating system releases a dead process's
+directory ``.<name>.build-<random>`` behind. Every :func:`cached_directory` call
+first removes such orphans, and nothing else (``$CAPTUM_EXT_CACHE`` may point
+at a directory the user keeps other things in): only directories of exactly
+that name shape, beside the lock file ``.<name>.lock`` every builder creates
+first. A temporary directory of ``name`` exists only while a builder holds
+``name``'s lock, and the operating system releases a dead process's
 ``flock``, so a temporary directory whose lock can be taken at once has no live
 builder. This needs no age threshold and no process ids (which a reboot or
 another host sharing the cache would make meaningless). The locks are advisory
@@ -23,6 +26,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -33,6 +37,9 @@ __all__ = ["cache_root", "cached_directory", "remove_orphans", "sha256_of"]
 
 CACHE_ENV = "CAPTUM_EXT_CACHE"
 _MANIFEST = "MANIFEST.json"
+_BUILD_MARK = ".build-"  # between the artifact's name and tempfile's suffix
+# ".<name>.build-<tempfile's 8 random characters>"
+_TEMPORARY = re.compile(r"\.(?P<name>.+)\.build-[A-Za-z0-9_]{8}")
 
 
 def cache_root() -> Path:
@@ -83,7 +90,7 @@ def is_complete(directory: Path) -> bool:
 def _locked(root: Path, name: str, wait: bool = True) -> Iterator[bool]:
     r"""Holds ``name``'s build lock; yields whether it was taken (always, when
     ``wait``)."""
-    with open(root / f".{name}.lock", "w") as lock:
+    with open(_lock_path(root, name), "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -95,20 +102,27 @@ def _locked(root: Path, name: str, wait: bool = True) -> Iterator[bool]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _lock_path(root: Path, name: str) -> Path:
+    return root / f".{name}.lock"
+
+
 def _temporary_directories(root: Path) -> Iterator[Tuple[str, Path]]:
-    r"""``(artifact name, path)`` of every ``.<name>.<random>`` directory."""
+    r"""``(artifact name, path)`` of every ``.<name>.build-<random>``
+    directory beside its artifact's lock file."""
     for path in root.iterdir():
-        stem, dot, _suffix = path.name[1:].rpartition(".")
-        if path.name.startswith(".") and dot and stem and path.is_dir():
-            yield stem, path
+        shape = _TEMPORARY.fullmatch(path.name)
+        if shape is None or not path.is_dir() or path.is_symlink():
+            continue
+        if _lock_path(root, shape["name"]).is_file():
+            yield shape["name"], path
 
 
 def remove_orphans(root: Path) -> List[Path]:
     r"""Removes the temporary directories of builders that died, returns them.
 
-    A directory ``.<name>.<random>`` is an orphan when ``name``'s lock is free:
-    builders create it while holding the lock and remove it before releasing
-    it, also when the build raises."""
+    A directory ``.<name>.build-<random>`` is an orphan when ``name``'s lock is
+    free: builders create it while holding the lock and remove it before
+    releasing it, also when the build raises."""
     removed = []
     for name, path in sorted(_temporary_directories(root)):
         with _locked(root, name, wait=False) as free:
@@ -134,7 +148,7 @@ def cached_directory(name: str, build: Callable[[Path], None]) -> Path:
     with _locked(root, name):
         if is_complete(final):
             return final
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=root))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}{_BUILD_MARK}", dir=root))
         try:
             build(tmp)
             _write_manifest(tmp)

@@ -18,6 +18,7 @@ _WHERE = {
     "DataError": "data",
     "ManifestMismatchError": "attribute",
     "MethodResult": "results",
+    "OutputLockedError": "attribute",
     "TextData": "data",
     "attribute_dataset": "attribute",
     "benchmark": "engine",

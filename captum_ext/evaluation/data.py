@@ -40,6 +40,9 @@ _BUILDERS: Dict[str, tuple] = {
     ".parquet": ("parquet", {}),
 }
 _SHOWN_ROWS = 10
+# What marks a missing label in a CSV/TSV cell; no other cell has missing values,
+# so a text that is literally "NA" or "null" stays that text.
+_MISSING_LABELS = ["", "NA", "N/A", "NaN", "nan", "null", "None"]
 # What datasets says when a file parses to a header and no rows.
 _NO_DATA = "corresponds to no data"
 
@@ -152,7 +155,7 @@ def load_data(
     elif config_name is not None:
         raise DataError(f"{path}: --config-name applies to Hub datasets only")
     else:
-        table = _read(Path(path), split)
+        table = _read(Path(path), split, label_column)
     path = Path(path)
     _require_columns(path, table, [text_column, text_pair_column, label_column])
     if len(table) == 0:
@@ -197,7 +200,11 @@ def _quiet_logs() -> Iterator[None]:
         datasets.utils.logging.set_verbosity(verbosity)
 
 
-def _read(path: Path, split: Optional[str]) -> datasets.Dataset:
+def _read(
+    path: Path,
+    split: Optional[str],
+    label_column: Optional[str],
+) -> datasets.Dataset:
     if not path.exists():
         raise DataError(f"{path}: no such file or directory")
     if path.is_dir():
@@ -216,6 +223,8 @@ def _read(path: Path, split: Optional[str]) -> datasets.Dataset:
     if path.stat().st_size == 0:
         raise DataError(_no_rows(path))
     name, options = builder
+    if name == "csv":
+        options = {**options, **_csv_missing_values(label_column)}
     with _quiet_private_cache() as cache:
         try:
             return datasets.load_dataset(
@@ -267,6 +276,15 @@ def _hub_unreachable(name: str) -> str:
         f"cannot download Hub dataset {name!r}: the Hub is unreachable and the "
         f"dataset is not in the datasets cache ({where}); check the network"
     )
+
+
+def _csv_missing_values(label_column: Optional[str]) -> Dict[str, Any]:
+    r"""pandas' CSV options that apply missing-value rules to the label column
+    only: a text cell ``NA`` is the text "NA", an empty one the empty text."""
+    return {
+        "keep_default_na": False,
+        "na_values": {label_column: _MISSING_LABELS} if label_column else None,
+    }
 
 
 def _read_saved(path: Path, split: Optional[str]) -> datasets.Dataset:

@@ -32,6 +32,7 @@ from torch import nn, Tensor
 from captum_ext._utils.common import classifier_forward, TokenBatch
 from captum_ext._utils.progress import Progress
 from captum_ext._utils.row_chunks import check_internal_batch_size
+from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.models import ModelSource
 from captum_ext.evaluation.names import check_names
@@ -55,6 +56,7 @@ __all__ = [
     "ExampleData",
     "SharedForward",
     "benchmark",
+    "checked_max_length",
     "default_max_length",
     "metric_values",
     "run_benchmark",
@@ -79,10 +81,35 @@ class ExampleData(Protocol):
 def default_max_length(model: nn.Module, tokenizer: Any) -> int:
     r"""The most tokens both the tokenizer and the model's positions allow
     (:data:`FALLBACK_MAX_LENGTH` when neither says)."""
-    limits = [getattr(tokenizer, "model_max_length", None)]
-    limits.append(getattr(model.config, "max_position_embeddings", None))
+    limits = [getattr(tokenizer, "model_max_length", None), _positions(model)]
     known = [int(n) for n in limits if isinstance(n, int) and 0 < n < 1_000_000]
     return min(known, default=FALLBACK_MAX_LENGTH)
+
+
+def checked_max_length(
+    model: nn.Module, tokenizer: Any, max_length: Optional[int]
+) -> int:
+    r"""``max_length``, or :func:`default_max_length` when None; a
+    ``ValueError`` before any work when the model has fewer positions."""
+    if max_length is None:
+        return default_max_length(model, tokenizer)
+    check_internal_batch_size(max_length, "max_length")
+    positions = _positions(model)
+    if positions is not None and max_length > positions:
+        raise ValueError(
+            f"max_length={max_length} is more than the {positions} positions "
+            f"{type(model).__name__} has; use --max-length {positions} or less"
+        )
+    return int(max_length)
+
+
+def _positions(model: nn.Module) -> Optional[int]:
+    r"""The model's number of input positions, if it states one."""
+    try:
+        return get_adapter(model).max_positions
+    except UnsupportedModelError:
+        value = getattr(getattr(model, "config", None), "max_position_embeddings", 0)
+        return int(value) if isinstance(value, int) and value > 0 else None
 
 
 # --------------------------------------------------------------- shared forward
@@ -691,7 +718,7 @@ def run_benchmark(
         methods=method_specs,
         metrics=metric_specs,
         options=options,
-        max_length=options.max_length or default_max_length(model, tokenizer),
+        max_length=checked_max_length(model, tokenizer, options.max_length),
         decoder_texts=decoder_texts,
     )
     default_device = next(model.parameters()).device

@@ -20,7 +20,7 @@ from torch import nn
 
 from captum_ext._utils.common import classifier_forward
 from captum_ext._utils.hooks import eval_semantics
-from captum_ext.evaluation.engine import default_max_length
+from captum_ext.evaluation.engine import checked_max_length
 from captum_ext.evaluation.names import check_names
 from captum_ext.evaluation.registry import METHODS
 from captum_ext.visualization import Explanation, special_token_mask
@@ -41,7 +41,7 @@ def default_methods(with_decoders: bool) -> List[str]:
 def _encode(tokenizer: Any, text: str, text_pair: Optional[str], max_length: int):
     if not text.strip():
         raise ValueError("the text is empty: give some words to explain")
-    full = tokenizer(text, text_pair, truncation=False)["input_ids"]
+    full = tokenizer(text, text_pair, truncation=False, verbose=False)["input_ids"]
     encoded = tokenizer(text, text_pair, truncation=True, max_length=max_length)
     if len(full) > len(encoded["input_ids"]):
         warnings.warn(
@@ -76,8 +76,9 @@ def explain(
             :func:`default_methods`.
         target (int, optional): class to explain, in ``[0, num_labels)``.
             Default: the predicted class.
-        max_length (int, optional): truncation length; a warning says when the
-            text is cut. Default: what the tokenizer and model allow.
+        max_length (int, optional): truncation length, at most the model's
+            positions; a warning says when the text is cut. Default: what the
+            tokenizer and model allow.
         text_pair (str, optional): second segment (NLI, paraphrase).
         decoder_texts (Sequence[str], optional): real texts to fit Decoded
             Grad-CAM's decoders on (needed only for that method).
@@ -88,7 +89,7 @@ def explain(
     names = check_names(methods, METHODS, "method") if methods is not None else None
     names = names or default_methods(with_decoders=decoder_texts is not None)
     device = next(model.parameters()).device
-    length = max_length or default_max_length(model, tokenizer)
+    length = checked_max_length(model, tokenizer, max_length)
     encoded = _encode(tokenizer, text, text_pair, length)
     input_ids = torch.tensor([encoded["input_ids"]], device=device)  # [1, pos]
     mask = torch.ones_like(input_ids)

@@ -220,13 +220,26 @@ def _pretrained(source: ModelSource, trust_remote_code: bool) -> Dict[str, Any]:
 def _tokenizer(source: ModelSource, trust_remote_code: bool) -> Any:
     from transformers import AutoTokenizer
 
+    advice = (
+        "save it with tokenizer.save_pretrained(path) or give --tokenizer DIR_OR_ID"
+    )
     try:
-        return AutoTokenizer.from_pretrained(**_pretrained(source, trust_remote_code))
+        tokenizer = AutoTokenizer.from_pretrained(
+            **_pretrained(source, trust_remote_code)
+        )
     except (OSError, ValueError, TypeError) as error:
         raise ValueError(
-            f"no tokenizer could be loaded from {source.name!r} ({error}); save it "
-            "with tokenizer.save_pretrained(path) or give --tokenizer DIR_OR_ID"
+            f"no tokenizer could be loaded from {source.name!r} ({error}); {advice}"
         ) from None
+    # A directory without vocabulary files still gives a tokenizer (built from
+    # the config's class alone) that knows only its special tokens, so every
+    # word would become the unknown token.
+    if not set(tokenizer.get_vocab()) - set(tokenizer.all_special_tokens):
+        raise ValueError(
+            f"{source.name!r} holds no tokenizer vocabulary (no tokenizer.json, "
+            f"vocab.txt, vocab.json or sentencepiece model); {advice}"
+        )
+    return tokenizer
 
 
 def _set_padding(model: nn.Module, tokenizer: Any) -> None:

@@ -12,7 +12,6 @@ state and the report works headless.
 """
 
 import base64
-import html
 import math
 import re
 import tempfile
@@ -34,6 +33,7 @@ from captum_ext.visualization import (
     explanation_html,
     fit_line,
     html_page,
+    html_safe,
     normalize,
     notebook_html,
     terminal_safe,
@@ -57,6 +57,7 @@ __all__ = [
 TIME_COLUMN = "time (x forward)"
 KENDALL = "Kendall-tau"
 NOT_APPLICABLE = "n/a (class-agnostic)"
+UNSCORED = "n/a"  # examples a metric cannot score (NaN), left out of means
 TIMING_FLAG = "⚠"
 
 # What each metric column measures; the better direction comes from the
@@ -144,7 +145,18 @@ def _metric_cell(row: MethodResult, metric: str, best: float) -> Cell:
     if not _applies(row, metric):
         return Cell(NOT_APPLICABLE, "the scores do not depend on the class", "na")
     value = row.metrics[metric]
-    return Cell(f"{value:.3f}{'*' if value == best else ''}")
+    if math.isnan(value):
+        return Cell(UNSCORED, f"none of the {row.n} examples could be scored", "na")
+    text = f"{value:.3f}{'*' if value == best else ''}"
+    left_out = sum(math.isnan(v) for v in row.per_example.get(metric, []))
+    if not left_out:
+        return Cell(text)
+    return Cell(
+        f"{text} ({left_out} {UNSCORED})",
+        f"{left_out} of {row.n} examples have no token the metric can perturb "
+        "(only special or unknown tokens); the mean leaves them out",
+        "na",
+    )
 
 
 def _time_cell(row: MethodResult) -> Cell:
@@ -500,8 +512,8 @@ def _html_cell(cell: Cell, numeric: bool, tag: str = "td") -> str:
     classes = " ".join(name for name in ("num" if numeric else "", cell.kind) if name)
     attributes = f' class="{classes}"' if classes else ""
     if cell.note:
-        attributes += f' title="{html.escape(cell.note)}"'
-    return f"<{tag}{attributes}>{html.escape(cell.text)}</{tag}>"
+        attributes += f' title="{html_safe(cell.note)}"'
+    return f"<{tag}{attributes}>{html_safe(cell.text)}</{tag}>"
 
 
 def _html_table(table: List[List[Cell]]) -> str:
@@ -518,7 +530,7 @@ def _html_table(table: List[List[Cell]]) -> str:
 def _figure(path: Path, caption: str) -> str:
     r"""The PNG embedded (base64) with an HTML ``caption``."""
     data = base64.b64encode(path.read_bytes()).decode("ascii")
-    alt = html.escape(path.stem)
+    alt = html_safe(path.stem)
     return (
         f'<figure><img alt="{alt}" src="data:image/png;base64,{data}">'
         f"<figcaption>{caption}</figcaption></figure>"
@@ -537,7 +549,7 @@ def _config_html(result: BenchmarkResult) -> str:
     r"""The run's configuration as a two-column list, one setting a line."""
     items = dict(result.config, **{"wall time": f"{result.wall_seconds:.0f} s"})
     rows = "".join(
-        f"<dt>{html.escape(str(key))}</dt><dd>{html.escape(_config_value(value))}</dd>"
+        f"<dt>{html_safe(str(key))}</dt><dd>{html_safe(_config_value(value))}</dd>"
         for key, value in items.items()
     )
     return f'<h2>configuration</h2><dl class="config">{rows}</dl>'
@@ -545,7 +557,7 @@ def _config_html(result: BenchmarkResult) -> str:
 
 def _definitions_html(result: BenchmarkResult) -> str:
     items = "".join(
-        f"<dt>{html.escape(name)}</dt><dd>{html.escape(text)}</dd>"
+        f"<dt>{html_safe(name)}</dt><dd>{html_safe(text)}</dd>"
         for name, text in metric_definitions(result)
     )
     return (
@@ -569,14 +581,14 @@ def _layer_caption(result: BenchmarkResult, task: str, name: str) -> str:
     tokens, _ = result.layer_maps[task][name]
     example = _example_for(result, task, tokens)
     what = (
-        f"{html.escape(name)} per layer (rows: hidden_states index, 0 = "
+        f"{html_safe(name)} per layer (rows: hidden_states index, 0 = "
         "embeddings; each row scaled by its own peak |score| over the real "
         "tokens; special tokens grey)"
     )
     if example is None:
         return what + "."
     return (
-        f"{what} on “{html.escape(_example_text(example))}”: "
+        f"{what} on “{html_safe(_example_text(example))}”: "
         f"{explanation_caption(example)}."
     )
 
@@ -584,7 +596,7 @@ def _layer_caption(result: BenchmarkResult, task: str, name: str) -> str:
 def _curve_caption(metric: str) -> str:
     y_label, x_label = CURVE_AXES.get(metric, (metric, "fraction of tokens"))
     summary = "area under this curve" if metric in AREAS else "mean over the levels"
-    return html.escape(
+    return html_safe(
         f"{metric} per level: {y_label} (y) against the {x_label} (x), mean "
         f"over the examples; the table's value is the {summary}."
     )
@@ -597,13 +609,13 @@ def frontier_html(result: BenchmarkResult, out_dir: Path) -> List[str]:
     body = ["<h2>faithfulness against cost</h2>"]
     metric = next(iter(result.metrics))
     for task in _tasks(result):
-        body.append(f"<p>{html.escape(frontier_sentence(result, task, metric))}</p>")
+        body.append(f"<p>{html_safe(frontier_sentence(result, task, metric))}</p>")
         if _frontier_panels(result, task):  # what plot_all drew, not old files
             body.append(_figure(_frontier_path(out_dir, task), _FRONTIER_CAPTION))
     return body
 
 
-_FRONTIER_CAPTION = html.escape(
+_FRONTIER_CAPTION = html_safe(
     "Each method at its time ratio (x, log scale) and metric value (y; a "
     "lower-is-better axis is inverted, so up and left is better everywhere); "
     "the black line joins the Pareto front: the methods no other method beats "
@@ -613,7 +625,7 @@ _FRONTIER_CAPTION = html.escape(
 
 
 def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
-    body = [f"<h2>{html.escape(task)}</h2>", _html_table(_cells(result, task))]
+    body = [f"<h2>{html_safe(task)}</h2>", _html_table(_cells(result, task))]
     for metric in result.metrics:
         # The rule plot_all drew by, not the files in out_dir: an earlier run's
         # plot of a metric without a curve now must not be shown.
@@ -658,7 +670,7 @@ def result_html(result: BenchmarkResult) -> str:
             _frontier_plot(result, task, _frontier_path(out, task))
         body = frontier_html(result, out)
     for task in _tasks(result):
-        body += [f"<h2>{html.escape(task)}</h2>", _html_table(_cells(result, task))]
+        body += [f"<h2>{html_safe(task)}</h2>", _html_table(_cells(result, task))]
         body += [explanation_html(ex) for ex in result.examples.get(task, [])]
     return notebook_html("\n".join(body))
 

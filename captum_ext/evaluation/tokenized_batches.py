@@ -13,7 +13,7 @@ import torch
 
 from captum_ext._utils.common import TokenBatch
 
-__all__ = ["EncodedBatch", "bucketed_batches"]
+__all__ = ["EncodedBatch", "bucketed_batches", "texts_without_words"]
 
 
 @dataclass(kw_only=True)
@@ -92,7 +92,9 @@ def _encode(
     r"""Token ids (and type ids for pairs) cut to ``max_length``, and which
     examples were cut. Only the texts that are too long are tokenised twice."""
     pairs = None if text_pairs is None else list(text_pairs)
-    encoded = tokenizer(list(texts), pairs, truncation=False)
+    # verbose=False: the callers say which texts were cut, instead of
+    # transformers' "Token indices sequence length is longer than ..." line.
+    encoded = tokenizer(list(texts), pairs, truncation=False, verbose=False)
     ids = list(encoded["input_ids"])
     type_ids = _type_ids(encoded) if pairs is not None else None
     long_rows = [i for i, row in enumerate(ids) if len(row) > max_length]
@@ -118,3 +120,16 @@ def _type_ids(encoded: Any) -> Optional[List[List[int]]]:
     # RoBERTa-like tokenizers mark pairs with separators only, no type ids
     type_ids = encoded.get("token_type_ids")
     return None if type_ids is None else list(type_ids)
+
+
+def texts_without_words(
+    tokenizer: Any, texts: Sequence[str], text_pairs: Optional[Sequence[str]] = None
+) -> List[int]:
+    r"""Positions of the texts that tokenise to special tokens only (a text of
+    control characters, or of special-token strings such as ``"[SEP]"``):
+    there is nothing in them to attribute."""
+    pairs = None if text_pairs is None else list(text_pairs)
+    encoded = tokenizer(list(texts), pairs, truncation=False, verbose=False)
+    # An unknown word is still a word (the methods attribute it).
+    special = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}
+    return [i for i, ids in enumerate(encoded["input_ids"]) if set(ids) <= special]

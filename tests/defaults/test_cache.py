@@ -98,8 +98,9 @@ def test_failed_build_leaves_nothing(build):
 
 def _orphan(root: Path, name: str) -> Path:
     r"""What a builder killed mid-build leaves: a half-written temporary
-    directory and no lock holder."""
-    path = root / f".{name}.k1ll3d"
+    directory and its lock file, with no lock holder."""
+    (root / f".{name}.lock").touch()
+    path = root / f".{name}.build-k1ll3d00"
     (path / "sub").mkdir(parents=True)
     (path / "sub" / "half.bin").write_bytes(b"half")
     return path
@@ -122,6 +123,20 @@ def test_removes_nothing_else(build):
     assert remove_orphans(root) == []
     assert is_complete(root / "artifact-v1")
     assert (root / ".hidden").is_dir() and (root / ".notes.txt").is_file()
+
+
+def test_hidden_directories_of_the_user_are_kept(build):
+    r"""``$CAPTUM_EXT_CACHE`` may point at a home directory: only the cache's
+    own temporary names, beside their lock files, are ever removed."""
+    root = cache_root()
+    kept = [".config.d", ".local.share", ".a.build-12345678", ".b.tmp-12345678"]
+    for name in kept:
+        (root / name / "sub").mkdir(parents=True)
+    (root / ".c.build-1234567").mkdir()  # one random character short
+    (root / ".c.lock").touch()
+    cached_directory("artifact-v1", build)
+    assert remove_orphans(root) == []
+    assert sorted(_leftovers(root)) == sorted(kept + [".c.build-1234567"])
 
 
 def test_live_builders_directories_are_kept(build):

@@ -7,6 +7,7 @@ call."""
 import json
 import os
 import pickle
+from contextlib import ExitStack
 from pathlib import Path
 from typing import List
 
@@ -14,12 +15,13 @@ import datasets
 import pandas as pd
 import pytest
 import torch
-from captum_ext.evaluation import attribute as attribute_module
 from captum_ext.evaluation.attribute import (
     attribute_dataset,
-    MANIFEST,
     ManifestMismatchError,
+    runner,
 )
+from captum_ext.evaluation.attribute.lock import LOCK
+from captum_ext.evaluation.attribute.manifest import MANIFEST
 from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import METHODS, MethodSpec, MetricContext, METRICS
@@ -112,7 +114,7 @@ def test_metric_values_equal_each_example_alone(tmp_path: Path) -> None:
     model = tiny_labelled_bert()
     table = pd.read_parquet(run(tmp_path / "out", model, metrics=["aopc"]))
     explain = METHODS["NormXLogit"].factory(model, tokenizer())
-    forward = attribute_module.classifier_forward(model)
+    forward = runner.classifier_forward(model)
     for index in (1, 6):
         ids, mask = single(DATA.texts[index])
         target = torch.tensor([int(table["predicted"][index])])
@@ -144,7 +146,7 @@ def test_metric_values_of_text_pairs_equal_the_benchmarks(tmp_path: Path) -> Non
 def test_reads_back_with_datasets_in_data_order(tmp_path: Path) -> None:
     data = DATA.select([8, 2, 5, 0, 7])  # as after a seeded shuffle
     out = run(tmp_path / "out", data=data, shard_size=2)
-    assert sorted(os.listdir(out)) == [MANIFEST] + [
+    assert sorted(os.listdir(out)) == [LOCK, MANIFEST] + [
         f"part-0000{k}.parquet" for k in range(3)
     ]
     loaded = datasets.load_dataset(
@@ -160,7 +162,7 @@ def test_reads_back_with_datasets_in_data_order(tmp_path: Path) -> None:
 def test_resume_after_interruption(tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "out"
     complete = pd.read_parquet(run(tmp_path / "reference"))
-    write = attribute_module._write_atomically
+    write = runner.write_shard
     calls: List[Path] = []
 
     def write_then_die(table, path, rank):
@@ -169,18 +171,18 @@ def test_resume_after_interruption(tmp_path: Path, monkeypatch) -> None:
         calls.append(path)
         write(table, path, rank)
 
-    monkeypatch.setattr(attribute_module, "_write_atomically", write_then_die)
+    monkeypatch.setattr(runner, "write_shard", write_then_die)
     with pytest.raises(KeyboardInterrupt):
         run(out)
-    assert sorted(os.listdir(out)) == [MANIFEST, "part-00000.parquet"]
+    assert sorted(os.listdir(out)) == [LOCK, MANIFEST, "part-00000.parquet"]
     first_shard = out / "part-00000.parquet"
     written_at = first_shard.stat().st_mtime_ns
     (out / ".part-00001.parquet.tmp-0-123").write_bytes(b"half a shard")
 
-    monkeypatch.setattr(attribute_module, "_write_atomically", write)
+    monkeypatch.setattr(runner, "write_shard", write)
     run(out, batch_size=2)  # batch size and device may change between runs
     assert first_shard.stat().st_mtime_ns == written_at
-    assert sorted(os.listdir(out)) == [MANIFEST] + [
+    assert sorted(os.listdir(out)) == [LOCK, MANIFEST] + [
         f"part-0000{k}.parquet" for k in range(3)
     ]
     pd.testing.assert_frame_equal(pd.read_parquet(out), complete, atol=1e-6)
@@ -296,9 +298,7 @@ def test_other_ranks_raise_the_error_rank_0_found(error) -> None:
             return pickle.loads(pickle.dumps((error, [])))
 
     with pytest.raises(type(error)) as raised:
-        attribute_module._agreed_missing_shards(
-            OtherRank(), Path("unused"), {}, None, None, DATA
-        )
+        runner._agreed_missing_shards(OtherRank(), None, None, None, ExitStack())
     assert str(raised.value) == str(error)
 
 
@@ -327,3 +327,55 @@ def test_plain_progress_lines_when_not_a_terminal(tmp_path: Path, capsys) -> Non
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith("attribute: 5/5 examples, ")
     assert "examples/s, ETA 0 s" in lines[-1]
+
+
+@pytest.mark.parametrize("content", ["[1, 2, 3]", "null", '"text"', "4"])
+def test_manifest_that_is_not_an_object(tmp_path: Path, content: str) -> None:
+    out = run(tmp_path / "out", data=DATA.head(2), methods=["NormXLogit"])
+    (out / MANIFEST).write_text(content)
+    with pytest.raises(ManifestMismatchError, match="not an object"):
+        run(out, data=DATA.head(2), methods=["NormXLogit"])
+
+
+def test_manifest_entries_that_are_not_objects_differ(tmp_path: Path) -> None:
+    out = run(tmp_path / "out", data=DATA.head(2), methods=["NormXLogit"])
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest.update(model=[1], versions="x")
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(ManifestMismatchError, match="model.fingerprint: None before"):
+        run(out, data=DATA.head(2), methods=["NormXLogit"])
+
+
+def test_the_same_model_under_another_path_resumes(tmp_path: Path) -> None:
+    model = tiny_labelled_bert()
+    model.config._name_or_path = "models/bert"
+    out = run(tmp_path / "out", model, data=DATA.head(8), methods=["NormXLogit"])
+    (out / "part-00001.parquet").unlink()
+    model.config._name_or_path = "/somewhere/else/models/bert"
+    model.config.transformers_version = "0.0.1"  # only warned about, as versions
+    run(out, model, data=DATA.head(8), methods=["NormXLogit"])
+    assert len(pd.read_parquet(out)) == 8
+    model.config.num_labels_note = "a config entry that is no path"
+    with pytest.raises(ManifestMismatchError, match="model.fingerprint"):
+        run(out, model, data=DATA.head(8), methods=["NormXLogit"])
+
+
+def test_max_length_above_the_models_positions_is_refused_before_any_work(
+    tmp_path: Path,
+) -> None:
+    long = TextData("long.csv", [" ".join(["fun"] * 80)] * 3)  # 64 positions
+    with pytest.raises(ValueError, match="max_length=65 is more than the 64 pos"):
+        run(tmp_path / "out", data=long, methods=["NormXLogit"], max_length=65)
+    assert not (tmp_path / "out").exists()
+    run(tmp_path / "out", data=long, methods=["NormXLogit"], max_length=64)
+    assert pd.read_parquet(tmp_path / "out")["truncated"].tolist() == [True] * 3
+
+
+def test_truncation_is_told_by_the_projects_own_notice(tmp_path: Path, capfd) -> None:
+    with pytest.warns(UserWarning) as notices:
+        run(tmp_path / "out", methods=["NormXLogit"])
+    assert "Token indices sequence length" not in capfd.readouterr().err
+    assert [str(n.message) for n in notices] == [
+        "2 of the texts this run attributed were cut to max_length=10 tokens "
+        "(column 'truncated'); their attributions cover the kept tokens only"
+    ]

@@ -162,6 +162,20 @@ def test_empty_text_names_the_rows(tmp_path: Path) -> None:
         load_data(write(tmp_path, ".parquet", table), text_pair_column="premise")
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_texts_that_read_like_missing_values_are_texts(
+    tmp_path: Path, suffix: str
+) -> None:
+    words = ["NA", "null", "NaN", "None", "N/A", "nan", "#N/A", "n/a"]
+    table = pd.DataFrame({"text": words, "premise": words[::-1], "label": [1] * 8})
+    table.loc[2, "label"] = None
+    path = write(tmp_path, suffix, table)
+    data = load_data(path, text_pair_column="premise")
+    assert (data.texts, data.text_pairs) == (words, words[::-1])
+    with pytest.raises(DataError, match=r"no label in row\(s\) 2"):
+        load_data(path, label_column="label")
+
+
 def test_number_column_as_text(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="column 'label' must hold text"):
         load_data(write(tmp_path, ".csv", frame()), text_column="label")

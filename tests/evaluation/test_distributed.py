@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from captum_ext.evaluation.attribute import MANIFEST
+from captum_ext.evaluation.attribute.manifest import MANIFEST
 from captum_ext.evaluation.distributed import distributed_context
 
 from tests.evaluation import torchrun_job

@@ -67,3 +67,19 @@ def test_text_pairs():
         tiny_labelled_bert(), tiny_tokenizer(), "good", ["Saliency"], text_pair="bad"
     )
     assert explanation.tokens == ["[CLS]", "good", "[SEP]", "bad", "[SEP]"]
+
+
+def test_max_length_above_the_models_positions_is_refused_before_any_work():
+    model, long_text = tiny_labelled_bert(), " ".join(["fun"] * 80)  # 64 positions
+    with pytest.raises(ValueError, match="max_length=100 is more than the 64 pos"):
+        explain(model, tiny_tokenizer(), long_text, ["NormXLogit"], max_length=100)
+    with pytest.warns(UserWarning, match="cut to max_length=64"):
+        explanation = explain(model, tiny_tokenizer(), long_text, max_length=64)
+    assert len(explanation.tokens) == 64
+
+
+def test_a_tokenizer_with_more_words_than_the_model_is_refused():
+    model = tiny_labelled_bert()
+    model.resize_token_embeddings(10)  # "movie" is id 7, "fun" id 15
+    with pytest.raises(ValueError, match=r"token ids must be in \[0, 10\)"):
+        explain(model, tiny_tokenizer(), "the movie was fun", ["NormXLogit"])

@@ -12,6 +12,7 @@ from captum_ext.evaluation.models import load_classifier, resolve_device
 from tests.helpers import (
     save_tiny_model,
     tiny_base_model,
+    tiny_labelled_bert,
     tiny_masked_lm,
     tiny_tokenizer,
 )
@@ -35,6 +36,16 @@ def test_a_separate_tokenizer_directory(model_dir, tmp_path):
     tiny_tokenizer().save_pretrained(tmp_path)
     _, tokenizer = load_classifier(model_dir, tokenizer=tmp_path)
     assert tokenizer.pad_token_id == 0
+
+
+def test_a_directory_without_tokenizer_files_is_refused(tmp_path):
+    tiny_labelled_bert().save_pretrained(tmp_path)  # config and weights only
+    with pytest.raises(ValueError, match="holds no tokenizer vocabulary") as error:
+        load_classifier(tmp_path)
+    assert "give --tokenizer DIR" in str(error.value)
+    tiny_tokenizer().save_pretrained(tmp_path / "tokenizer")
+    _, tokenizer = load_classifier(tmp_path, tokenizer=tmp_path / "tokenizer")
+    assert tokenizer.tokenize("good movie") == ["good", "movie"]
 
 
 def test_a_missing_directory_is_named(tmp_path):

@@ -66,7 +66,17 @@ def test_markdown_table_has_directions_values_best_marks_and_time_ratio():
     assert lines[2] == "| method | family | AOPC ↑ | LOdds ↓ | time (x forward) |"
     assert lines[3] == "|---|---|---:|---:|---:|"
     assert lines[4] == "| AttCAT | captum_ext | 0.400* | -1.250* | 2.0 |"
-    assert lines[5] == "| Random | control | 0.100 | nan | 2.0 |"
+    assert lines[5] == "| Random | control | 0.100 | n/a | 2.0 |"
+
+
+def test_examples_a_metric_cannot_score_are_counted_as_n_a():
+    result = _fake_result()
+    attcat = result.rows[0]
+    attcat.per_example = {"AOPC": [0.5, math.nan, 0.3, math.nan], "LOdds": [-1.25]}
+    lines = markdown_table(result).splitlines()
+    assert lines[4] == "| AttCAT | captum_ext | 0.400* (2 n/a) | -1.250* | 2.0 |"
+    page = report._html_table(report._cells(result, "sentiment"))
+    assert 'title="2 of 4 examples have no token the metric can perturb' in page
 
 
 def test_implausible_time_ratio_is_flagged_except_for_the_control():
@@ -91,7 +101,7 @@ def test_kendall_tau_is_not_applicable_to_class_agnostic_methods(tmp_path):
         == "| AttCAT | captum_ext | 0.400* | -1.250* | n/a (class-agnostic) | 2.0 |"
     )
     # Not a contender for the best mark either (Random never is): no "*".
-    assert lines[5] == "| Random | control | 0.100 | nan | 0.500 | 2.0 |"
+    assert lines[5] == "| Random | control | 0.100 | n/a | 0.500 | 2.0 |"
     paths = write_report(result, tmp_path)
     data = json.loads(paths["json"].read_text())
     assert data["table"][0]["class_agnostic"] is True
@@ -108,7 +118,8 @@ def test_markdown_escapes_html_pipes_and_terminal_escapes():
     result.rows[0].method = "<script>alert(1)</script>|x\x1b[31m"
     table = markdown_table(result)
     assert not re.search(r"(?<!\\)<", table) and "\x1b" not in table
-    assert "| \\<script\\>alert(1)\\</script\\>\\|x\ufffd[31m | captum_ext |" in table
+    # ESC shown as a visible escape, its backslash escaped for Markdown.
+    assert "| \\<script\\>alert(1)\\</script\\>\\|x\\\\x1b[31m | captum_ext |" in table
 
 
 def test_markdown_read_as_text_holds_no_html_entities():

@@ -17,6 +17,7 @@ from typing import Any, Dict
 
 import torch
 from captum_ext.evaluation import attribute
+from captum_ext.evaluation.attribute import runner
 from captum_ext.evaluation.data import load_data
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -27,13 +28,13 @@ OPTIONS: Dict[str, Any] = dict(
 
 
 def _die_after_first_shard() -> None:
-    write = attribute._write_atomically
+    write = runner.write_shard
 
     def write_then_die(*args, **kwargs) -> None:
         write(*args, **kwargs)
         os._exit(3)
 
-    attribute._write_atomically = write_then_die
+    runner.write_shard = write_then_die
 
 
 def run(model_dir: str, data_file: str, out: str) -> None:

@@ -4,15 +4,17 @@ inputs are re-packed, how many forward passes are run, and input errors."""
 
 import pytest
 import torch
+from captum_ext import classifier_forward
 from captum_ext.metrics import (
     aopc,
     hiding_revealing,
     log_odds,
     PerturbationProtocol,
+    sufficiency,
     TokenOptions,
 )
 
-from tests.helpers import PAD_ID
+from tests.helpers import PAD_ID, tiny_labelled_bert, tiny_tokenizer
 from tests.metrics.toys import (
     bag_of_words,
     batch_with_scores,
@@ -185,3 +187,32 @@ def test_progress_bar(capsys):
         show_progress=True,
     )
     assert "AOPC" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "metric", ["aopc", "sufficiency", "log_odds", "hiding", "revealing"]
+)
+def test_an_example_with_no_perturbable_token_is_not_scored(metric):
+    r"""Only special and unknown tokens ("x" is unknown to the tiny vocabulary):
+    every level would leave the input as it is, a "perfect" 0.0 or 1.0."""
+    tokenizer = tiny_tokenizer()
+    call = {"aopc": aopc, "sufficiency": sufficiency, "log_odds": log_odds}.get(
+        metric, hiding_revealing
+    )
+
+    def score(texts):
+        encoded = tokenizer(texts, padding=True, return_tensors="pt")
+        ids, mask = encoded["input_ids"], encoded["attention_mask"]
+        torch.manual_seed(0)
+        result = call(
+            classifier_forward(tiny_labelled_bert()),
+            ids,
+            torch.rand(ids.shape),
+            additional_forward_args=(mask,),
+            tokens=TokenOptions.from_tokenizer(tokenizer),
+        )
+        return getattr(result, metric, result).score
+
+    both = score(["the movie was fun", "x"])
+    assert torch.isnan(both[1]) and torch.isfinite(both[0])
+    assert both[0] == score(["the movie was fun"])[0]

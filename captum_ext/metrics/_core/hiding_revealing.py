@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 
+import math
 from typing import Callable, Optional, Sequence, Union
 
 import torch
@@ -116,4 +117,4 @@ def _accuracy_auc(curves: Curves, index: int, gold: Tensor) -> MetricResult:
     correct = torch.where(curves.plans[index].active, correct, float("nan"))
     levels = torch.tensor(curves.protocol.levels, dtype=torch.float64)
     auc = torch.trapezoid(correct, x=levels.to(correct.device), dim=1)
-    return curves.result(correct, auc)
+    return curves.result(correct, torch.where(curves.defined(index), auc, math.nan))

@@ -55,15 +55,24 @@ class Curves:
 
     def mean(self, curve: Tensor, index: int = 0) -> Tensor:
         r"""Mean of ``curve`` over the active levels of each example; the
-        protocol's ``empty_score`` when none is active, NaN when skipped."""
+        protocol's ``empty_score`` when none is active or no token can be
+        perturbed, NaN when skipped."""
         plan = self.plans[index]
         active = plan.active
         total = torch.where(active, curve, torch.zeros_like(curve)).sum(1)
         count = active.sum(1)
         empty = self.protocol.empty_score
         fallback = float("nan") if empty is None else empty
-        score = torch.where(count > 0, total / count.clamp(min=1), fallback)
+        has_curve = (count > 0) & (plan.num_perturbable > 0)
+        score = torch.where(has_curve, total / count.clamp(min=1), fallback)
         return torch.where(plan.included, score, float("nan"))
+
+    def defined(self, index: int = 0) -> Tensor:
+        r"""``[batch]``: the example is scored and has a token to perturb. An
+        example without one (only special or unknown tokens) has no curve: every
+        level would leave it as it is and score it as a perfect explanation."""
+        plan = self.plans[index]
+        return plan.included & (plan.num_perturbable > 0)
 
 
 def evaluate_curves(

@@ -18,15 +18,15 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-from captum_ext._utils.chunking import batch_slices, check_internal_batch_size
 from captum_ext._utils.finite import check_finite
 from captum_ext._utils.hooks import eval_semantics, HookSet
+from captum_ext._utils.row_chunks import batch_slices, check_internal_batch_size
 from captum_ext._utils.teacher_forcing import (
     IGNORE_INDEX,
     teacher_forced_batch,
     TeacherForcedBatch,
 )
-from captum_ext.metrics._utils.batching import progress_bar
+from captum_ext.metrics._utils.forward_runner import progress_bar
 from captum_ext.metrics._utils.inputs import (
     MetricCall,
     parse_inputs,

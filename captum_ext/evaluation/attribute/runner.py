@@ -1,0 +1,436 @@
+#!/usr/bin/env python3
+r""":func:`attribute_dataset`: every example of a dataset explained by several
+methods (and scored by metrics), one Parquet row per example; the user guide is
+``docs/guide/attribute.rst``."""
+
+import sys
+import time
+import warnings
+from contextlib import contextmanager, ExitStack
+from pathlib import Path
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
+
+import pyarrow as pa
+import torch
+from torch import nn, Tensor
+from tqdm.auto import tqdm
+
+from captum_ext._utils.common import classifier_forward
+from captum_ext._utils.row_chunks import check_internal_batch_size
+from captum_ext.evaluation.attribute.lock import output_lock
+from captum_ext.evaluation.attribute.manifest import (
+    check_or_write_manifest,
+    ManifestMismatchError,
+    run_manifest,
+)
+from captum_ext.evaluation.attribute.prediction import (
+    first_logits,
+    predicts_with_target_none,
+)
+from captum_ext.evaluation.attribute.schema import run_schema, source_columns
+from captum_ext.evaluation.attribute.shards import (
+    remove_temporary_files,
+    shard_name,
+    shard_positions,
+    shard_problem,
+    write_shard,
+)
+from captum_ext.evaluation.data import DataError, TextData
+from captum_ext.evaluation.distributed import distributed_context, DistributedContext
+from captum_ext.evaluation.engine import (
+    checked_max_length,
+    metric_values,
+    SharedForward,
+)
+from captum_ext.evaluation.registry import check_names, METHODS, METRICS
+from captum_ext.evaluation.tokenized_batches import (
+    bucketed_batches,
+    EncodedBatch,
+    texts_without_words,
+)
+
+__all__ = ["attribute_dataset"]
+
+_TARGETS = ("predicted", "label")
+_QUIET_SECONDS = 10.0  # between plain progress lines when stderr is not a tty
+
+Explain = Callable[..., Tensor]
+
+
+def attribute_dataset(
+    model: nn.Module,
+    tokenizer: Any,
+    data: TextData,
+    methods: Sequence[str],
+    out_dir: Any,
+    *,
+    metrics: Optional[Sequence[str]] = None,
+    batch_size: int = 16,
+    max_length: Optional[int] = None,
+    device: str = "cpu",
+    progress: bool = True,
+    shard_size: int = 1000,
+    target: str = "predicted",
+) -> Path:
+    r"""Explains every example of ``data`` with each of ``methods`` and writes one
+    Parquet row per example (layout and columns: see the module docstring).
+
+    The class explained is the model's prediction (``target="predicted"``, the
+    benchmark's convention) or the gold label (``target="label"``, which needs a
+    label column). Under ``torchrun`` every rank runs this same call; the model
+    is moved to the rank's device (``cuda:LOCAL_RANK`` for ``device="cuda"``).
+
+    Args:
+        model (nn.Module): a Hugging Face sequence classifier in eval mode.
+        tokenizer: its tokenizer (with a pad token).
+        data (TextData): the examples (see :func:`load_data`).
+        methods (Sequence[str]): method names of the registry, e.g.
+            ``["NormXLogit", "AttCAT"]``.
+        out_dir (str or Path): where shards and manifest go; shared by all
+            ranks (a shared file system across machines).
+        metrics (Sequence[str], optional): metric names of the registry whose
+            per-example values are added. Default: None.
+        batch_size (int, optional): examples per attribution call. Default: 16.
+        max_length (int, optional): tokens per example after truncation.
+            Default: the most both the tokenizer and the model's positions
+            allow (:func:`~captum_ext.evaluation.engine.default_max_length`).
+        device (str, optional): ``"cpu"`` or ``"cuda"``. Default: ``"cpu"``.
+        progress (bool, optional): progress with examples/s and ETA on stderr
+            (rank 0). Default: True.
+        shard_size (int, optional): examples per output file. Default: 1000.
+        target (str, optional): ``"predicted"`` or ``"label"``.
+            Default: ``"predicted"``.
+
+    Returns:
+        Path: ``out_dir``.
+
+    Raises:
+        ManifestMismatchError: ``out_dir`` holds another run's outputs.
+        OutputLockedError: another run is writing into ``out_dir``.
+        ValueError: unknown method or metric, bad sizes, no labels for
+            ``target="label"``, a model in training mode.
+    """
+    method_specs, metric_specs = _check_names(methods, metrics)
+    for name, value in (("batch_size", batch_size), ("shard_size", shard_size)):
+        check_internal_batch_size(value, name)
+    _check_target(target, data)
+    if model.training:
+        raise ValueError("the model is in training mode; call model.eval() first")
+    length = checked_max_length(model, tokenizer, max_length)
+    _check_words(tokenizer, data)
+    out = Path(out_dir)
+    arguments = {
+        "methods": list(methods),
+        "metrics": list(metrics or []),
+        "max_length": length,
+        "shard_size": shard_size,
+        "target": target,
+    }
+    names = [spec.name for spec in method_specs]
+    schema = run_schema(data, names, metric_specs, _gives_type_ids(tokenizer, data))
+    with distributed_context(device) as context, ExitStack() as held:
+        if next(model.parameters()).device != context.device:
+            model.to(context.device)
+        run = _Run(out, arguments, schema, data)
+        missing = _agreed_missing_shards(context, run, model, tokenizer, held)
+        job = _Job(model, tokenizer, method_specs, metric_specs, length, target)
+        mine = context.shard(missing)
+        total = sum(len(shard_positions(k, shard_size, len(data))) for k in mine)
+        truncated = 0
+        with _progress(total, progress and context.is_main) as advance:
+            for shard in mine:
+                positions = shard_positions(shard, shard_size, len(data))
+                table = job.shard_table(
+                    data.select(positions), schema, batch_size, context.device, advance
+                )
+                write_shard(table, out / shard_name(shard), context.rank)
+                truncated += sum(table.column("truncated").to_pylist())
+        context.barrier()
+    if truncated:
+        warnings.warn(
+            f"{truncated} of the texts this run attributed were cut to "
+            f"max_length={length} tokens (column 'truncated'); their "
+            "attributions cover the kept tokens only"
+        )
+    return out
+
+
+def _check_names(
+    methods: Sequence[str], metrics: Optional[Sequence[str]]
+) -> Tuple[List[Any], List[Any]]:
+    if isinstance(methods, str) or not methods:
+        raise ValueError("methods must be a non-empty list of method names")
+    method_specs = [METHODS[name] for name in check_names(methods, METHODS, "method")]
+    if not metrics:
+        return method_specs, []
+    return method_specs, [
+        METRICS[name] for name in check_names(metrics, METRICS, "metric")
+    ]
+
+
+def _check_target(target: str, data: TextData) -> None:
+    if target not in _TARGETS:
+        raise ValueError(f"target must be one of {_TARGETS}, got {target!r}")
+    if target == "label" and data.labels is None:
+        raise ValueError(
+            f"target='label' explains the gold labels, but {data.source} was "
+            "loaded without a label column; pass label_column (--label-column)"
+        )
+
+
+def _check_words(tokenizer: Any, data: TextData) -> None:
+    empty = texts_without_words(tokenizer, data.texts, data.text_pairs)
+    if empty:
+        rows = ", ".join(str(data.rows[i]) for i in empty[:10])
+        more = f" and {len(empty) - 10} more" if len(empty) > 10 else ""
+        raise DataError(
+            f"{data.source}: the text(s) in row(s) {rows}{more} have no word after "
+            "tokenisation (only control characters or special-token strings); "
+            "remove them"
+        )
+
+
+def _gives_type_ids(tokenizer: Any, data: TextData) -> bool:
+    r"""Whether the tokenizer gives segment ids for ``data``'s pairs (BERT
+    does; RoBERTa-like tokenizers mark pairs with separators only)."""
+    if data.text_pairs is None or not len(data):
+        return False
+    encoded = tokenizer(data.texts[:1], data.text_pairs[:1], verbose=False)
+    return encoded.get("token_type_ids") is not None
+
+
+class _Run(NamedTuple):
+    r"""What rank 0 checks the output directory against."""
+
+    out: Path
+    arguments: Dict[str, Any]
+    schema: pa.Schema
+    data: TextData
+
+
+def _agreed_missing_shards(
+    context: DistributedContext,
+    run: _Run,
+    model: nn.Module,
+    tokenizer: Any,
+    held: ExitStack,
+) -> List[int]:
+    r"""Rank 0 takes the output lock (held in ``held`` until the run ends),
+    checks (or writes) the manifest and lists the shards still to do; every
+    rank gets the same list, or the same error."""
+    verdict: Tuple[Optional[Exception], List[int]] = (None, [])
+    if context.is_main:
+        try:
+            run.out.mkdir(parents=True, exist_ok=True)
+            held.enter_context(output_lock(run.out))
+            manifest = run_manifest(run.arguments, model, tokenizer, run.data)
+            verdict = (None, _prepare(run, manifest))
+        except (OSError, ManifestMismatchError) as error:
+            verdict = (error, [])
+    failure, missing = context.broadcast(verdict)  # pickled: the same error
+    if failure is not None:
+        raise failure
+    return missing
+
+
+def _prepare(run: _Run, manifest: Dict[str, Any]) -> List[int]:
+    r"""Writes or checks the manifest, removes temporary files of runs that are
+    gone, and returns the shards still to do: those missing and those that do
+    not verify (removed, with a notice)."""
+    remove_temporary_files(run.out)
+    check_or_write_manifest(run.out, manifest)
+    missing = []
+    for shard in range(manifest["shards"]):
+        path = run.out / shard_name(shard)
+        if not path.exists():
+            missing.append(shard)
+            continue
+        positions = shard_positions(shard, run.arguments["shard_size"], len(run.data))
+        problem = shard_problem(path, [run.data.rows[i] for i in positions], run.schema)
+        if problem is not None:
+            warnings.warn(f"{path} is redone: it does not verify ({problem})")
+            path.unlink()
+            missing.append(shard)
+    return missing
+
+
+class _Job:
+    r"""The per-batch work: prediction, each method's scores, metric values."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        method_specs: Sequence[Any],
+        metric_specs: Sequence[Any],
+        max_length: int,
+        target: str,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.forward = classifier_forward(model)
+        self.names = [spec.name for spec in method_specs]
+        self.families = [spec.family for spec in method_specs]
+        self.explainers = [spec.factory(model, tokenizer) for spec in method_specs]
+        self.metric_specs = list(metric_specs)
+        self.max_length = max_length
+        self.target = target
+
+    def shard_table(
+        self,
+        data: TextData,
+        schema: pa.Schema,
+        batch_size: int,
+        device: torch.device,
+        advance: Callable[[int], None],
+    ) -> pa.Table:
+        r"""One shard's rows, in the order of ``data``, with ``schema``;
+        ``advance(n)`` after each batch of ``n`` examples."""
+        columns: Dict[str, List[Any]] = {}
+        order: List[int] = []
+        gold = data.labels if self.target == "label" else None
+        for batch in bucketed_batches(
+            self.tokenizer,
+            data.texts,
+            data.text_pairs,
+            batch_size=batch_size,
+            max_length=self.max_length,
+        ):
+            classes = None if gold is None else [gold[i] for i in batch.rows]
+            for name, values in self.batch_columns(batch.to(device), classes):
+                columns.setdefault(name, []).extend(values)
+            order.extend(batch.rows)
+            advance(len(batch.rows))
+        back = sorted(range(len(order)), key=order.__getitem__)
+        columns = source_columns(data) | {
+            name: [values[i] for i in back] for name, values in columns.items()
+        }
+        if set(columns) != set(schema.names):  # the schema is the run's contract
+            raise RuntimeError(
+                f"shard columns {sorted(columns)} are not the run's schema "
+                f"{schema.names}"
+            )
+        return pa.Table.from_pydict(columns, schema=schema)
+
+    def batch_columns(
+        self, batch: EncodedBatch, classes: Optional[List[int]]
+    ) -> Iterator[Tuple[str, List[Any]]]:
+        r"""Output columns of one batch; ``classes`` to explain, or None for the
+        predicted ones."""
+        device = batch.input_ids.device
+        gold = None if classes is None else torch.tensor(classes, device=device)
+        first_scores, logits = self._first_method(batch, gold)
+        probabilities = logits.float().softmax(-1)  # [batch, classes]
+        predicted = probabilities.argmax(-1)
+        target = predicted if gold is None else gold
+        valid = batch.attention_mask.bool()  # [batch, pos]
+        ids = [row[keep].tolist() for row, keep in zip(batch.input_ids, valid)]
+        yield "tokens", [self.tokenizer.convert_ids_to_tokens(row) for row in ids]
+        yield "input_ids", ids
+        if batch.token_type_ids is not None:
+            yield "token_type_ids", [
+                row[keep].tolist() for row, keep in zip(batch.token_type_ids, valid)
+            ]
+        yield "truncated", list(batch.truncated)
+        yield "predicted", predicted.tolist()
+        yield "probabilities", probabilities.cpu().tolist()
+        yield "target", target.tolist()
+        shared = SharedForward(self.forward)  # one forward per distinct row
+        for index, name in enumerate(self.names):
+            explain = self.explainers[index]
+            scores = first_scores if index == 0 else _call(explain, batch, target)
+            yield name, _per_token(scores, valid, name)
+            for column, value in metric_values(
+                self.metric_specs,
+                shared,
+                (batch.input_ids, batch.attention_mask, batch.token_type_ids),
+                target,
+                scores,
+                explain,
+                self.tokenizer,
+            ):
+                yield f"{name}/{column}", value.per_example.reshape(-1).tolist()
+
+    def _first_method(
+        self, batch: EncodedBatch, gold: Optional[Tensor]
+    ) -> Tuple[Tensor, Tensor]:
+        r"""The first method's scores and the model's logits ``[batch, C]``.
+
+        The logits come from the first method's own forward pass when they can
+        (a plain prediction pass would cost NormXLogit half its speed): with
+        gold targets, or for captum_ext methods, whose ``target=None`` is the
+        predicted class. Otherwise, or when that pass cannot be recognised, a
+        ``no_grad`` forward predicts first and the method gets the classes.
+        """
+        explain = self.explainers[0]
+        if gold is not None or predicts_with_target_none(self.families[0]):
+            with first_logits(self.model, batch) as seen:
+                scores = _call(explain, batch, gold)
+            if seen:
+                return scores, seen[0]
+            if gold is not None:
+                return scores, self._logits(batch)
+        logits = self._logits(batch)
+        target = gold if gold is not None else logits.argmax(-1)
+        return _call(explain, batch, target), logits
+
+    def _logits(self, batch: EncodedBatch) -> Tensor:
+        with torch.no_grad():
+            return self.forward(batch.input_ids, *batch.forward_args())
+
+
+def _call(explain: Explain, batch: EncodedBatch, target: Optional[Tensor]) -> Tensor:
+    return explain(batch.input_ids, batch.attention_mask, target, batch.token_type_ids)
+
+
+def _per_token(scores: Tensor, valid: Tensor, name: str) -> List[List[float]]:
+    if scores.shape != valid.shape:
+        raise ValueError(
+            f"method {name!r} returned scores of shape {tuple(scores.shape)}, "
+            f"not one per token {tuple(valid.shape)}"
+        )
+    scores = scores.float().cpu()
+    return [row[keep].tolist() for row, keep in zip(scores, valid.cpu())]
+
+
+# ------------------------------------------------------------------- progress
+@contextmanager
+def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
+    r"""``advance(n)``: a tqdm bar with examples/s and ETA on a terminal, a
+    plain line every few seconds otherwise (logs, CI, ``torchrun``)."""
+    if not enabled:
+        yield lambda n: None
+        return
+    if sys.stderr.isatty():
+        with tqdm(total=total, unit="ex", desc="attribute") as bar:
+            yield bar.update
+        return
+    start = last = time.perf_counter()
+    done = 0
+
+    def advance(n: int) -> None:
+        nonlocal done, last
+        done += n
+        now = time.perf_counter()
+        if now - last >= _QUIET_SECONDS or done == total:
+            last = now
+            rate = done / max(now - start, 1e-9)
+            eta = (total - done) / max(rate, 1e-9)
+            print(
+                f"attribute: {done}/{total} examples, {rate:.1f} examples/s, "
+                f"ETA {eta:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    yield advance

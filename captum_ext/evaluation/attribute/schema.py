@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+r"""The Parquet schema of an attribution run.
+
+Columns: ``id`` (the example's row in the source), ``text`` (``text_pair``),
+``label`` (with gold labels), ``tokens``, ``input_ids`` (``token_type_ids`` for
+pairs), ``truncated``, ``predicted``, ``probabilities``, ``target`` (the class
+explained), one ``list<float32>`` per method with a score per token, and with
+metrics one float per example and metric column, named ``"<method>/<column>"``
+(e.g. ``"NormXLogit/AOPC"``)."""
+
+from typing import Any, Dict, List, Sequence
+
+import pyarrow as pa
+
+from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.registry import MetricSpec
+
+__all__ = ["run_schema", "source_columns"]
+
+_TYPES = {
+    "id": pa.int64(),
+    "text": pa.string(),
+    "text_pair": pa.string(),
+    "label": pa.int64(),
+    "tokens": pa.list_(pa.string()),
+    "input_ids": pa.list_(pa.int32()),
+    "token_type_ids": pa.list_(pa.int8()),
+    "truncated": pa.bool_(),
+    "predicted": pa.int64(),
+    "probabilities": pa.list_(pa.float32()),
+    "target": pa.int64(),
+}
+
+
+def source_columns(data: TextData) -> Dict[str, List[Any]]:
+    r"""The columns copied from ``data``: ids, texts, pairs, labels."""
+    columns: Dict[str, List[Any]] = {"id": list(data.rows), "text": list(data.texts)}
+    if data.text_pairs is not None:
+        columns["text_pair"] = list(data.text_pairs)
+    if data.labels is not None:
+        columns["label"] = list(data.labels)
+    return columns
+
+
+def run_schema(
+    data: TextData,
+    methods: Sequence[str],
+    metrics: Sequence[MetricSpec],
+    token_type_ids: bool,
+) -> pa.Schema:
+    r"""The schema every shard of a run has, known before the first is written
+    (so a finished shard can be checked against it on resume): ``data``'s
+    source columns, the tokens and prediction, then each method's scores
+    followed by its metric columns. ``token_type_ids``: whether the tokenizer
+    gives segment ids for ``data``'s pairs."""
+    names = list(source_columns(data)) + ["tokens", "input_ids"]
+    names += ["token_type_ids"] if token_type_ids else []
+    names += ["truncated", "predicted", "probabilities", "target"]
+    fields = [(name, _TYPES[name]) for name in names]
+    for method in methods:
+        fields.append((method, pa.list_(pa.float32())))
+        fields += [
+            (f"{method}/{column}", pa.float64())
+            for metric in metrics
+            for column in metric.columns
+        ]
+    return pa.schema(fields)
