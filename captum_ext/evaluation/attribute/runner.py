@@ -3,10 +3,8 @@ r""":func:`attribute_dataset`: every example of a dataset explained by several
 methods (and scored by metrics), one Parquet row per example; the user guide is
 ``docs/guide/attribute.rst``."""
 
-import sys
-import time
 import warnings
-from contextlib import contextmanager, ExitStack
+from contextlib import ExitStack
 from pathlib import Path
 from typing import (
     Any,
@@ -23,9 +21,9 @@ from typing import (
 import pyarrow as pa
 import torch
 from torch import nn, Tensor
-from tqdm.auto import tqdm
 
 from captum_ext._utils.common import classifier_forward
+from captum_ext._utils.progress import Progress
 from captum_ext._utils.row_chunks import check_internal_batch_size
 from captum_ext.evaluation.attribute.lock import output_lock
 from captum_ext.evaluation.attribute.manifest import (
@@ -52,7 +50,8 @@ from captum_ext.evaluation.engine import (
     metric_values,
     SharedForward,
 )
-from captum_ext.evaluation.registry import check_names, METHODS, METRICS
+from captum_ext.evaluation.names import check_names
+from captum_ext.evaluation.registry import METHODS, METRICS
 from captum_ext.evaluation.tokenized_batches import (
     bucketed_batches,
     EncodedBatch,
@@ -62,7 +61,6 @@ from captum_ext.evaluation.tokenized_batches import (
 __all__ = ["attribute_dataset"]
 
 _TARGETS = ("predicted", "label")
-_QUIET_SECONDS = 10.0  # between plain progress lines when stderr is not a tty
 
 Explain = Callable[..., Tensor]
 
@@ -147,11 +145,18 @@ def attribute_dataset(
         mine = context.shard(missing)
         total = sum(len(shard_positions(k, shard_size, len(data))) for k in mine)
         truncated = 0
-        with _progress(total, progress and context.is_main) as advance:
+        enabled = progress and context.is_main
+        with Progress(
+            total, "attribute", "examples", enabled=enabled, summary=False
+        ) as bar:
             for shard in mine:
                 positions = shard_positions(shard, shard_size, len(data))
                 table = job.shard_table(
-                    data.select(positions), schema, batch_size, context.device, advance
+                    data.select(positions),
+                    schema,
+                    batch_size,
+                    context.device,
+                    bar.update,
                 )
                 write_shard(table, out / shard_name(shard), context.rank)
                 truncated += sum(table.column("truncated").to_pylist())
@@ -353,7 +358,7 @@ class _Job:
             for column, value in metric_values(
                 self.metric_specs,
                 shared,
-                (batch.input_ids, batch.attention_mask, batch.token_type_ids),
+                batch,
                 target,
                 scores,
                 explain,
@@ -401,36 +406,3 @@ def _per_token(scores: Tensor, valid: Tensor, name: str) -> List[List[float]]:
         )
     scores = scores.float().cpu()
     return [row[keep].tolist() for row, keep in zip(scores, valid.cpu())]
-
-
-# ------------------------------------------------------------------- progress
-@contextmanager
-def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None]]:
-    r"""``advance(n)``: a tqdm bar with examples/s and ETA on a terminal, a
-    plain line every few seconds otherwise (logs, CI, ``torchrun``)."""
-    if not enabled:
-        yield lambda n: None
-        return
-    if sys.stderr.isatty():
-        with tqdm(total=total, unit="ex", desc="attribute") as bar:
-            yield bar.update
-        return
-    start = last = time.perf_counter()
-    done = 0
-
-    def advance(n: int) -> None:
-        nonlocal done, last
-        done += n
-        now = time.perf_counter()
-        if now - last >= _QUIET_SECONDS or done == total:
-            last = now
-            rate = done / max(now - start, 1e-9)
-            eta = (total - done) / max(rate, 1e-9)
-            print(
-                f"attribute: {done}/{total} examples, {rate:.1f} examples/s, "
-                f"ETA {eta:.0f} s",
-                file=sys.stderr,
-                flush=True,
-            )
-
-    yield advance
