@@ -251,11 +251,14 @@ class TeacherForcedRunner:
         check_finite(logits, "the model's logits", examples)
         return logits
 
-    def base(self) -> Tensor:
-        r"""``[batch, T]`` on the unperturbed prompts."""
+    def base(self, before_chunk: Optional[Callable[[slice], None]] = None) -> Tensor:
+        r"""``[batch, T]`` on the prompts; ``before_chunk(rows)`` runs before each
+        chunk's pass (the soft metrics set their embedding scale there)."""
         prompts = self.inputs.prompts
         out = []
         for rows in self.chunks(prompts.batch_size):
+            if before_chunk is not None:
+                before_chunk(rows)
             examples = torch.arange(prompts.batch_size)[rows]
             log_probs = self.log_probs(
                 prompts.input_ids[rows],
@@ -506,21 +509,13 @@ class _EmbeddingScale:
 def _empty_prompts(
     runner: TeacherForcedRunner, inputs: GenerationInputs, scale: _EmbeddingScale
 ) -> Tensor:
-    prompts = inputs.prompts
     d = scale.embeddings.embedding_dim
-    kept = (~prompts.content).to(torch.float64)[..., None].expand(-1, -1, d)
-    out = []
-    for rows in runner.chunks(prompts.batch_size):
+    kept = (~inputs.prompts.content).to(torch.float64)[..., None].expand(-1, -1, d)
+
+    def zero_content(rows: slice) -> None:
         scale.factor = kept[rows]
-        examples = torch.arange(prompts.batch_size)[rows]
-        log_probs = runner.log_probs(
-            prompts.input_ids[rows],
-            prompts.attention_mask[rows],
-            inputs.target[rows],
-            examples,
-        )
-        out.append(_pad_steps(log_probs, inputs))
-    return torch.cat(out)
+
+    return runner.base(zero_content)
 
 
 def _soft_samples(
