@@ -74,10 +74,17 @@ class GenerationMetricResult(NamedTuple):
     levels: Optional[Tensor]
 
 
-def sequence_sum(score: Tensor, target: Tensor) -> Tensor:
-    r"""``[batch]``: the sum of ``score`` ``[batch, T]`` over each row's targets."""
+def per_target_result(
+    score: Tensor, curve: Tensor, target: Tensor, levels: Optional[Tensor]
+) -> GenerationMetricResult:
+    r"""``score`` ``[batch, T]`` and ``curve`` ``[batch, T, k]`` in float32, NaN
+    where a row has no target, and ``sequence``: the sum of ``score`` over each
+    row's targets."""
     has_target = target != IGNORE_INDEX
-    return torch.where(has_target, score, torch.zeros_like(score)).sum(1)
+    score = torch.where(has_target, score, float("nan")).float()
+    curve = torch.where(has_target[..., None], curve, float("nan")).float()
+    sequence = torch.where(has_target, score, torch.zeros_like(score)).sum(1)
+    return GenerationMetricResult(score, sequence, curve, levels)
 
 
 class GenerationCall(NamedTuple):
@@ -319,13 +326,8 @@ class HardCurves:
         empty = self.protocol.empty_score
         fallback = float("nan") if empty is None else empty
         score = torch.where(count > 0, total / count.clamp(min=1), fallback)
-        has_target = self.target != IGNORE_INDEX
-        score = torch.where(has_target, score, float("nan")).float()
-        curve = torch.where(has_target[..., None], curve, float("nan")).float()
         levels = torch.tensor(self.protocol.levels, device=curve.device).float()
-        return GenerationMetricResult(
-            score, sequence_sum(score, self.target), curve, levels
-        )
+        return per_target_result(score, curve, self.target, levels)
 
 
 def evaluate_hard_curves(
@@ -427,12 +429,8 @@ class SoftErasure:
 
     def result(self, values: Tensor) -> GenerationMetricResult:
         r"""Mean over the draws of ``values`` ``[batch, T, n_samples]``."""
-        has_target = (self.target != IGNORE_INDEX)[..., None]
-        values = torch.where(has_target, values, float("nan")).float()
-        score = values.mean(-1)
-        return GenerationMetricResult(
-            score, sequence_sum(score, self.target), values, None
-        )
+        values = values.float()
+        return per_target_result(values.mean(-1), values, self.target, None)
 
 
 def evaluate_soft_erasure(
