@@ -54,9 +54,7 @@ def generation_aopc(
     ``mode="mask"`` and the replacement id as ``tokens.mask_token_id`` (any id:
     a causal LM has no [MASK]).
 
-    ``forward_func`` (a causal LM's ``f(input_ids, attention_mask) -> logits
-    [batch, pos, vocab]``, e.g. :func:`captum_ext.causal_lm_forward`), ``inputs``
-    (left-padded prompts ``[batch, P]``), ``attributions``, ``target``,
+    ``forward_func``, ``inputs``, ``attributions``, ``target``,
     ``additional_forward_args``, ``tokens``, ``internal_batch_size`` and
     ``show_progress`` are the :ref:`arguments every generation metric shares
     <generation-metric-arguments>` (:mod:`captum_ext.metrics`).

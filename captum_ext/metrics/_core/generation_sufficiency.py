@@ -50,9 +50,7 @@ def generation_sufficiency(
     \dots, 1.0\}`, delete the others, re-pack and recompute positions, as
     :func:`generation_aopc`.
 
-    ``forward_func`` (a causal LM's ``f(input_ids, attention_mask) -> logits
-    [batch, pos, vocab]``, e.g. :func:`captum_ext.causal_lm_forward`), ``inputs``
-    (left-padded prompts ``[batch, P]``), ``attributions``, ``target``,
+    ``forward_func``, ``inputs``, ``attributions``, ``target``,
     ``additional_forward_args``, ``tokens``, ``internal_batch_size`` and
     ``show_progress`` are the :ref:`arguments every generation metric shares
     <generation-metric-arguments>` (:mod:`captum_ext.metrics`).
