@@ -4,13 +4,14 @@ unpadded example, one target token and one perturbed prompt at a time, each
 log-probability from its own forward pass over prompt + y_<t (default positions,
 no mask), plus the shared padding / chunking / bad-input checks."""
 
+import dataclasses
 from typing import Any, Callable, Dict, Optional
 
 import pytest
 import torch
 from captum_ext import causal_lm_forward
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX
-from captum_ext.metrics import TokenOptions
+from captum_ext.metrics import get_protocol, PerturbationProtocol, TokenOptions
 from captum_ext.metrics._utils.generation import retention_generator
 from torch import nn, Tensor
 
@@ -20,6 +21,12 @@ from tests.helpers import continuation_batch, tiny_causal_lm, tiny_classifier
 BOS = 1
 TOKENS = TokenOptions(pad_token_id=0, special_token_ids=[BOS])
 LEVELS = (0.25, 0.5, 1.0)
+
+
+def hard_protocol(metric_name: str) -> PerturbationProtocol:
+    r"""The metric's default protocol on :data:`LEVELS` (what :func:`naive_hard`
+    averages over)."""
+    return dataclasses.replace(get_protocol(metric_name), levels=LEVELS)
 
 
 def bos_case(extra_padding: int = 0) -> Dict[str, Any]:
@@ -134,8 +141,11 @@ def naive_soft(
 
 
 def run(metric: Callable, case: Dict[str, Any], **options: Any) -> Any:
+    r"""``metric`` on ``case`` through :func:`causal_lm_forward` (or
+    ``forward_func``) with :data:`TOKENS` (or ``tokens``)."""
+    forward_func = options.pop("forward_func", None)
     return metric(
-        causal_lm_forward(case["model"]),
+        forward_func or causal_lm_forward(case["model"]),
         case["ids"],
         options.pop("attributions", case["attr"]),
         case["target"],
@@ -143,6 +153,27 @@ def run(metric: Callable, case: Dict[str, Any], **options: Any) -> Any:
         tokens=options.pop("tokens", TOKENS),
         **options,
     )
+
+
+def check_scores(got: Any, expected: Tensor) -> None:
+    r"""The metric's ``score`` equals the naive ``[batch, T]`` reference (NaN
+    where it is NaN)."""
+    torch.testing.assert_close(
+        got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6
+    )
+
+
+def check_soft_equals_naive(
+    metric: Callable,
+    keep_important: bool,
+    value: Callable[[float, float, float], float],
+) -> None:
+    r"""A soft metric equals :func:`naive_soft` with two draws, some finite."""
+    case = bos_case()
+    got = run(metric, case, n_samples=2, seed=3)
+    expected = naive_soft(case, keep_important, value, n_samples=2, seed=3)
+    assert bool(expected.isfinite().any())
+    check_scores(got, expected)
 
 
 def check_invariances(metric: Callable, **options) -> None:
@@ -184,11 +215,9 @@ def check_bad_inputs(metric: Callable, **options) -> None:
     # A classifier's logits (the soft metrics refuse a plain function first).
     message = r"\[batch, pos, vocab\]|causal_lm_forward"
     with pytest.raises((ValueError, TypeError), match=message):
-        metric(
-            lambda ids, mask: classifier(input_ids=ids, attention_mask=mask).logits,
-            case["ids"],
-            case["attr"],
-            case["target"],
-            (case["mask"],),
-            **options,
-        )
+        run(metric, case, forward_func=logits_of(classifier), tokens=None, **options)
+
+
+def logits_of(model: nn.Module) -> Callable[[Tensor, Tensor], Tensor]:
+    r"""A plain ``f(ids, mask) -> logits``, not :func:`causal_lm_forward`."""
+    return lambda ids, mask: model(input_ids=ids, attention_mask=mask).logits

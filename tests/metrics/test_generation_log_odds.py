@@ -3,27 +3,24 @@ import dataclasses
 
 import pytest
 import torch
-from captum_ext.metrics import generation_log_odds, get_protocol, TokenOptions
+from captum_ext.metrics import generation_log_odds, TokenOptions
 
 from tests.metrics.generation_reference import (
     bos_case,
-    check_bad_inputs,
-    check_invariances,
-    LEVELS,
+    check_scores,
+    hard_protocol,
     naive_hard,
     run,
 )
 
-PROTOCOL = dataclasses.replace(get_protocol("generation_log_odds"), levels=LEVELS)
+PROTOCOL = hard_protocol("generation_log_odds")
 
 
 def test_equals_naive_loop() -> None:
     case = bos_case()
     got = run(generation_log_odds, case, preset=PROTOCOL)
     expected = naive_hard(case, keep_top=False, value=lambda base, cut: cut - base)
-    torch.testing.assert_close(
-        got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6
-    )
+    check_scores(got, expected)
 
 
 def test_shared_ranking_sums_to_the_sequence_log_ratio() -> None:
@@ -45,16 +42,6 @@ def test_replacement_by_a_given_id() -> None:
     expected = naive_hard(
         case, keep_top=False, value=lambda base, cut: cut - base, replace_id=9
     )
-    torch.testing.assert_close(
-        got.score.double(), expected, equal_nan=True, rtol=0, atol=1e-6
-    )
+    check_scores(got, expected)
     with pytest.raises(ValueError, match="mask_token_id"):
         run(generation_log_odds, case, preset=replace)
-
-
-def test_padding_and_internal_batch_size() -> None:
-    check_invariances(generation_log_odds, preset=PROTOCOL)
-
-
-def test_bad_inputs() -> None:
-    check_bad_inputs(generation_log_odds)
