@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+r"""Continuations a causal LM generates from a left-padded prompt batch, cut at
+the first end-of-sequence token (included): what
+:class:`~captum_ext.attr.LLMTokenAttribution` and ``captum-ext attribute``
+explain when no continuation is given."""
+
+from typing import Any, Dict, List, Optional
+
+import torch
+from captum.attr._core.llm_attr import DEFAULT_GEN_ARGS
+from torch import nn, Tensor
+
+from captum_ext._utils.hooks import eval_semantics
+
+__all__ = ["generate_continuations", "prompt_pad_id"]
+
+
+def prompt_pad_id(tokenizer: Any) -> int:
+    r"""The id that pads prompts: the pad token, else the EOS token, else 0
+    (padded positions are masked, so any id works)."""
+    for token in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if token is not None:
+            return int(token)
+    return 0
+
+
+def generate_continuations(
+    model: nn.Module,
+    tokenizer: Any,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    gen_args: Optional[Dict[str, Any]] = None,
+) -> List[Tensor]:
+    r"""One continuation ``[T_i]`` per prompt of ``input_ids`` ``[batch, P]``
+    (left-padded), by ``model.generate`` with ``gen_args`` over Captum's
+    defaults (greedy, ``max_new_tokens=25``), each ending at its first EOS
+    (included). ``ValueError`` when a prompt gets no token."""
+    args = {**DEFAULT_GEN_ARGS, "pad_token_id": prompt_pad_id(tokenizer)}
+    args.update(gen_args or {})
+    with eval_semantics(model), torch.no_grad():
+        output = model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, **args
+        )
+    eos = torch.tensor(_eos_ids(model, tokenizer, args), device=output.device)
+    continuations = []
+    for row in output[:, input_ids.shape[1] :]:
+        ends = torch.isin(row, eos).nonzero().flatten()
+        length = int(ends[0]) + 1 if len(ends) else len(row)
+        continuations.append(row[:length])
+    if any(len(c) == 0 for c in continuations):
+        raise ValueError("generation produced no token; raise max_new_tokens")
+    return continuations
+
+
+def _eos_ids(model: nn.Module, tokenizer: Any, gen_args: Dict[str, Any]) -> List[int]:
+    eos = gen_args.get("eos_token_id")
+    if eos is None:
+        eos = model.generation_config.eos_token_id
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    return [] if eos is None else [int(e) for e in torch.as_tensor(eos).flatten()]
