@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
 from captum.attr._core.llm_attr import (
@@ -11,11 +11,12 @@ from captum.attr._utils.attribution import Attribution
 from captum.log import log_usage
 from torch import Tensor
 
-from captum_ext._utils.teacher_forcing import IGNORE_INDEX
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.continuations import (
     generate_continuations,
+    left_padded,
     prompt_pad_id,
+    right_padded,
 )
 from captum_ext.attr._utils.llm_prompts import is_chat, prepare_prompt, Prompt
 
@@ -162,7 +163,11 @@ class LLMTokenAttribution(Attribution):
         if batched and not inputs:
             raise ValueError("empty batch: inp is an empty list")
         prompts = [prepare_prompt(i, self.tokenizer, chat, skip_tokens) for i in inputs]
-        ids, mask = self._left_padded(prompts)
+        ids, mask = left_padded(
+            [prompt.ids for prompt in prompts],
+            prompt_pad_id(self.tokenizer),
+            next(self.model.parameters()).device,
+        )
         if target is None:
             if contrast_target is not None:
                 raise ValueError("contrast_target needs an explicit target")
@@ -183,11 +188,11 @@ class LLMTokenAttribution(Attribution):
         _check_contrast_lengths(targets, contrasts)
         scores = self.method.attribute(
             ids,
-            target=_right_padded(targets, ids.device),
+            target=right_padded(targets, ids.device),
             additional_forward_args=(mask,),
             attribute_generated=attribute_generated,
             contrast_target=(
-                None if contrasts is None else _right_padded(contrasts, ids.device)
+                None if contrasts is None else right_padded(contrasts, ids.device)
             ),
             internal_batch_size=internal_batch_size,
             **kwargs,
@@ -199,18 +204,6 @@ class LLMTokenAttribution(Attribution):
             for row, prompt in enumerate(prompts)
         ]
         return results if batched else results[0]
-
-    def _left_padded(self, prompts: List[Prompt]) -> Tuple[Tensor, Tensor]:
-        width = max(len(p.ids) for p in prompts)
-        device = next(self.model.parameters()).device
-        ids = torch.full(
-            (len(prompts), width), prompt_pad_id(self.tokenizer), dtype=torch.long
-        )
-        mask = torch.zeros_like(ids)
-        for row, prompt in enumerate(prompts):
-            ids[row, width - len(prompt.ids) :] = prompt.ids
-            mask[row, width - len(prompt.ids) :] = 1
-        return ids.to(device), mask.to(device)
 
     def _encode_all(
         self, value: Any, batched: bool, batch_size: int, name: str
@@ -285,13 +278,3 @@ def _check_contrast_lengths(
                 f"contrast_target of prompt {row} has {len(foil)} tokens but its "
                 f"target has {len(target)}; a foil gives one token per target step"
             )
-
-
-def _right_padded(rows: List[Tensor], device: torch.device) -> Tensor:
-    r"""``[batch, T]`` target ids, right-padded with IGNORE_INDEX."""
-    out = torch.full(
-        (len(rows), max(len(r) for r in rows)), IGNORE_INDEX, device=device
-    )
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return out

@@ -4,15 +4,21 @@ the first end-of-sequence token (included): what
 :class:`~captum_ext.attr.LLMTokenAttribution` and ``captum-ext attribute``
 explain when no continuation is given."""
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from captum.attr._core.llm_attr import DEFAULT_GEN_ARGS
 from torch import nn, Tensor
 
 from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.teacher_forcing import IGNORE_INDEX
 
-__all__ = ["generate_continuations", "prompt_pad_id"]
+__all__ = [
+    "generate_continuations",
+    "left_padded",
+    "prompt_pad_id",
+    "right_padded",
+]
 
 
 def prompt_pad_id(tokenizer: Any) -> int:
@@ -22,6 +28,31 @@ def prompt_pad_id(tokenizer: Any) -> int:
         if token is not None:
             return int(token)
     return 0
+
+
+def left_padded(
+    prompts: Sequence[Tensor], pad_id: int, device: torch.device
+) -> Tuple[Tensor, Tensor]:
+    r"""``(input_ids, attention_mask)`` ``[batch, P]`` of prompt ids ``[P_i]``,
+    padded on the left (a causal LM continues from the last prompt token)."""
+    width = max(len(prompt) for prompt in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = prompt
+        mask[row, width - len(prompt) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def right_padded(rows: Sequence[Tensor], device: torch.device) -> Tensor:
+    r"""``[batch, T]`` continuation ids of rows ``[T_i]``, right-padded with
+    :data:`~captum_ext._utils.teacher_forcing.IGNORE_INDEX`."""
+    out = torch.full(
+        (len(rows), max(len(row) for row in rows)), IGNORE_INDEX, dtype=torch.long
+    )
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out.to(device)
 
 
 def generate_continuations(
