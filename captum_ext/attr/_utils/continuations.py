@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from captum.attr._core.llm_attr import DEFAULT_GEN_ARGS
-from torch import nn, Tensor
+from torch import Tensor
 
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX
@@ -56,7 +56,7 @@ def right_padded(rows: Sequence[Tensor], device: torch.device) -> Tensor:
 
 
 def generate_continuations(
-    model: nn.Module,
+    model: Any,
     tokenizer: Any,
     input_ids: Tensor,
     attention_mask: Tensor,
@@ -65,7 +65,8 @@ def generate_continuations(
     r"""One continuation ``[T_i]`` per prompt of ``input_ids`` ``[batch, P]``
     (left-padded), by ``model.generate`` with ``gen_args`` over Captum's
     defaults (greedy, ``max_new_tokens=25``), each ending at its first EOS
-    (included). ``ValueError`` when a prompt gets no token."""
+    (included); ``model`` is a Hugging Face model with ``generate``.
+    ``ValueError`` when a prompt gets no token."""
     args = {**DEFAULT_GEN_ARGS, "pad_token_id": prompt_pad_id(tokenizer)}
     args.update(gen_args or {})
     with eval_semantics(model), torch.no_grad():
@@ -83,7 +84,7 @@ def generate_continuations(
     return continuations
 
 
-def _eos_ids(model: nn.Module, tokenizer: Any, gen_args: Dict[str, Any]) -> List[int]:
+def _eos_ids(model: Any, tokenizer: Any, gen_args: Dict[str, Any]) -> List[int]:
     eos = gen_args.get("eos_token_id")
     if eos is None:
         eos = model.generation_config.eos_token_id
