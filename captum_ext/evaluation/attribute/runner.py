@@ -157,21 +157,27 @@ def attribute_dataset(
         "max_length": length,
         "shard_size": shard_size,
     }
-    if get_adapter(model).is_causal_lm:
-        plan = _generation_plan(
-            model, tokenizer, data, method_specs, metric_specs, target, max_new_tokens
-        )
-    else:
-        plan = _classifier_plan(
-            model, tokenizer, data, method_specs, metric_specs, target, max_new_tokens
-        )
+    # The one place the run branches on the kind of model (the adapter's call).
+    make_plan = (
+        _generation_plan if get_adapter(model).is_causal_lm else _classifier_plan
+    )
+    plan = make_plan(
+        model,
+        tokenizer,
+        data,
+        method_specs,
+        metric_specs,
+        length,
+        target,
+        max_new_tokens,
+    )
     arguments.update(plan.arguments)
     with distributed_context(device) as context, ExitStack() as held:
         if next(model.parameters()).device != context.device:
             model.to(context.device)
         run = _Run(Path(out_dir), arguments, plan.schema, data)
         missing = _agreed_missing_shards(context, run, model, tokenizer, held)
-        job = plan.job(length)
+        job = plan.job()
         out = run.out
         mine = context.shard(missing)
         total = sum(len(shard_positions(k, shard_size, len(data))) for k in mine)
@@ -203,11 +209,12 @@ def attribute_dataset(
 
 class _Plan(NamedTuple):
     r"""What differs between a classifier's run and a causal LM's: the
-    manifest's arguments, the schema, and the job (given ``max_length``)."""
+    manifest's arguments, the schema, and the job (made once the model is on
+    the rank's device)."""
 
     arguments: Dict[str, Any]
     schema: pa.Schema
-    job: Callable[[int], "_Job"]
+    job: Callable[[], "_Job"]
 
 
 def _classifier_plan(
@@ -216,6 +223,7 @@ def _classifier_plan(
     data: TextData,
     method_specs: Sequence[Any],
     metric_specs: Sequence[Any],
+    length: int,
     target: str,
     max_new_tokens: Optional[int],
 ) -> _Plan:
@@ -235,7 +243,7 @@ def _classifier_plan(
             "target": target,
         },
         run_schema(data, names, metric_specs, type_ids),
-        lambda length: _ClassifierJob(
+        lambda: _ClassifierJob(
             model, tokenizer, method_specs, metric_specs, length, target
         ),
     )
@@ -247,6 +255,7 @@ def _generation_plan(
     data: TextData,
     method_specs: Sequence[Any],
     metric_specs: Sequence[Any],
+    length: int,
     target: str,
     max_new_tokens: Optional[int],
 ) -> _Plan:
@@ -277,6 +286,7 @@ def _generation_plan(
         check_internal_batch_size(max_new_tokens, "max_new_tokens")
     new_tokens = None if given else max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     names = [spec.name for spec in method_specs]
+    encoded = _encode_prompts(tokenizer, data, length, new_tokens)  # checked now
     return _Plan(
         {
             "mode": "causal_lm",
@@ -284,9 +294,7 @@ def _generation_plan(
             "max_new_tokens": new_tokens,
         },
         generation_schema(names),
-        lambda length: _GenerationJob(
-            model, tokenizer, method_specs, data, length, new_tokens
-        ),
+        lambda: _GenerationJob(model, tokenizer, method_specs, data, *encoded),
     )
 
 
@@ -550,9 +558,8 @@ class _ClassifierJob(_Job):
 class _GenerationJob(_Job):
     r"""A causal LM's batch: left-padded prompts, their given or greedily
     generated continuations, each method's ``[T, P]`` matrix per prompt.
-
-    Every prompt and continuation is tokenised and its length checked against
-    ``max_length`` when the job is made, before any work."""
+    ``prompts`` and ``given`` are ``data``'s token ids (:func:`_encode_prompts`,
+    checked before any work)."""
 
     def __init__(
         self,
@@ -560,7 +567,8 @@ class _GenerationJob(_Job):
         tokenizer: Any,
         method_specs: Sequence[Any],
         data: TextData,
-        max_length: int,
+        prompts: List[List[int]],
+        given: Optional[List[List[int]]],
         max_new_tokens: Optional[int],
     ) -> None:
         self.model = model
@@ -571,9 +579,7 @@ class _GenerationJob(_Job):
         ]
         self.max_new_tokens = max_new_tokens
         self.pad_id = prompt_pad_id(tokenizer)
-        self.prompts, self.given = _encode_prompts(
-            tokenizer, data, max_length, max_new_tokens
-        )
+        self.prompts, self.given = prompts, given
         self._position = {row: i for i, row in enumerate(data.rows)}
 
     def batches(
@@ -664,11 +670,12 @@ def _matrices(
 
 def _encode_prompts(
     tokenizer: Any, data: TextData, max_length: int, max_new_tokens: Optional[int]
-) -> Tuple[List[List[int]], Optional[List[List[int]]]]:
+) -> Tuple[List[List[int]], Optional[List[List[int]]], Optional[int]]:
     r"""Token ids of the prompts (with the tokenizer's special tokens, BOS
     where it adds one) and of the given continuations (none added: no BOS
-    inside a continuation). :class:`DataError` naming the rows whose prompt and
-    continuation (or ``max_new_tokens``) exceed ``max_length``."""
+    inside a continuation), and ``max_new_tokens``. :class:`DataError` naming
+    the rows whose prompt and continuation (or ``max_new_tokens``) exceed
+    ``max_length``."""
     prompts = list(tokenizer(list(data.texts), verbose=False)["input_ids"])
     given = None
     if data.continuations is not None:
@@ -694,4 +701,4 @@ def _encode_prompts(
         raise DataError(
             f"{data.source}: the continuation of row(s) {empty[:10]} has no token"
         )
-    return prompts, given
+    return prompts, given, max_new_tokens
