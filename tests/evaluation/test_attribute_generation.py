@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import List
+from typing import Any, List
 
 import pandas as pd
 import pytest
@@ -42,7 +42,8 @@ def files(tmp_path_factory):
     r"""The saved model, a prompt file with continuations and one without."""
     root = tmp_path_factory.mktemp("lm")
     model_dir = root / "gpt2"
-    tiny_causal_lm("gpt2", seed=3).save_pretrained(model_dir)
+    model: Any = tiny_causal_lm("gpt2", seed=3)  # a PreTrainedModel
+    model.save_pretrained(model_dir)
     tiny_lm_tokenizer().save_pretrained(model_dir)
     given, bare = root / "given.jsonl", root / "prompts.jsonl"
     rows = [{"prompt": p, "continuation": c} for p, c in zip(PROMPTS, CONTINUATIONS)]
@@ -221,7 +222,7 @@ def test_empty_prompt_ends_in_one_line(files, tmp_path, capsys):
 
 def test_classifier_with_prompt_column_ends_in_one_line(files, tmp_path, capsys):
     _, given, _ = files
-    classifier = save_tiny_model(tmp_path / "bert")
+    classifier = Path(str(save_tiny_model(tmp_path / "bert")))
     assert attribute(classifier, given, tmp_path / "out") == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1

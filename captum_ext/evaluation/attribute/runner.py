@@ -26,7 +26,7 @@ from torch import nn, Tensor
 from captum_ext._utils.common import classifier_forward
 from captum_ext._utils.progress import Progress
 from captum_ext._utils.row_chunks import check_internal_batch_size
-from captum_ext.adapters import get_adapter
+from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext.attr._utils.continuations import (
     generate_continuations,
     left_padded,
@@ -158,9 +158,7 @@ def attribute_dataset(
         "shard_size": shard_size,
     }
     # The one place the run branches on the kind of model (the adapter's call).
-    make_plan = (
-        _generation_plan if get_adapter(model).is_causal_lm else _classifier_plan
-    )
+    make_plan = _generation_plan if _is_causal_lm(model) else _classifier_plan
     plan = make_plan(
         model,
         tokenizer,
@@ -205,6 +203,15 @@ def attribute_dataset(
             "attributions cover the kept tokens only"
         )
     return out
+
+
+def _is_causal_lm(model: nn.Module) -> bool:
+    r"""The adapter's verdict; a model no adapter knows is run as a classifier
+    (Captum's baselines need no adapter)."""
+    try:
+        return get_adapter(model).is_causal_lm
+    except UnsupportedModelError:
+        return False
 
 
 class _Plan(NamedTuple):
