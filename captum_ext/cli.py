@@ -32,6 +32,8 @@ TASKS = ("sentiment", "source")
 # Fits the 15-minute budget on 2 CPU cores with first-time model preparation.
 DEFAULT_N = 64
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
+# attribute --prompt-column without --methods: the fast and the gradient pair.
+GENERATION_DEFAULT_METHODS = ("LogAt", "AttCAT")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,8 +76,9 @@ def _model_options(parser: argparse.ArgumentParser, required: bool) -> None:
     parser.add_argument(
         "--model",
         required=required,
-        help="sequence classifier: a directory written by save_pretrained or a "
-        "Hub model id (org/name; cached under HF_HOME)",
+        help="sequence classifier (or, with --prompt-column, causal LM): a "
+        "directory written by save_pretrained or a Hub model id (org/name; "
+        "cached under HF_HOME)",
     )
     parser.add_argument(
         "--revision", help="branch, tag or commit of a Hub --model; default: main"
@@ -191,6 +194,21 @@ def _parser() -> argparse.ArgumentParser:
         help="class to explain: the prediction or the gold label (needs "
         "--label-column); default: predicted",
     )
+    attribute.add_argument(
+        "--prompt-column",
+        help="explain a causal LM (--model): the column of prompts",
+    )
+    attribute.add_argument(
+        "--target-column",
+        help="with --prompt-column: the continuations to explain; default: "
+        "the model generates them greedily",
+    )
+    attribute.add_argument(
+        "--max-new-tokens",
+        type=int,
+        help="tokens the causal LM generates without --target-column "
+        "(ending at its first EOS); default: 25",
+    )
     _common(attribute)
     return parser
 
@@ -274,6 +292,34 @@ def _user_model(args: argparse.Namespace) -> Tuple[Any, Any]:
         max_length=args.max_length,
         revision=args.revision,
         trust_remote_code=args.trust_remote_code,
+    )
+
+
+def _user_causal_lm(args: argparse.Namespace) -> Tuple[Any, Any]:
+    from captum_ext.evaluation.models import load_causal_lm
+
+    return load_causal_lm(
+        args.model,
+        tokenizer=args.tokenizer,
+        device=args.device,
+        dtype=args.dtype,
+        max_length=args.max_length,
+        revision=args.revision,
+        trust_remote_code=args.trust_remote_code,
+    )
+
+
+def _user_prompts(args: argparse.Namespace) -> Any:
+    from captum_ext.evaluation.data import load_data
+
+    return load_data(
+        args.data,
+        text_column=args.prompt_column,
+        continuation_column=args.target_column,
+        split=args.split,
+        config_name=args.config_name,
+        limit=args.limit,
+        seed=args.seed,
     )
 
 
@@ -411,10 +457,39 @@ def _benchmark(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_prompt_flags(args: argparse.Namespace) -> None:
+    r"""The flags of a causal LM's prompts go together, and not with a
+    classifier's."""
+    if args.prompt_column is None:
+        for flag in ("target_column", "max_new_tokens"):
+            if getattr(args, flag) is not None:
+                raise ValueError(
+                    f"--{flag.replace('_', '-')} applies to a causal LM's "
+                    "prompts: give --prompt-column too"
+                )
+        return
+    for flag in ("text_pair_column", "label_column", "metrics"):
+        if getattr(args, flag):
+            raise ValueError(
+                f"--{flag.replace('_', '-')} applies to classifiers, not to a "
+                "causal LM's prompts (--prompt-column)"
+            )
+    if args.target != "predicted":
+        raise ValueError("--target applies to classifiers, not to --prompt-column")
+    if args.target_column is not None and args.max_new_tokens is not None:
+        raise ValueError(
+            "--max-new-tokens applies when the model generates the continuations; "
+            "--target-column gives them"
+        )
+
+
 def _attribute(args: argparse.Namespace) -> int:
     check_names(args.methods, METHOD_NAMES, "method")
     check_names(args.metrics, METRIC_NAMES, "metric")
-    _check_positive(args, "batch_size", "limit", "max_length", "shard_size")
+    _check_positive(
+        args, "batch_size", "limit", "max_length", "shard_size", "max_new_tokens"
+    )
+    _check_prompt_flags(args)
     if args.data is None:
         raise ValueError("give --data FILE: the texts to attribute")
     if os.environ.get("RANK", "0") == "0":
@@ -425,13 +500,19 @@ def _attribute(args: argparse.Namespace) -> int:
     from captum_ext.evaluation.models import resolve_device
 
     resolve_device(args.device)
-    model, tokenizer = _user_model(args)
-    data = _user_data(args, model)
+    if args.prompt_column is None:
+        model, tokenizer = _user_model(args)
+        data = _user_data(args, model)
+        methods = args.methods or default_methods(with_decoders=False)
+    else:
+        model, tokenizer = _user_causal_lm(args)
+        data = _user_prompts(args)
+        methods = args.methods or list(GENERATION_DEFAULT_METHODS)
     path = attribute_dataset(
         model,
         tokenizer,
         data,
-        args.methods or default_methods(with_decoders=False),
+        methods,
         args.out,
         metrics=args.metrics,
         batch_size=args.batch_size,
@@ -440,6 +521,7 @@ def _attribute(args: argparse.Namespace) -> int:
         progress=_progress(args),
         shard_size=args.shard_size,
         target=args.target,
+        max_new_tokens=args.max_new_tokens,
     )
     if os.environ.get("RANK", "0") == "0":  # one line per job, not per rank
         print(f"wrote {path}")

@@ -59,6 +59,9 @@ class TextData:
     the id under which its results are written; ``labels`` are class indices
     (``None`` without a label column); ``label_names[c]`` names class ``c`` when
     known (the model's ``id2label`` order, or the file's ``ClassLabel`` names).
+    For a causal LM, ``texts`` are the prompts and ``continuations`` the given
+    continuations (``None``: the model generates them). ``columns`` names the
+    source column of each field (``{"texts": "prompt", ...}``).
     """
 
     source: str
@@ -67,13 +70,17 @@ class TextData:
     labels: Optional[List[int]] = None
     rows: List[int] = field(default_factory=list)
     label_names: Optional[List[str]] = None
+    continuations: Optional[List[str]] = None
+    columns: Dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.rows:
             self.rows = list(range(len(self.texts)))
-        columns = [self.rows, self.text_pairs, self.labels]
+        columns = [self.rows, self.text_pairs, self.labels, self.continuations]
         if any(c is not None and len(c) != len(self.texts) for c in columns):
-            raise ValueError("texts, text_pairs, labels and rows differ in length")
+            raise ValueError(
+                "texts, text_pairs, labels, continuations and rows differ in length"
+            )
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -94,6 +101,7 @@ class TextData:
             texts=[self.texts[i] for i in positions],
             text_pairs=pick(self.text_pairs),
             labels=pick(self.labels),
+            continuations=pick(self.continuations),
             rows=[self.rows[i] for i in positions],
         )
 
@@ -110,6 +118,7 @@ def load_data(
     label2id: Optional[Dict[str, int]] = None,
     num_labels: Optional[int] = None,
     config_name: Optional[str] = None,
+    continuation_column: Optional[str] = None,
 ) -> TextData:
     r"""Loads text examples (and optionally text pairs and labels) from a local
     file, a ``save_to_disk`` directory or a Hub dataset.
@@ -139,6 +148,9 @@ def load_data(
             (``len(label2id)`` if given).
         config_name (str, optional): the configuration of a Hub dataset
             (``datasets.load_dataset``'s ``name``). Default: its default.
+        continuation_column (str, optional): column with the continuation a
+            causal LM's prompt (``text_column``) is explained for. Default:
+            None (the model generates it).
 
     Returns:
         TextData: the examples, ``rows`` holding each one's source row index.
@@ -146,7 +158,8 @@ def load_data(
     Raises:
         DataError: missing or unreadable file, unknown format, a Hub id that
             does not exist (or is not cached when offline), missing column,
-            empty text, unknown label name, label out of range, no rows.
+            empty text or continuation, unknown label name, label out of range,
+            no rows.
     """
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise DataError(f"limit must be a positive number of examples, got {limit!r}")
@@ -157,7 +170,14 @@ def load_data(
     else:
         table = _read(Path(path), split, label_column)
     path = Path(path)
-    _require_columns(path, table, [text_column, text_pair_column, label_column])
+    fields = {
+        "texts": text_column,
+        "text_pairs": text_pair_column,
+        "labels": label_column,
+        "continuations": continuation_column,
+    }
+    columns = {name: column for name, column in fields.items() if column is not None}
+    _require_columns(path, table, list(columns.values()))
     if len(table) == 0:
         raise DataError(_no_rows(path))
     order = list(range(len(table)))
@@ -168,12 +188,17 @@ def load_data(
     pairs = None
     if text_pair_column is not None:
         pairs = _texts(path, table, text_pair_column, order)
+    continuations = None
+    if continuation_column is not None:
+        continuations = _texts(path, table, continuation_column, order)
     names = _label_names(table, label_column, label2id)
     labels = None
     if label_column is not None:
         raw = [table[label_column][i] for i in order]
         labels = _labels(path, label_column, raw, order, label2id, names, num_labels)
-    return TextData(str(path), texts, pairs, labels, order, names)
+    return TextData(
+        str(path), texts, pairs, labels, order, names, continuations, columns
+    )
 
 
 @contextmanager
@@ -324,7 +349,8 @@ def _require_columns(
         raise DataError(
             f"{path}: no column {', '.join(map(repr, missing))}; it has columns "
             f"{', '.join(map(repr, table.column_names))} (choose with "
-            "--text-column / --text-pair-column / --label-column)"
+            "--text-column / --text-pair-column / --label-column, or "
+            "--prompt-column / --target-column for a causal LM)"
         )
 
 

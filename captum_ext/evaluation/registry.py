@@ -78,6 +78,7 @@ from captum_ext.metrics import (
 
 __all__ = [
     "ABLATION_ROWS",
+    "GenerationFn",
     "IG_ROWS",
     "IG_STEPS",
     "METHODS",
@@ -100,6 +101,10 @@ MethodFn = Callable[..., Tensor]
 # factory(model, tokenizer) -> explain; factory(model, tokenizer, decoder_texts)
 # for a method that needs decoders.
 MethodFactory = Callable[..., MethodFn]
+# explain(prompt_ids [batch, P] left-padded, attention_mask [batch, P],
+#         target_ids [batch, T] right-padded with -100) -> [batch, T, P]
+GenerationFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+GenerationFactory = Callable[[nn.Module, Any], GenerationFn]
 
 IG_STEPS = 16
 # Rows per forward pass of FeatureAblation, of IntegratedGradients' path points
@@ -133,6 +138,10 @@ class MethodSpec:
         causal_lm (bool): True when it supports causal language models.
         layer_map (MethodFactory, optional): like ``factory``, for scores per
             layer ``[batch, layers, pos]`` the report draws as a heatmap.
+        generation (GenerationFactory, optional): ``generation(model,
+            tokenizer)`` returns ``explain(prompt_ids, attention_mask,
+            target_ids) -> [batch, T, P]`` for a causal LM (see
+            :meth:`build_generation`).
     """
 
     name: str
@@ -144,6 +153,7 @@ class MethodSpec:
     needs_attention_weights: bool = False
     causal_lm: bool = False
     layer_map: Optional[MethodFactory] = None
+    generation: Optional[GenerationFactory] = None
 
     def build(
         self,
@@ -161,6 +171,15 @@ class MethodSpec:
         if self.needs_decoders:
             return factory(model, tokenizer, decoder_texts)
         return factory(model, tokenizer)
+
+    def build_generation(self, model: nn.Module, tokenizer: Any) -> GenerationFn:
+        r"""The method's ``explain(prompt_ids, attention_mask, target_ids)`` for
+        a causal LM: prompts ``[batch, P]`` left-padded, their continuations
+        ``[batch, T]`` right-padded with -100, scores ``[batch, T, P]`` in
+        float32, zero on padding and missing targets (docs/generation.rst)."""
+        if self.generation is None:
+            raise ValueError(f"{self.name} does not explain a causal LM's text")
+        return self.generation(model, tokenizer)
 
 
 METHODS: Dict[str, MethodSpec] = {}
@@ -221,6 +240,31 @@ def _captum_ext(method: Callable[[nn.Module], Any], **options: Any) -> MethodFac
             )
 
         return _explainer(scores)
+
+    return factory
+
+
+# H22p's minimal generation entries (LogAt, NormXLogit, CAT, AttCAT), written
+# against GENERATION_APP.md's interface; H22c's full registry replaces them.
+def _captum_ext_generation(method: Callable[[nn.Module], Any]) -> GenerationFactory:
+    r"""``generation`` factory of a captum_ext ``Attribution``: the same class
+    on the causal LM, teacher-forced on the given continuation."""
+
+    def factory(model: nn.Module, tokenizer: Any) -> GenerationFn:
+        attribution = method(model)
+
+        def explain(
+            prompt_ids: Tensor, attention_mask: Tensor, target_ids: Tensor
+        ) -> Tensor:
+            with torch.enable_grad():
+                scores = attribution.attribute(
+                    prompt_ids,
+                    target=target_ids,
+                    additional_forward_args=(attention_mask,),
+                )
+            return scores.detach()
+
+        return explain
 
     return factory
 
@@ -378,8 +422,14 @@ def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
 # The GlobEnc variants by decomposition depth (see GlobEnc's ``variant``).
 _GLOBENC_VARIANTS = {"GlobEnc": "N_enc", "GlobEnc N_res": "N_res", "GlobEnc N": "N"}
 
-register_method("NormXLogit", _captum_ext(NormXLogit), "captum_ext")
-register_method("LogAt", _captum_ext(LogAt), "captum_ext")
+for _name, _method in (("NormXLogit", NormXLogit), ("LogAt", LogAt)):
+    register_method(
+        _name,
+        _captum_ext(_method),
+        "captum_ext",
+        causal_lm=True,
+        generation=_captum_ext_generation(_method),
+    )
 register_method(
     "AttCAT",
     _captum_ext(AttCAT),
@@ -387,8 +437,17 @@ register_method(
     layer_map=_captum_ext(AttCAT, return_layers=True),
     needs_gradients=True,
     needs_attention_weights=True,
+    causal_lm=True,
+    generation=_captum_ext_generation(AttCAT),
 )
-register_method("CAT", _captum_ext(CAT), "captum_ext", needs_gradients=True)
+register_method(
+    "CAT",
+    _captum_ext(CAT),
+    "captum_ext",
+    needs_gradients=True,
+    causal_lm=True,
+    generation=_captum_ext_generation(CAT),
+)
 for _name, _variant in _GLOBENC_VARIANTS.items():
     register_method(
         _name,

@@ -43,8 +43,11 @@ class ManifestMismatchError(ValueError):
 def run_manifest(
     arguments: Dict[str, Any], model: nn.Module, tokenizer: Any, data: TextData
 ) -> Dict[str, Any]:
-    r"""The manifest of a run of ``arguments`` (methods, metrics, max_length,
-    shard_size, target) on ``data`` with ``model`` and ``tokenizer``."""
+    r"""The manifest of a run of ``arguments`` (mode, methods, max_length,
+    shard_size; for a classifier metrics and target, for a causal LM where its
+    continuations come from) on ``data`` with ``model`` and ``tokenizer``; the
+    data's source ``columns`` are recorded, not checked (a renamed column of
+    the same data resumes)."""
     n_shards = -(-len(data) // arguments["shard_size"])
     return {
         "format": _FORMAT,
@@ -55,6 +58,7 @@ def run_manifest(
             "fingerprint": model_fingerprint(model, tokenizer),
         },
         "source": data.source,
+        "columns": data.columns,
         "shards": n_shards,
         "versions": _versions(),
     }
@@ -128,8 +132,11 @@ def _entry(manifest: Dict[str, Any], key: str) -> Dict[str, Any]:
 
 
 def data_fingerprint(data: TextData) -> str:
-    r"""SHA-256 of the texts, pairs, labels and source rows."""
+    r"""SHA-256 of the texts, pairs, labels, source rows and, when given,
+    the continuations."""
     content = [data.texts, data.text_pairs, data.labels, data.rows]
+    if data.continuations is not None:
+        content.append(data.continuations)
     return hashlib.sha256(json.dumps(content).encode()).hexdigest()
 
 

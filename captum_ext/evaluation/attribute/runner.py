@@ -20,11 +20,19 @@ from typing import (
 
 import pyarrow as pa
 import torch
+from captum.attr._core.llm_attr import DEFAULT_GEN_ARGS
 from torch import nn, Tensor
 
 from captum_ext._utils.common import classifier_forward
 from captum_ext._utils.progress import Progress
 from captum_ext._utils.row_chunks import check_internal_batch_size
+from captum_ext.adapters import get_adapter, UnsupportedModelError
+from captum_ext.attr._utils.continuations import (
+    generate_continuations,
+    left_padded,
+    prompt_pad_id,
+    right_padded,
+)
 from captum_ext.evaluation.attribute.lock import output_lock
 from captum_ext.evaluation.attribute.manifest import (
     check_or_write_manifest,
@@ -35,7 +43,12 @@ from captum_ext.evaluation.attribute.prediction import (
     first_logits,
     predicts_with_target_none,
 )
-from captum_ext.evaluation.attribute.schema import run_schema, source_columns
+from captum_ext.evaluation.attribute.schema import (
+    generation_schema,
+    generation_source_columns,
+    run_schema,
+    source_columns,
+)
 from captum_ext.evaluation.attribute.shards import (
     remove_temporary_files,
     shard_name,
@@ -61,6 +74,8 @@ from captum_ext.evaluation.tokenized_batches import (
 __all__ = ["attribute_dataset"]
 
 _TARGETS = ("predicted", "label")
+# A causal LM's generated continuation length when none is given (Captum's).
+DEFAULT_MAX_NEW_TOKENS = DEFAULT_GEN_ARGS["max_new_tokens"]
 
 Explain = Callable[..., Tensor]
 
@@ -79,9 +94,16 @@ def attribute_dataset(
     progress: bool = True,
     shard_size: int = 1000,
     target: str = "predicted",
+    max_new_tokens: Optional[int] = None,
 ) -> Path:
     r"""Explains every example of ``data`` with each of ``methods`` and writes one
     Parquet row per example (layout and columns: see the module docstring).
+
+    A causal LM (the adapter's ``is_causal_lm``) explains its continuation of
+    each prompt (``data.texts``): the given one (``data.continuations``), or
+    the one it generates greedily (at most ``max_new_tokens`` tokens, ending at
+    its first EOS), one ``[T, P]`` matrix per method (row ``t`` explains
+    ``log p(y_t | prompt, y_<t)``); the run is the same in every other way.
 
     The class explained is the model's prediction (``target="predicted"``, the
     benchmark's convention) or the gold label (``target="label"``, which needs a
@@ -89,7 +111,8 @@ def attribute_dataset(
     is moved to the rank's device (``cuda:LOCAL_RANK`` for ``device="cuda"``).
 
     Args:
-        model (nn.Module): a Hugging Face sequence classifier in eval mode.
+        model (nn.Module): a Hugging Face sequence classifier or causal LM in
+            eval mode.
         tokenizer: its tokenizer (with a pad token).
         data (TextData): the examples (see :func:`load_data`).
         methods (Sequence[str]): method names of the registry, e.g.
@@ -106,8 +129,10 @@ def attribute_dataset(
         progress (bool, optional): progress with examples/s and ETA on stderr
             (rank 0). Default: True.
         shard_size (int, optional): examples per output file. Default: 1000.
-        target (str, optional): ``"predicted"`` or ``"label"``.
-            Default: ``"predicted"``.
+        target (str, optional): ``"predicted"`` or ``"label"`` (a
+            classifier's). Default: ``"predicted"``.
+        max_new_tokens (int, optional): a causal LM's generated continuation
+            length when ``data`` has none. Default: None (Captum's 25).
 
     Returns:
         Path: ``out_dir``.
@@ -116,32 +141,42 @@ def attribute_dataset(
         ManifestMismatchError: ``out_dir`` holds another run's outputs.
         OutputLockedError: another run is writing into ``out_dir``.
         ValueError: unknown method or metric, bad sizes, no labels for
-            ``target="label"``, a model in training mode.
+            ``target="label"``, a model in training mode; for a causal LM a
+            method that does not explain one, metrics, a prompt and
+            continuation longer than ``max_length``.
     """
     method_specs, metric_specs = _check_names(methods, metrics)
     for name, value in (("batch_size", batch_size), ("shard_size", shard_size)):
         check_internal_batch_size(value, name)
-    _check_target(target, data)
     if model.training:
         raise ValueError("the model is in training mode; call model.eval() first")
     length = checked_max_length(model, tokenizer, max_length)
     _check_words(tokenizer, data)
-    out = Path(out_dir)
-    arguments = {
+    arguments: Dict[str, Any] = {
         "methods": list(methods),
-        "metrics": list(metrics or []),
         "max_length": length,
         "shard_size": shard_size,
-        "target": target,
     }
-    names = [spec.name for spec in method_specs]
-    schema = run_schema(data, names, metric_specs, _gives_type_ids(tokenizer, data))
+    # The one place the run branches on the kind of model (the adapter's call).
+    make_plan = _generation_plan if _is_causal_lm(model) else _classifier_plan
+    plan = make_plan(
+        model,
+        tokenizer,
+        data,
+        method_specs,
+        metric_specs,
+        length,
+        target,
+        max_new_tokens,
+    )
+    arguments.update(plan.arguments)
     with distributed_context(device) as context, ExitStack() as held:
         if next(model.parameters()).device != context.device:
             model.to(context.device)
-        run = _Run(out, arguments, schema, data)
+        run = _Run(Path(out_dir), arguments, plan.schema, data)
         missing = _agreed_missing_shards(context, run, model, tokenizer, held)
-        job = _Job(model, tokenizer, method_specs, metric_specs, length, target)
+        job = plan.job()
+        out = run.out
         mine = context.shard(missing)
         total = sum(len(shard_positions(k, shard_size, len(data))) for k in mine)
         truncated = 0
@@ -153,13 +188,13 @@ def attribute_dataset(
                 positions = shard_positions(shard, shard_size, len(data))
                 table = job.shard_table(
                     data.select(positions),
-                    schema,
+                    plan.schema,
                     batch_size,
                     context.device,
                     bar.update,
                 )
                 write_shard(table, out / shard_name(shard), context.rank)
-                truncated += sum(table.column("truncated").to_pylist())
+                truncated += job.truncated(table)
         context.barrier()
     if truncated:
         warnings.warn(
@@ -168,6 +203,106 @@ def attribute_dataset(
             "attributions cover the kept tokens only"
         )
     return out
+
+
+def _is_causal_lm(model: nn.Module) -> bool:
+    r"""The adapter's verdict; a model no adapter knows is run as a classifier
+    (Captum's baselines need no adapter)."""
+    try:
+        return get_adapter(model).is_causal_lm
+    except UnsupportedModelError:
+        return False
+
+
+class _Plan(NamedTuple):
+    r"""What differs between a classifier's run and a causal LM's: the
+    manifest's arguments, the schema, and the job (made once the model is on
+    the rank's device)."""
+
+    arguments: Dict[str, Any]
+    schema: pa.Schema
+    job: Callable[[], "_Job"]
+
+
+def _classifier_plan(
+    model: nn.Module,
+    tokenizer: Any,
+    data: TextData,
+    method_specs: Sequence[Any],
+    metric_specs: Sequence[Any],
+    length: int,
+    target: str,
+    max_new_tokens: Optional[int],
+) -> _Plan:
+    _check_target(target, data)
+    if data.continuations is not None or max_new_tokens is not None:
+        raise ValueError(
+            f"continuations and max_new_tokens are for a causal LM's prompts; "
+            f"{type(model).__name__} is not a causal LM (it has no LM head, or "
+            "has a classification head)"
+        )
+    names = [spec.name for spec in method_specs]
+    type_ids = _gives_type_ids(tokenizer, data)
+    return _Plan(
+        {
+            "mode": "classifier",
+            "metrics": [spec.name for spec in metric_specs],
+            "target": target,
+        },
+        run_schema(data, names, metric_specs, type_ids),
+        lambda: _ClassifierJob(
+            model, tokenizer, method_specs, metric_specs, length, target
+        ),
+    )
+
+
+def _generation_plan(
+    model: nn.Module,
+    tokenizer: Any,
+    data: TextData,
+    method_specs: Sequence[Any],
+    metric_specs: Sequence[Any],
+    length: int,
+    target: str,
+    max_new_tokens: Optional[int],
+) -> _Plan:
+    unsupported = [spec.name for spec in method_specs if not spec.causal_lm]
+    if unsupported:
+        able = [name for name, spec in METHODS.items() if spec.causal_lm]
+        raise ValueError(
+            f"{', '.join(unsupported)} cannot explain a causal LM's text; "
+            f"methods that can: {', '.join(able)}"
+        )
+    if metric_specs:
+        raise ValueError(
+            "metrics are written for classifiers only; drop --metrics for a "
+            "causal LM's prompts"
+        )
+    if target != "predicted" or data.labels is not None or data.text_pairs:
+        raise ValueError(
+            "a causal LM's prompts take no label, text pair or target class: "
+            "give prompts and, optionally, their continuations"
+        )
+    given = data.continuations is not None
+    if given and max_new_tokens is not None:
+        raise ValueError(
+            "max_new_tokens applies when the model generates the continuations; "
+            "these are given (drop --max-new-tokens or --target-column)"
+        )
+    if max_new_tokens is not None:
+        check_internal_batch_size(max_new_tokens, "max_new_tokens")
+    new_tokens = None if given else max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+    names = [spec.name for spec in method_specs]
+    encoded = _encode_prompts(tokenizer, data, length, new_tokens)  # checked now
+    return _Plan(
+        {
+            "mode": "causal_lm",
+            "continuations": "given" if given else "generated",
+            "max_new_tokens": new_tokens,
+        },
+        generation_schema(names),
+        lambda: _GenerationJob(model, tokenizer, method_specs, data, *encoded),
+    )
 
 
 def _check_names(
@@ -270,7 +405,56 @@ def _prepare(run: _Run, manifest: Dict[str, Any]) -> List[int]:
 
 
 class _Job:
-    r"""The per-batch work: prediction, each method's scores, metric values."""
+    r"""The per-shard work shared by both kinds of model: batches of a shard,
+    their columns put back in data order, checked against the run's schema.
+    A kind of model supplies :meth:`batches`, :meth:`source_columns` and
+    :meth:`truncated`."""
+
+    def shard_table(
+        self,
+        data: TextData,
+        schema: pa.Schema,
+        batch_size: int,
+        device: torch.device,
+        advance: Callable[[int], None],
+    ) -> pa.Table:
+        r"""One shard's rows, in the order of ``data``, with ``schema``;
+        ``advance(n)`` after each batch of ``n`` examples."""
+        columns: Dict[str, List[Any]] = {}
+        order: List[int] = []
+        for rows, batch_columns in self.batches(data, batch_size, device):
+            for name, values in batch_columns:
+                columns.setdefault(name, []).extend(values)
+            order.extend(rows)
+            advance(len(rows))
+        back = sorted(range(len(order)), key=order.__getitem__)
+        columns = self.source_columns(data) | {
+            name: [values[i] for i in back] for name, values in columns.items()
+        }
+        if set(columns) != set(schema.names):  # the schema is the run's contract
+            raise RuntimeError(
+                f"shard columns {sorted(columns)} are not the run's schema "
+                f"{schema.names}"
+            )
+        return pa.Table.from_pydict(columns, schema=schema)
+
+    def batches(
+        self, data: TextData, batch_size: int, device: torch.device
+    ) -> Iterator[Tuple[List[int], Iterator[Tuple[str, List[Any]]]]]:
+        r"""Per batch: its data positions and its output columns."""
+        raise NotImplementedError
+
+    def source_columns(self, data: TextData) -> Dict[str, List[Any]]:
+        r"""The columns copied from ``data``."""
+        raise NotImplementedError
+
+    def truncated(self, table: pa.Table) -> int:
+        r"""How many of a written shard's texts were cut to ``max_length``."""
+        raise NotImplementedError
+
+
+class _ClassifierJob(_Job):
+    r"""A classifier's batch: prediction, each method's scores, metric values."""
 
     def __init__(
         self,
@@ -291,18 +475,9 @@ class _Job:
         self.max_length = max_length
         self.target = target
 
-    def shard_table(
-        self,
-        data: TextData,
-        schema: pa.Schema,
-        batch_size: int,
-        device: torch.device,
-        advance: Callable[[int], None],
-    ) -> pa.Table:
-        r"""One shard's rows, in the order of ``data``, with ``schema``;
-        ``advance(n)`` after each batch of ``n`` examples."""
-        columns: Dict[str, List[Any]] = {}
-        order: List[int] = []
+    def batches(
+        self, data: TextData, batch_size: int, device: torch.device
+    ) -> Iterator[Tuple[List[int], Iterator[Tuple[str, List[Any]]]]]:
         gold = data.labels if self.target == "label" else None
         for batch in bucketed_batches(
             self.tokenizer,
@@ -312,20 +487,13 @@ class _Job:
             max_length=self.max_length,
         ):
             classes = None if gold is None else [gold[i] for i in batch.rows]
-            for name, values in self.batch_columns(batch.to(device), classes):
-                columns.setdefault(name, []).extend(values)
-            order.extend(batch.rows)
-            advance(len(batch.rows))
-        back = sorted(range(len(order)), key=order.__getitem__)
-        columns = source_columns(data) | {
-            name: [values[i] for i in back] for name, values in columns.items()
-        }
-        if set(columns) != set(schema.names):  # the schema is the run's contract
-            raise RuntimeError(
-                f"shard columns {sorted(columns)} are not the run's schema "
-                f"{schema.names}"
-            )
-        return pa.Table.from_pydict(columns, schema=schema)
+            yield batch.rows, self.batch_columns(batch.to(device), classes)
+
+    def source_columns(self, data: TextData) -> Dict[str, List[Any]]:
+        return source_columns(data)
+
+    def truncated(self, table: pa.Table) -> int:
+        return sum(table.column("truncated").to_pylist())
 
     def batch_columns(
         self, batch: EncodedBatch, classes: Optional[List[int]]
@@ -394,6 +562,87 @@ class _Job:
             return self.forward(batch.input_ids, *batch.forward_args())
 
 
+class _GenerationJob(_Job):
+    r"""A causal LM's batch: left-padded prompts, their given or greedily
+    generated continuations, each method's ``[T, P]`` matrix per prompt.
+    ``prompts`` and ``given`` are ``data``'s token ids (:func:`_encode_prompts`,
+    checked before any work)."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        method_specs: Sequence[Any],
+        data: TextData,
+        prompts: List[List[int]],
+        given: Optional[List[List[int]]],
+        max_new_tokens: Optional[int],
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.names = [spec.name for spec in method_specs]
+        self.explainers = [
+            spec.build_generation(model, tokenizer) for spec in method_specs
+        ]
+        self.max_new_tokens = max_new_tokens
+        self.pad_id = prompt_pad_id(tokenizer)
+        self.prompts, self.given = prompts, given
+        self._position = {row: i for i, row in enumerate(data.rows)}
+
+    def batches(
+        self, data: TextData, batch_size: int, device: torch.device
+    ) -> Iterator[Tuple[List[int], Iterator[Tuple[str, List[Any]]]]]:
+        positions = [self._position[row] for row in data.rows]
+
+        def length(i: int) -> int:
+            given = 0 if self.given is None else len(self.given[positions[i]])
+            return len(self.prompts[positions[i]]) + given
+
+        order = sorted(range(len(data)), key=length)
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            prompts = [torch.tensor(self.prompts[positions[i]]) for i in rows]
+            ids, mask = left_padded(prompts, self.pad_id, device)
+            if self.given is None:
+                continuations = generate_continuations(
+                    self.model,
+                    self.tokenizer,
+                    ids,
+                    mask,
+                    {"max_new_tokens": self.max_new_tokens},
+                )
+            else:
+                continuations = [torch.tensor(self.given[positions[i]]) for i in rows]
+            yield rows, self._columns(ids, mask, prompts, continuations)
+
+    def _columns(
+        self,
+        ids: Tensor,
+        mask: Tensor,
+        prompts: List[Tensor],
+        continuations: List[Tensor],
+    ) -> Iterator[Tuple[str, List[Any]]]:
+        prompt_ids = [prompt.tolist() for prompt in prompts]
+        target_ids = [row.tolist() for row in continuations]
+        to_tokens = self.tokenizer.convert_ids_to_tokens
+        yield "tokens", [to_tokens(row) for row in prompt_ids]
+        yield "input_ids", prompt_ids
+        yield "continuation_tokens", [to_tokens(row) for row in target_ids]
+        yield "continuation_ids", target_ids
+        if self.given is None:
+            yield "continuation", [self.tokenizer.decode(row) for row in target_ids]
+        target = right_padded(continuations, ids.device)  # [batch, T]
+        for name, explain in zip(self.names, self.explainers):
+            scores = explain(ids, mask, target)  # [batch, T, P]
+            yield name, _matrices(scores, prompt_ids, target_ids, name)
+
+    def source_columns(self, data: TextData) -> Dict[str, List[Any]]:
+        return generation_source_columns(data)
+
+    def truncated(self, table: pa.Table) -> int:
+        return 0  # too long a prompt is refused before any work
+
+
 def _call(explain: Explain, batch: EncodedBatch, target: Optional[Tensor]) -> Tensor:
     return explain(batch.input_ids, batch.attention_mask, target, batch.token_type_ids)
 
@@ -406,3 +655,57 @@ def _per_token(scores: Tensor, valid: Tensor, name: str) -> List[List[float]]:
         )
     scores = scores.float().cpu()
     return [row[keep].tolist() for row, keep in zip(scores, valid.cpu())]
+
+
+def _matrices(
+    scores: Tensor, prompts: List[List[int]], targets: List[List[int]], name: str
+) -> List[List[List[float]]]:
+    r"""Each prompt's ``[T_i][P_i]`` scores from the batch's ``[batch, T, P]``
+    (prompts left-padded, continuations right-padded)."""
+    batch, steps, width = len(prompts), max(map(len, targets)), max(map(len, prompts))
+    if tuple(scores.shape) != (batch, steps, width):
+        raise ValueError(
+            f"method {name!r} returned scores of shape {tuple(scores.shape)}, "
+            f"not one per target and prompt token {(batch, steps, width)}"
+        )
+    scores = scores.float().cpu()
+    return [
+        scores[row, : len(target), width - len(prompt) :].tolist()
+        for row, (prompt, target) in enumerate(zip(prompts, targets))
+    ]
+
+
+def _encode_prompts(
+    tokenizer: Any, data: TextData, max_length: int, max_new_tokens: Optional[int]
+) -> Tuple[List[List[int]], Optional[List[List[int]]], Optional[int]]:
+    r"""Token ids of the prompts (with the tokenizer's special tokens, BOS
+    where it adds one) and of the given continuations (none added: no BOS
+    inside a continuation), and ``max_new_tokens``. :class:`DataError` naming
+    the rows whose prompt and continuation (or ``max_new_tokens``) exceed
+    ``max_length``."""
+    prompts = list(tokenizer(list(data.texts), verbose=False)["input_ids"])
+    given = None
+    if data.continuations is not None:
+        encoded = tokenizer(
+            list(data.continuations), add_special_tokens=False, verbose=False
+        )
+        given = list(encoded["input_ids"])
+    lengths = [
+        len(prompt) + (max_new_tokens or 0) + (0 if given is None else len(given[i]))
+        for i, prompt in enumerate(prompts)
+    ]
+    too_long = [data.rows[i] for i, n in enumerate(lengths) if n > max_length]
+    if too_long:
+        shown = ", ".join(map(str, too_long[:10]))
+        more = f" and {len(too_long) - 10} more" if len(too_long) > 10 else ""
+        raise DataError(
+            f"{data.source}: the prompt and continuation of row(s) {shown}{more} "
+            f"take more than max_length={max_length} tokens; shorten them, raise "
+            "--max-length (up to the model's positions) or lower --max-new-tokens"
+        )
+    empty = [data.rows[i] for i, ids in enumerate(given or []) if not ids]
+    if empty:
+        raise DataError(
+            f"{data.source}: the continuation of row(s) {empty[:10]} has no token"
+        )
+    return prompts, given, max_new_tokens

@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 r"""The Parquet schema of an attribution run.
 
-Columns: ``id`` (the example's row in the source), ``text`` (``text_pair``),
-``label`` (with gold labels), ``tokens``, ``input_ids`` (``token_type_ids`` for
-pairs), ``truncated``, ``predicted``, ``probabilities``, ``target`` (the class
-explained), one ``list<float32>`` per method with a score per token, and with
-metrics one float per example and metric column, named ``"<method>/<column>"``
-(e.g. ``"NormXLogit/AOPC"``)."""
+A classifier's columns: ``id`` (the example's row in the source), ``text``
+(``text_pair``), ``label`` (with gold labels), ``tokens``, ``input_ids``
+(``token_type_ids`` for pairs), ``truncated``, ``predicted``,
+``probabilities``, ``target`` (the class explained), one ``list<float32>`` per
+method with a score per token, and with metrics one float per example and
+metric column, named ``"<method>/<column>"`` (e.g. ``"NormXLogit/AOPC"``).
+
+A causal LM's columns: ``id``, ``prompt``, ``continuation`` (given, or the
+generated text), ``tokens`` and ``input_ids`` (the prompt's ``P`` tokens),
+``continuation_tokens`` and ``continuation_ids`` (its ``T`` tokens), and one
+``list<list<float32>>`` per method: ``T`` rows of ``P`` scores, row ``t``
+explaining :math:`\log p(y_t \mid \text{prompt}, y_{<t})`."""
 
 from typing import Any, Dict, List, Sequence
 
@@ -15,7 +21,12 @@ import pyarrow as pa
 from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.registry import MetricSpec
 
-__all__ = ["run_schema", "source_columns"]
+__all__ = [
+    "generation_schema",
+    "generation_source_columns",
+    "run_schema",
+    "source_columns",
+]
 
 _TYPES = {
     "id": pa.int64(),
@@ -29,6 +40,10 @@ _TYPES = {
     "predicted": pa.int64(),
     "probabilities": pa.list_(pa.float32()),
     "target": pa.int64(),
+    "prompt": pa.string(),
+    "continuation": pa.string(),
+    "continuation_tokens": pa.list_(pa.string()),
+    "continuation_ids": pa.list_(pa.int32()),
 }
 
 
@@ -64,4 +79,22 @@ def run_schema(
             for metric in metrics
             for column in metric.columns
         ]
+    return pa.schema(fields)
+
+
+def generation_source_columns(data: TextData) -> Dict[str, List[Any]]:
+    r"""The columns a causal LM's run copies from ``data``: ids, prompts and
+    the given continuations."""
+    columns: Dict[str, List[Any]] = {"id": list(data.rows), "prompt": list(data.texts)}
+    if data.continuations is not None:
+        columns["continuation"] = list(data.continuations)
+    return columns
+
+
+def generation_schema(methods: Sequence[str]) -> pa.Schema:
+    r"""The schema of every shard of a causal LM's run (module docstring)."""
+    names = ["id", "prompt", "continuation", "tokens", "input_ids"]
+    names += ["continuation_tokens", "continuation_ids"]
+    fields = [(name, _TYPES[name]) for name in names]
+    fields += [(method, pa.list_(pa.list_(pa.float32()))) for method in methods]
     return pa.schema(fields)
