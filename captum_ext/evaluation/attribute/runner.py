@@ -245,7 +245,8 @@ def _classifier_plan(
     type_ids = _gives_type_ids(tokenizer, data)
     return _Plan(
         {
-            "mode": "classifier",
+            # No "mode" entry: a classifier run's arguments stay as they were,
+            # so output written by an earlier version still resumes.
             "metrics": [spec.name for spec in metric_specs],
             "target": target,
         },
