@@ -1,0 +1,1 @@
+"""Default models and the data they are trained on (the application layer)."""
