@@ -33,9 +33,9 @@ from captum_ext.defaults.recall import (
     encode_examples,
     EOS,
     QUERY,
+    recall_tokenizer,
     RecallExample,
     RecallTask,
-    recall_tokenizer,
     SEPARATOR,
 )
 
@@ -179,8 +179,9 @@ def _teacher_forced_logits(
 
 
 def _load(path: Path) -> Tuple[Any, Any]:
-    from captum_ext.default_models import quiet_transformers
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from captum_ext.default_models import quiet_transformers
 
     with quiet_transformers():
         model = AutoModelForCausalLM.from_pretrained(

@@ -63,7 +63,9 @@ def test_cached_once_loaded_identically_in_eval_mode(counted_training, tmp_path)
     assert not model.training
     assert model.config._attn_implementation == "eager"
     assert tokenizer.padding_side == "left"
-    record = json.loads((tmp_path / generator_cache_name(TINY) / "training.json").read_text())
+    record = json.loads(
+        (tmp_path / generator_cache_name(TINY) / "training.json").read_text()
+    )
     assert record["fingerprint"] == TINY.fingerprint()
     assert record["steps"] == 1  # target 0.0 is reached at the first evaluation
 

@@ -7,8 +7,8 @@ from captum_ext._utils.teacher_forcing import IGNORE_INDEX
 from captum_ext.defaults.recall import (
     encode_examples,
     EOS,
-    RecallTask,
     recall_tokenizer,
+    RecallTask,
 )
 from transformers import PreTrainedTokenizerFast
 
@@ -28,9 +28,7 @@ def test_examples_vary_in_length_and_plant_distractors():
     distracted = [
         e
         for e in examples
-        if any(
-            e.prompt.split().count(value) > 1 for value in e.continuation.split()
-        )
+        if any(e.prompt.split().count(value) > 1 for value in e.continuation.split())
     ]
     assert 0.3 < len(distracted) / len(examples) < 0.95
 
