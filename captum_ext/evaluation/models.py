@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-r"""Loading the user's classifier: a local Hugging Face sequence-classifier
-directory (``save_pretrained``) or a Hub model id, with eager attention so the
+r"""Loading the user's classifier or causal LM: a local Hugging Face
+sequence-classifier (or ``*ForCausalLM``) directory (``save_pretrained``) or a
+Hub model id, with eager attention so the
 attention-reading methods work, and a clear error for everything else.
 
 A Hub id goes through ``huggingface_hub`` and ``from_pretrained`` and their
@@ -24,6 +25,7 @@ from captum_ext.evaluation.model_files import read_model_config
 __all__ = [
     "DTYPES",
     "ModelSource",
+    "load_causal_lm",
     "load_classifier",
     "resolve_device",
     "resolve_model_source",
@@ -171,28 +173,50 @@ def resolve_model_source(
     return ModelSource(name, False, config.parent.name, config.parent)
 
 
-def _check_architecture(name: str, config: dict) -> None:
+@dataclass(frozen=True)
+class _Kind:
+    r"""What a loader loads: its name in messages, the architecture suffix a
+    directory must declare, and what to give instead."""
+
+    name: str
+    suffix: str
+    advice: str
+
+
+_CLASSIFIER = _Kind(
+    "sequence classifier",
+    "ForSequenceClassification",
+    "Fine-tune an AutoModelForSequenceClassification and save that (a causal "
+    "LM's prompts: --prompt-column)",
+)
+_CAUSAL_LM = _Kind(
+    "causal LM",
+    "ForCausalLM",
+    "--prompt-column explains a causal LM's text; for a classifier drop it "
+    "and --target-column and give --text-column",
+)
+
+
+def _check_architecture(name: str, config: dict, kind: _Kind) -> None:
     architectures = config.get("architectures") or []
     if architectures and not any(
-        name.endswith("ForSequenceClassification") for name in architectures
+        architecture.endswith(kind.suffix) for architecture in architectures
     ):
         raise UnsupportedModelError(
-            f"{name!r} holds a {', '.join(architectures)}, not a sequence "
-            "classifier: its classification head would be randomly initialised. "
-            "Fine-tune an AutoModelForSequenceClassification and save that"
+            f"{name!r} holds a {', '.join(architectures)}, not a {kind.name}: "
+            f"its head would be randomly initialised. {kind.advice}"
         )
 
 
-def _check_head(name: str, info: dict) -> None:
+def _check_head(name: str, info: dict, kind: _Kind) -> None:
     r"""Refuses weights the directory did not provide: a head initialised at
     random would be explained as if it were trained."""
     missing = list(info.get("missing_keys") or [])
     if missing:
         shown = ", ".join(missing[:4]) + (" ..." if len(missing) > 4 else "")
         raise UnsupportedModelError(
-            f"{name!r} lacks weights the classifier needs ({shown}); they "
-            "would be randomly initialised. Give a fine-tuned sequence-classifier "
-            "directory"
+            f"{name!r} lacks weights the {kind.name} needs ({shown}); they "
+            f"would be randomly initialised. Give a trained {kind.name} directory"
         )
 
 
@@ -301,18 +325,75 @@ def load_classifier(
     """
     from transformers import AutoModelForSequenceClassification
 
+    return _load(
+        AutoModelForSequenceClassification,
+        _CLASSIFIER,
+        path,
+        tokenizer,
+        device,
+        dtype,
+        max_length,
+        revision,
+        trust_remote_code,
+    )
+
+
+def load_causal_lm(
+    path: PathLike,
+    *,
+    tokenizer: Optional[PathLike] = None,
+    device: Union[str, torch.device] = "cpu",
+    dtype: Union[str, torch.dtype] = "float32",
+    max_length: Optional[int] = None,
+    revision: Optional[str] = None,
+    trust_remote_code: bool = False,
+) -> Tuple[nn.Module, Any]:
+    r"""A Hugging Face causal language model (``AutoModelForCausalLM``) and its
+    tokenizer, as :func:`load_classifier` loads a classifier (same arguments,
+    same errors): eval mode, eager attention, a pad token (the EOS token when
+    the tokenizer has none). The adapter must see a causal LM
+    (``is_causal_lm``: an LM head, no classification head), or
+    :class:`UnsupportedModelError` says what the model lacks."""
+    from transformers import AutoModelForCausalLM
+
+    model, loaded = _load(
+        AutoModelForCausalLM,
+        _CAUSAL_LM,
+        path,
+        tokenizer,
+        device,
+        dtype,
+        max_length,
+        revision,
+        trust_remote_code,
+    )
+    get_adapter(model).require_causal_lm("captum-ext attribute --prompt-column")
+    return model, loaded
+
+
+def _load(
+    auto_class: Any,
+    kind: _Kind,
+    path: PathLike,
+    tokenizer: Optional[PathLike],
+    device: Union[str, torch.device],
+    dtype: Union[str, torch.dtype],
+    max_length: Optional[int],
+    revision: Optional[str],
+    trust_remote_code: bool,
+) -> Tuple[nn.Module, Any]:
     quiet_library_bars()
     chosen_device = resolve_device(device)
     chosen_dtype = _dtype(dtype)
     if max_length is not None and max_length < 2:
         raise ValueError(f"max_length must be >= 2, got {max_length}")
     source = resolve_model_source(path, revision)
-    _check_architecture(source.name, read_model_config(source.directory))
+    _check_architecture(source.name, read_model_config(source.directory), kind)
     tokenizer_source = resolve_model_source(tokenizer) if tokenizer else source
     loaded_tokenizer = _tokenizer(tokenizer_source, trust_remote_code)
     try:
         with quiet_transformers():  # no weight-loading bar or load report
-            model, info = AutoModelForSequenceClassification.from_pretrained(
+            model, info = auto_class.from_pretrained(
                 **_pretrained(source, trust_remote_code),
                 attn_implementation="eager",
                 dtype=chosen_dtype,
@@ -320,9 +401,9 @@ def load_classifier(
             )
     except (OSError, ValueError, KeyError) as error:
         raise ValueError(
-            f"cannot load a classifier from {source.name!r}: {error}"
+            f"cannot load a {kind.name} from {source.name!r}: {error}"
         ) from None
-    _check_head(source.name, info)
+    _check_head(source.name, info, kind)
     get_adapter(model)  # UnsupportedModelError for a family without an adapter
     _set_padding(model, loaded_tokenizer)
     # transformers' own field for the snapshot's commit (never saved to disk).

@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import torch
 from captum.attr._core.llm_attr import (
     _convert_ids_to_pretty_tokens,
-    DEFAULT_GEN_ARGS,
     LLMAttributionResult,
 )
 from captum.attr._utils.attribution import Attribution
 from captum.log import log_usage
 from torch import Tensor
 
-from captum_ext._utils.hooks import eval_semantics
-from captum_ext._utils.teacher_forcing import IGNORE_INDEX
 from captum_ext.adapters import get_adapter
+from captum_ext.attr._utils.continuations import (
+    generate_continuations,
+    left_padded,
+    prompt_pad_id,
+    right_padded,
+)
 from captum_ext.attr._utils.llm_prompts import is_chat, prepare_prompt, Prompt
 
 TargetLike = Union[str, Tensor, Sequence[int], None]
@@ -160,11 +163,17 @@ class LLMTokenAttribution(Attribution):
         if batched and not inputs:
             raise ValueError("empty batch: inp is an empty list")
         prompts = [prepare_prompt(i, self.tokenizer, chat, skip_tokens) for i in inputs]
-        ids, mask = self._left_padded(prompts)
+        ids, mask = left_padded(
+            [prompt.ids for prompt in prompts],
+            prompt_pad_id(self.tokenizer),
+            next(self.model.parameters()).device,
+        )
         if target is None:
             if contrast_target is not None:
                 raise ValueError("contrast_target needs an explicit target")
-            targets = self._generate(ids, mask, gen_args)
+            targets = generate_continuations(
+                self.model, self.tokenizer, ids, mask, gen_args
+            )
         else:
             if gen_args is not None:
                 raise ValueError("gen_args is only used when target is None")
@@ -179,11 +188,11 @@ class LLMTokenAttribution(Attribution):
         _check_contrast_lengths(targets, contrasts)
         scores = self.method.attribute(
             ids,
-            target=_right_padded(targets, ids.device),
+            target=right_padded(targets, ids.device),
             additional_forward_args=(mask,),
             attribute_generated=attribute_generated,
             contrast_target=(
-                None if contrasts is None else _right_padded(contrasts, ids.device)
+                None if contrasts is None else right_padded(contrasts, ids.device)
             ),
             internal_batch_size=internal_batch_size,
             **kwargs,
@@ -195,46 +204,6 @@ class LLMTokenAttribution(Attribution):
             for row, prompt in enumerate(prompts)
         ]
         return results if batched else results[0]
-
-    def _left_padded(self, prompts: List[Prompt]) -> Tuple[Tensor, Tensor]:
-        width = max(len(p.ids) for p in prompts)
-        device = next(self.model.parameters()).device
-        ids = torch.full((len(prompts), width), self._pad_id(), dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for row, prompt in enumerate(prompts):
-            ids[row, width - len(prompt.ids) :] = prompt.ids
-            mask[row, width - len(prompt.ids) :] = 1
-        return ids.to(device), mask.to(device)
-
-    def _pad_id(self) -> int:
-        for token in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
-            if token is not None:
-                return int(token)
-        return 0  # masked positions: any id works
-
-    def _eos_ids(self, gen_args: Dict[str, Any]) -> List[int]:
-        eos = gen_args.get("eos_token_id")
-        if eos is None:
-            eos = self.model.generation_config.eos_token_id
-        if eos is None:
-            eos = self.tokenizer.eos_token_id
-        return [] if eos is None else [int(e) for e in torch.as_tensor(eos).flatten()]
-
-    def _generate(
-        self, ids: Tensor, mask: Tensor, gen_args: Optional[Dict[str, Any]]
-    ) -> List[Tensor]:
-        args = {**DEFAULT_GEN_ARGS, "pad_token_id": self._pad_id(), **(gen_args or {})}
-        with eval_semantics(self.model), torch.no_grad():
-            output = self.model.generate(input_ids=ids, attention_mask=mask, **args)
-        eos = torch.tensor(self._eos_ids(args), device=output.device)
-        continuations = []
-        for row in output[:, ids.shape[1] :]:
-            ends = torch.isin(row, eos).nonzero().flatten()
-            length = int(ends[0]) + 1 if len(ends) else len(row)
-            continuations.append(row[:length])
-        if any(len(c) == 0 for c in continuations):
-            raise ValueError("generation produced no token; raise max_new_tokens")
-        return continuations
 
     def _encode_all(
         self, value: Any, batched: bool, batch_size: int, name: str
@@ -309,13 +278,3 @@ def _check_contrast_lengths(
                 f"contrast_target of prompt {row} has {len(foil)} tokens but its "
                 f"target has {len(target)}; a foil gives one token per target step"
             )
-
-
-def _right_padded(rows: List[Tensor], device: torch.device) -> Tensor:
-    r"""``[batch, T]`` target ids, right-padded with IGNORE_INDEX."""
-    out = torch.full(
-        (len(rows), max(len(r) for r in rows)), IGNORE_INDEX, device=device
-    )
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return out
