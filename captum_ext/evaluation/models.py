@@ -175,23 +175,23 @@ def resolve_model_source(
 
 @dataclass(frozen=True)
 class _Kind:
-    r"""What a loader loads: its name in messages, the architecture suffix a
+    r"""What a loader loads: its name in messages, the architecture suffixes a
     directory must declare, and what to give instead."""
 
     name: str
-    suffix: str
+    suffixes: Tuple[str, ...]
     advice: str
 
 
 _CLASSIFIER = _Kind(
     "sequence classifier",
-    "ForSequenceClassification",
+    ("ForSequenceClassification",),
     "Fine-tune an AutoModelForSequenceClassification and save that (a causal "
     "LM's prompts: --prompt-column)",
 )
 _CAUSAL_LM = _Kind(
     "causal LM",
-    "ForCausalLM",
+    ("ForCausalLM", "LMHeadModel"),  # GPT2LMHeadModel
     "--prompt-column explains a causal LM's text; for a classifier drop it "
     "and --target-column and give --text-column",
 )
@@ -200,7 +200,7 @@ _CAUSAL_LM = _Kind(
 def _check_architecture(name: str, config: dict, kind: _Kind) -> None:
     architectures = config.get("architectures") or []
     if architectures and not any(
-        architecture.endswith(kind.suffix) for architecture in architectures
+        architecture.endswith(kind.suffixes) for architecture in architectures
     ):
         raise UnsupportedModelError(
             f"{name!r} holds a {', '.join(architectures)}, not a {kind.name}: "
