@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 r"""The ``captum-ext`` command line: argument parsing only; the work is done by
 :func:`captum_ext.evaluation.explain.explain`,
+:func:`captum_ext.evaluation.explain_generation.explain_generation`,
 :func:`captum_ext.evaluation.benchmark` and
 :func:`captum_ext.evaluation.attribute.attribute_dataset`.
 
 ``captum-ext explain "text"`` prints the prediction and every method's token
-scores; ``captum-ext benchmark`` scores methods with metrics on your model and
-data (``--model DIR --data FILE``) or on the two built-in tasks, and writes a
-report; ``captum-ext attribute`` writes a whole dataset's attributions. Every
-error ends in one line on stderr and a non-zero exit (``--debug`` shows the
-traceback). Heavy imports happen inside the commands, which keeps ``--help``
-fast.
+scores; ``captum-ext explain-generation "prompt"`` what a causal LM generates
+and every method's target x prompt scores; ``captum-ext benchmark`` scores
+methods with metrics on your model and data (``--model DIR --data FILE``) or on
+the two built-in tasks, and writes a report; ``captum-ext attribute`` writes a
+whole dataset's attributions. Every error ends in one line on stderr and a
+non-zero exit (``--debug`` shows the traceback). Heavy imports happen inside
+the commands, which keeps ``--help`` fast.
 """
 
 import argparse
@@ -24,7 +26,12 @@ from pathlib import Path
 from typing import Any, Callable, Dict, NoReturn, Optional, Sequence, Tuple
 
 from captum_ext._utils.threads import configure_threads
-from captum_ext.evaluation.names import check_names, METHOD_NAMES, METRIC_NAMES
+from captum_ext.evaluation.names import (
+    check_names,
+    GENERATION_METHOD_NAMES,
+    METHOD_NAMES,
+    METRIC_NAMES,
+)
 
 __all__ = ["main"]
 
@@ -150,6 +157,8 @@ def _parser() -> argparse.ArgumentParser:
     explain.add_argument("--html", type=Path, help="also write an HTML page here")
     _common(explain)
 
+    _generation_parser(commands)
+
     bench = commands.add_parser(
         "benchmark",
         help="score methods with metrics on your model and data, or the "
@@ -211,6 +220,64 @@ def _parser() -> argparse.ArgumentParser:
     )
     _common(attribute)
     return parser
+
+
+def _generation_parser(commands: Any) -> None:
+    generation = commands.add_parser(
+        "explain-generation",
+        help="explain what a causal LM generates from one prompt",
+        description="Explain a causal LM's continuation of one prompt, token by "
+        f"token. Methods: {_names(GENERATION_METHOD_NAMES)}.",
+    )
+    generation.add_argument("prompt", help="the prompt to continue and explain")
+    generation.add_argument(
+        "--model",
+        help="causal LM: a directory written by save_pretrained or a Hub model "
+        "id; default: the built-in key-value recall model",
+    )
+    generation.add_argument(
+        "--revision", help="branch, tag or commit of a Hub --model; default: main"
+    )
+    generation.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the model repository's own code (only for repositories you "
+        "trust); default: off",
+    )
+    generation.add_argument(
+        "--tokenizer", help="tokenizer directory or Hub id; default: --model"
+    )
+    given = generation.add_mutually_exclusive_group()
+    given.add_argument("--target", help="the continuation to explain (text)")
+    given.add_argument(
+        "--max-new-tokens",
+        type=int,
+        help="tokens to generate greedily when no --target; default: 25",
+    )
+    generation.add_argument(
+        "--methods",
+        nargs="+",
+        metavar="NAME",
+        help=f"method names (quote names with spaces): "
+        f"{_names(GENERATION_METHOD_NAMES)}; default: all but Random",
+    )
+    generation.add_argument(
+        "--chat",
+        action="store_true",
+        help="the prompt is a user message of the tokenizer's chat template",
+    )
+    generation.add_argument(
+        "--html", type=Path, help="also write target x prompt heatmaps here"
+    )
+    generation.add_argument(
+        "--device", default="cpu", help="torch device; default: cpu"
+    )
+    generation.add_argument(
+        "--dtype", choices=DTYPE_NAMES, default="float32", help="default: float32"
+    )
+    generation.add_argument(
+        "--debug", action="store_true", help="show the traceback of an error"
+    )
 
 
 # ------------------------------------------------------------------ checks
@@ -396,6 +463,56 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain_generation(args: argparse.Namespace) -> int:
+    check_names(args.methods, GENERATION_METHOD_NAMES, "method for generated text")
+    _check_model_flags(args)
+    _check_positive(args, "max_new_tokens")
+    if not args.prompt.strip():
+        raise ValueError("the prompt is empty: give some words to continue")
+    if args.html is not None:
+        _check_writable_file(args.html)
+    _check_model(args)
+    from captum_ext.evaluation.explain_generation import explain_generation
+    from captum_ext.evaluation.models import resolve_device
+    from captum_ext.visualization import generation_html, generation_text, html_page
+
+    resolve_device(args.device)
+    if args.model is not None:
+        from captum_ext.evaluation.models import load_causal_lm
+
+        model, tokenizer = load_causal_lm(
+            args.model,
+            tokenizer=args.tokenizer,
+            device=args.device,
+            dtype=args.dtype,
+            revision=args.revision,
+            trust_remote_code=args.trust_remote_code,
+        )
+    else:
+        from captum_ext.defaults.generator import load_default_generator
+
+        model, tokenizer = load_default_generator(device=args.device)
+    explanation = explain_generation(
+        model,
+        tokenizer,
+        args.prompt,
+        methods=args.methods,
+        target=args.target,
+        max_new_tokens=args.max_new_tokens,
+        chat=args.chat,
+    )
+    print(generation_text(explanation))
+    if args.html is not None:
+        from captum_ext._utils.atomic import write_text_atomically
+
+        body = generation_html(explanation)
+        args.html.parent.mkdir(parents=True, exist_ok=True)
+        page = html_page("captum_ext: explained generation", body)
+        write_text_atomically(args.html, lambda handle: handle.write(page))
+        print(f"wrote {args.html}")
+    return 0
+
+
 def _run_benchmark(args: argparse.Namespace) -> Any:
     from captum_ext.evaluation.options import BenchmarkOptions
 
@@ -550,6 +667,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     configure_threads()
     commands: Dict[str, Callable[[argparse.Namespace], int]] = {
         "explain": _explain,
+        "explain-generation": _explain_generation,
         "benchmark": _benchmark,
         "attribute": _attribute,
     }

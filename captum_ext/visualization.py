@@ -37,12 +37,15 @@ from torch import Tensor
 
 __all__ = [
     "Explanation",
+    "GenerationExplanation",
     "ansi_tokens",
     "display_texts",
     "explanation_caption",
     "explanation_html",
     "explanation_text",
     "fit_line",
+    "generation_html",
+    "generation_text",
     "html_page",
     "html_tokens",
     "normalize",
@@ -580,3 +583,112 @@ def to_records(
         )
         records += visualization_records(explanation)
     return records
+
+
+@dataclass
+class GenerationExplanation:
+    r"""A prompt, the continuation a causal LM generated (or was given), and
+    every method's target x prompt scores.
+
+    Args:
+        prompt_tokens (list[str]): the prompt's tokens ``[P]``.
+        target_tokens (list[str]): the continuation's tokens ``[T]``.
+        scores (dict[str, Tensor]): method name -> ``[T, P]``: row ``t``
+            explains :math:`\log p(y_t \mid \text{prompt}, y_{<t})`.
+        prompt (str): the prompt as given.
+        continuation (str): the continuation's text.
+        generated (bool): True when the model generated the continuation.
+        special_mask (list[bool], optional): ``True`` at the prompt's special
+            tokens (BOS, a chat template's markers); greyed and kept out of
+            the colour scale. Default: no token is special.
+    """
+
+    prompt_tokens: List[str]
+    target_tokens: List[str]
+    scores: Dict[str, Tensor]
+    prompt: str
+    continuation: str
+    generated: bool
+    special_mask: Optional[List[bool]] = None
+
+    def specials(self) -> List[bool]:
+        r"""One flag per prompt token, ``True`` for special tokens."""
+        return _mask_or_none(self.special_mask, len(self.prompt_tokens))
+
+
+def _matrix_scale(scores: Tensor, specials: List[bool]) -> Tensor:
+    r"""``[T, P]`` scores over their largest magnitude on real prompt tokens,
+    so the rows (target tokens) share one scale."""
+    columns = torch.tensor(specials, dtype=torch.bool).expand_as(scores)
+    return normalize(scores.flatten(), columns.flatten().tolist()).view_as(scores)
+
+
+def generation_text(explanation: GenerationExplanation, k: int = 3) -> str:
+    r"""The terminal report of ``explain-generation``: the prompt, the
+    continuation, then per method each target token with its ``k`` top prompt
+    tokens and their raw scores. Every string is terminal-safe."""
+    specials = explanation.specials()
+    prompt = display_texts(explanation.prompt_tokens, specials)
+    targets = [terminal_safe(t) for t in display_texts(explanation.target_tokens)]
+    width = max([len(t) for t in targets] + [1])
+    kind = "generated" if explanation.generated else "given"
+    lines = [
+        f"prompt: {terminal_safe(explanation.prompt)}",
+        f"{kind}: {terminal_safe(explanation.continuation)}",
+        "each target token: its top prompt tokens (score for log p of the token)",
+    ]
+    for name, scores in explanation.scores.items():
+        lines.append(f"{terminal_safe(name)}:")
+        for target, row in zip(targets, scores):
+            order = [
+                i for i in row.argsort(descending=True).tolist() if not specials[i]
+            ]
+            top = ", ".join(
+                f"{terminal_safe(prompt[i])} ({float(row[i]):+.3g})" for i in order[:k]
+            )
+            lines.append(f"  {target:<{width}}  {top}")
+    return "\n".join(lines)
+
+
+def _heatmap_cell(value: float, raw: float, special: bool) -> str:
+    if special:
+        return f'<td class="na" title="special token, {raw:+.4g}"></td>'
+    return (
+        f'<td class="num" style="background-color: {_background(value)}" '
+        f'title="{raw:+.4g}">{value:+.2f}</td>'
+    )
+
+
+def generation_html(explanation: GenerationExplanation) -> str:
+    r"""A body (no page around it): the prompt and continuation, then one
+    target x prompt heatmap table per method (rows: target tokens; columns:
+    prompt tokens; each method's matrix scaled by its largest magnitude over
+    real tokens, raw scores in the tooltips). Every string is escaped."""
+    specials = explanation.specials()
+    prompt = display_texts(explanation.prompt_tokens, specials)
+    targets = display_texts(explanation.target_tokens)
+    header = "".join(f"<th>{html_safe(token)}</th>" for token in prompt)
+    kind = "generated" if explanation.generated else "given"
+    parts = [
+        f"<p>prompt: {html_safe(explanation.prompt)}<br>{kind}: "
+        f"{html_safe(explanation.continuation)}</p>",
+        '<p class="note">Row t: scores for log p(target token t | prompt, '
+        "earlier target tokens); green raises it, red lowers it.</p>",
+    ]
+    for name, scores in explanation.scores.items():
+        scaled = _matrix_scale(scores, specials)
+        rows = [
+            f"<tr><th>{html_safe(target)}</th>"
+            + "".join(
+                _heatmap_cell(float(v), float(r), s)
+                for v, r, s in zip(scaled[t], scores[t], specials)
+            )
+            + "</tr>"
+            for t, target in enumerate(targets)
+        ]
+        parts.append(
+            f"<h2>{html_safe(name)}</h2><table><tr><th></th>{header}</tr>"
+            + "".join(rows)
+            + "</table>"
+        )
+    return "\n".join(parts)

@@ -175,7 +175,7 @@ def resolve_model_source(
 
 @dataclass(frozen=True)
 class _Kind:
-    r"""What a loader loads: its name in messages, the architecture suffix a
+    r"""What a loader loads: its name in messages, the architecture suffixes a
     directory must declare, and what to give instead."""
 
     name: str
@@ -191,7 +191,7 @@ _CLASSIFIER = _Kind(
 )
 _CAUSAL_LM = _Kind(
     "causal LM",
-    ("ForCausalLM", "LMHeadModel"),  # GPT-2's is GPT2LMHeadModel
+    ("ForCausalLM", "LMHeadModel"),  # GPT2LMHeadModel
     "--prompt-column explains a causal LM's text; for a classifier drop it "
     "and --target-column and give --text-column",
 )

@@ -6,7 +6,12 @@ import when its entries and these names differ."""
 
 from typing import Collection, List, Optional, Sequence
 
-__all__ = ["METHOD_NAMES", "METRIC_NAMES", "check_names"]
+__all__ = [
+    "GENERATION_METHOD_NAMES",
+    "METHOD_NAMES",
+    "METRIC_NAMES",
+    "check_names",
+]
 
 METHOD_NAMES = (
     "NormXLogit",
@@ -22,6 +27,20 @@ METHOD_NAMES = (
     "Embedding norm",
     "Saliency",
     "InputXGradient",
+    "IntegratedGradients",
+    "FeatureAblation",
+    "Random",
+)
+# The methods that also explain what a causal LM generates, in the same order.
+GENERATION_METHOD_NAMES = (
+    "NormXLogit",
+    "LogAt",
+    "AttCAT",
+    "CAT",
+    "GlobEnc",
+    "GlobEnc N_res",
+    "GlobEnc N",
+    "Decoded Grad-CAM",
     "IntegratedGradients",
     "FeatureAblation",
     "Random",

@@ -36,6 +36,25 @@ has:
 Methods that need fitted decoders (``Decoded Grad-CAM``) say so in
 :attr:`MethodSpec.needs_decoders`; :meth:`MethodSpec.build` passes them the texts
 to fit the decoders on, and only such a method is given them.
+
+Methods that explain what a causal LM generates (:attr:`MethodSpec.causal_lm`)
+also have a ``generation(model, tokenizer)`` factory, built by
+:meth:`MethodSpec.build_generation`: ``explain(prompt_ids, attention_mask,
+target_ids) -> [batch, T, P]`` (prompts left-padded, continuations right-padded
+with -100; row ``t`` explains :math:`\log p(y_t \mid \text{prompt}, y_{<t})`
+under teacher forcing, docs/generation.rst), zero on padding and on missing
+targets. The captum_ext methods run on the whole batch; Captum's baselines run
+one prompt at a time (Captum's LLM API takes one), on exactly the same ids:
+
+- ``FeatureAblation``: ``LLMAttribution(FeatureAblation(model), tokenizer)``
+  with ``use_cached_outputs=False`` (plain teacher forcing; Captum's default
+  ``True`` disagrees with it on transformers 5), each prompt token replaced by
+  :func:`baseline_token_id` in turn;
+- ``IntegratedGradients``: ``LLMGradientAttribution(LayerIntegratedGradients(
+  model, word_embeddings), tokenizer)`` from the embeddings of
+  :func:`baseline_token_id`, with :data:`IG_STEPS` steps (Captum's default 50
+  costs 3x more);
+- ``Random``: uniform scores seeded by each example's prompt and continuation.
 """
 
 import zlib
@@ -47,11 +66,15 @@ from captum.attr import (
     FeatureAblation,
     LayerGradientXActivation,
     LayerIntegratedGradients,
+    LLMAttribution,
+    LLMGradientAttribution,
+    TextTokenInput,
 )
 from torch import nn, Tensor
 
 from captum_ext._utils.common import classifier_forward, TokenBatch
 from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.teacher_forcing import IGNORE_INDEX
 from captum_ext.adapters import get_adapter
 from captum_ext.attr import (
     AttCAT,
@@ -65,7 +88,11 @@ from captum_ext.attr import (
     NormXLogit,
 )
 from captum_ext.defaults.decoders import load_fitted_decoders
-from captum_ext.evaluation.names import METHOD_NAMES, METRIC_NAMES
+from captum_ext.evaluation.names import (
+    GENERATION_METHOD_NAMES,
+    METHOD_NAMES,
+    METRIC_NAMES,
+)
 from captum_ext.metrics import (
     aopc,
     hiding_revealing,
@@ -86,6 +113,7 @@ __all__ = [
     "METRIC_ROWS",
     "MethodFn",
     "MethodSpec",
+    "baseline_token_id",
     "MetricContext",
     "MetricSpec",
     "MetricValue",
@@ -135,7 +163,8 @@ class MethodSpec:
         needs_gradients (bool): True when the method runs a backward pass.
         needs_attention_weights (bool): True when it reads the attention
             probabilities (an eager-attention model).
-        causal_lm (bool): True when it supports causal language models.
+        causal_lm (bool): True when it explains what a causal LM generates
+            (then ``generation`` is given, and only then).
         layer_map (MethodFactory, optional): like ``factory``, for scores per
             layer ``[batch, layers, pos]`` the report draws as a heatmap.
         generation (GenerationFactory, optional): ``generation(model,
@@ -154,6 +183,13 @@ class MethodSpec:
     causal_lm: bool = False
     layer_map: Optional[MethodFactory] = None
     generation: Optional[GenerationFactory] = None
+
+    def __post_init__(self) -> None:
+        if self.causal_lm != (self.generation is not None):
+            raise ValueError(
+                f"method {self.name!r}: causal_lm=True goes with a generation "
+                "factory, and only with one"
+            )
 
     def build(
         self,
@@ -175,10 +211,14 @@ class MethodSpec:
     def build_generation(self, model: nn.Module, tokenizer: Any) -> GenerationFn:
         r"""The method's ``explain(prompt_ids, attention_mask, target_ids)`` for
         a causal LM: prompts ``[batch, P]`` left-padded, their continuations
-        ``[batch, T]`` right-padded with -100, scores ``[batch, T, P]`` in
-        float32, zero on padding and missing targets (docs/generation.rst)."""
+        ``[batch, T]`` right-padded with -100, scores ``[batch, T, P]`` (float32;
+        float64 for a float64 model), zero on padding and on missing targets
+        (docs/generation.rst)."""
         if self.generation is None:
-            raise ValueError(f"{self.name} does not explain a causal LM's text")
+            raise ValueError(
+                f"{self.name} does not explain what a causal LM generates; "
+                f"methods that do: {', '.join(GENERATION_METHOD_NAMES)}"
+            )
         return self.generation(model, tokenizer)
 
 
@@ -240,31 +280,6 @@ def _captum_ext(method: Callable[[nn.Module], Any], **options: Any) -> MethodFac
             )
 
         return _explainer(scores)
-
-    return factory
-
-
-# H22p's minimal generation entries (LogAt, NormXLogit, CAT, AttCAT), written
-# against GENERATION_APP.md's interface; H22c's full registry replaces them.
-def _captum_ext_generation(method: Callable[[nn.Module], Any]) -> GenerationFactory:
-    r"""``generation`` factory of a captum_ext ``Attribution``: the same class
-    on the causal LM, teacher-forced on the given continuation."""
-
-    def factory(model: nn.Module, tokenizer: Any) -> GenerationFn:
-        attribution = method(model)
-
-        def explain(
-            prompt_ids: Tensor, attention_mask: Tensor, target_ids: Tensor
-        ) -> Tensor:
-            with torch.enable_grad():
-                scores = attribution.attribute(
-                    prompt_ids,
-                    target=target_ids,
-                    additional_forward_args=(attention_mask,),
-                )
-            return scores.detach()
-
-        return explain
 
     return factory
 
@@ -418,17 +433,167 @@ def _random(model: nn.Module, tokenizer: Any) -> MethodFn:
     return _explainer(scores)
 
 
+# ------------------------------------------------------------ generated text
+GenerationScores = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+
+def _generation_explainer(model: nn.Module, scores: GenerationScores) -> GenerationFn:
+    r"""``explain(prompt_ids, attention_mask, target_ids)`` around ``scores``:
+    gradients on (gradient methods need them), scores detached, in float32
+    (float64 for a float64 model)."""
+    dtype = torch.promote_types(torch.float32, next(model.parameters()).dtype)
+
+    def explain(prompt_ids: Tensor, attention_mask: Tensor, target_ids: Tensor):
+        with torch.enable_grad():
+            return scores(prompt_ids, attention_mask, target_ids).detach().to(dtype)
+
+    return explain
+
+
+def _captum_ext_generation(
+    method: Callable[[nn.Module], Any], **options: Any
+) -> GenerationFactory:
+    r"""``generation`` factory of a captum_ext ``Attribution``: the same class
+    on the causal LM, teacher-forced on the given continuations, whole batch
+    at once."""
+
+    def factory(model: nn.Module, tokenizer: Any) -> GenerationFn:
+        attribution = method(model)
+
+        def scores(prompt_ids: Tensor, mask: Tensor, target_ids: Tensor) -> Tensor:
+            return attribution.attribute(
+                prompt_ids,
+                target=target_ids,
+                additional_forward_args=(mask,),
+                **options,
+            )  # [batch, T, P]
+
+        return _generation_explainer(model, scores)
+
+    return factory
+
+
+def baseline_token_id(tokenizer: Any) -> int:
+    r"""The token a Captum LLM baseline puts in place of a removed prompt
+    token: the unknown token, as Captum's ``TextTokenInput`` suggests, else the
+    pad token, else Captum's default 0."""
+    for token in (tokenizer.unk_token_id, tokenizer.pad_token_id):
+        if token is not None:
+            return int(token)
+    return 0
+
+
+class _GivenIds:
+    r"""What Captum's ``TextTokenInput`` reads from a tokenizer, answering
+    ``encode`` with fixed ids: Captum then runs on exactly the ids the
+    captum_ext methods get (nothing re-tokenised, no BOS added)."""
+
+    def __init__(self, tokenizer: Any, ids: Tensor) -> None:
+        self.tokenizer = tokenizer
+        self.ids = ids  # [n]
+
+    def encode(self, text: str, return_tensors: Optional[str] = None) -> Tensor:
+        return self.ids.unsqueeze(0)  # [1, n]
+
+    def convert_ids_to_tokens(self, ids: List[int]) -> List[str]:
+        return self.tokenizer.convert_ids_to_tokens(ids)
+
+
+def _rows_of_examples(
+    prompt_ids: Tensor, mask: Tensor, target_ids: Tensor, example_scores: Callable
+) -> Tensor:
+    r"""``[batch, T, P]`` filled example by example: ``example_scores(prompt
+    [P_b], target [T_b]) -> [T_b, P_b]`` placed at the row's attended prompt
+    positions and real target steps; zero elsewhere and for a row without
+    targets."""
+    out = torch.zeros(*target_ids.shape, prompt_ids.shape[1], dtype=torch.float64)
+    for row in range(len(prompt_ids)):
+        kept, steps = mask[row].bool(), target_ids[row] != IGNORE_INDEX
+        if steps.any():
+            values = example_scores(prompt_ids[row][kept], target_ids[row][steps])
+            out[row, steps.nonzero(), kept.nonzero().T] = values.double().cpu()
+    return out.to(prompt_ids.device)
+
+
+# run(llm_attribution, inp, target_ids [T]) -> [T, n]
+CaptumLLMRun = Callable[[Any, TextTokenInput, Tensor], Tensor]
+
+
+def _one_prompt_at_a_time(
+    model: nn.Module, tokenizer: Any, llm_attribution: Any, run: CaptumLLMRun
+) -> GenerationFn:
+    r"""A Captum LLM attribution on each prompt alone (Captum's API takes one),
+    its ``token_attr`` ``[T_b, P_b]`` placed at the row's attended prompt
+    positions and real target steps."""
+    baseline = baseline_token_id(tokenizer)
+
+    def example(prompt: Tensor, target: Tensor) -> Tensor:
+        inp = TextTokenInput("", _GivenIds(tokenizer, prompt), baselines=baseline)
+        with eval_semantics(model):
+            return run(llm_attribution, inp, target)  # [T_b, P_b]
+
+    def scores(prompt_ids: Tensor, mask: Tensor, target_ids: Tensor) -> Tensor:
+        return _rows_of_examples(prompt_ids, mask, target_ids, example)
+
+    return _generation_explainer(model, scores)
+
+
+def _feature_ablation_generation(model: nn.Module, tokenizer: Any) -> GenerationFn:
+    def run(llm: Any, inp: TextTokenInput, target: Tensor) -> Tensor:
+        with torch.no_grad():
+            result = llm.attribute(inp, target=target, use_cached_outputs=False)
+        return result.token_attr
+
+    llm = LLMAttribution(FeatureAblation(model), tokenizer)
+    return _one_prompt_at_a_time(model, tokenizer, llm, run)
+
+
+def _integrated_gradients_generation(model: nn.Module, tokenizer: Any) -> GenerationFn:
+    def run(llm: Any, inp: TextTokenInput, target: Tensor) -> Tensor:
+        result = llm.attribute(
+            inp, target=target, n_steps=IG_STEPS, internal_batch_size=IG_ROWS
+        )
+        return result.token_attr
+
+    ig = LayerIntegratedGradients(model, get_adapter(model).word_embeddings())
+    llm = LLMGradientAttribution(ig, tokenizer)
+    return _one_prompt_at_a_time(model, tokenizer, llm, run)
+
+
+def _random_generation(model: nn.Module, tokenizer: Any) -> GenerationFn:
+    r"""Uniform scores seeded by each example's prompt and continuation, so an
+    example gets the same scores in any batch."""
+
+    def example(prompt: Tensor, target: Tensor) -> Tensor:
+        seed = zlib.crc32(repr((prompt.tolist(), target.tolist())).encode())
+        generator = torch.Generator().manual_seed(seed)
+        return torch.rand(len(target), len(prompt), generator=generator)
+
+    def scores(prompt_ids: Tensor, mask: Tensor, target_ids: Tensor) -> Tensor:
+        return _rows_of_examples(prompt_ids, mask, target_ids, example)
+
+    return _generation_explainer(model, scores)
+
+
 # ------------------------------------------------------------ the methods
 # The GlobEnc variants by decomposition depth (see GlobEnc's ``variant``).
 _GLOBENC_VARIANTS = {"GlobEnc": "N_enc", "GlobEnc N_res": "N_res", "GlobEnc N": "N"}
 
+
+def _decoded_own_head(model: nn.Module) -> DecodedLayerGradCam:
+    r"""Decoded Grad-CAM at :func:`decoded_layer` of a causal LM, decoded by
+    the model's own final norm + LM head (nothing fitted)."""
+    return DecodedLayerGradCam(model, decoded_layer(model))
+
+
+def _explains_generation(method: Callable[[nn.Module], Any], **options: Any) -> Any:
+    r"""The keywords of an entry that also explains generated text."""
+    return dict(causal_lm=True, generation=_captum_ext_generation(method, **options))
+
+
 for _name, _method in (("NormXLogit", NormXLogit), ("LogAt", LogAt)):
     register_method(
-        _name,
-        _captum_ext(_method),
-        "captum_ext",
-        causal_lm=True,
-        generation=_captum_ext_generation(_method),
+        _name, _captum_ext(_method), "captum_ext", **_explains_generation(_method)
     )
 register_method(
     "AttCAT",
@@ -437,16 +602,14 @@ register_method(
     layer_map=_captum_ext(AttCAT, return_layers=True),
     needs_gradients=True,
     needs_attention_weights=True,
-    causal_lm=True,
-    generation=_captum_ext_generation(AttCAT),
+    **_explains_generation(AttCAT),
 )
 register_method(
     "CAT",
     _captum_ext(CAT),
     "captum_ext",
     needs_gradients=True,
-    causal_lm=True,
-    generation=_captum_ext_generation(CAT),
+    **_explains_generation(CAT),
 )
 for _name, _variant in _GLOBENC_VARIANTS.items():
     register_method(
@@ -455,6 +618,7 @@ for _name, _variant in _GLOBENC_VARIANTS.items():
         "captum_ext",
         class_agnostic=True,
         needs_attention_weights=True,
+        **_explains_generation(GlobEnc, variant=_variant),
     )
 register_method(
     "Decoded Grad-CAM",
@@ -463,6 +627,7 @@ register_method(
     needs_decoders=True,
     layer_map=_decoded(all_layers=True),
     needs_gradients=True,
+    **_explains_generation(_decoded_own_head),
 )
 # The simple baselines the papers beat, class-agnostic like GlobEnc.
 register_method(
@@ -485,10 +650,23 @@ register_method(
 register_method("Saliency", _saliency, "captum", needs_gradients=True)
 register_method("InputXGradient", _input_x_gradient, "captum", needs_gradients=True)
 register_method(
-    "IntegratedGradients", _integrated_gradients, "captum", needs_gradients=True
+    "IntegratedGradients",
+    _integrated_gradients,
+    "captum",
+    needs_gradients=True,
+    causal_lm=True,
+    generation=_integrated_gradients_generation,
 )
-register_method("FeatureAblation", _feature_ablation, "captum")
-register_method("Random", _random, "control")
+register_method(
+    "FeatureAblation",
+    _feature_ablation,
+    "captum",
+    causal_lm=True,
+    generation=_feature_ablation_generation,
+)
+register_method(
+    "Random", _random, "control", causal_lm=True, generation=_random_generation
+)
 
 
 # -------------------------------------------------------------------- metrics
@@ -618,9 +796,14 @@ register_metric(
     "sufficiency", _curve_metric(sufficiency, "Sufficiency"), {"Sufficiency": False}
 )
 
-if (tuple(METHODS), tuple(METRICS)) != (METHOD_NAMES, METRIC_NAMES):
+_GENERATION = tuple(name for name, spec in METHODS.items() if spec.causal_lm)
+if (tuple(METHODS), _GENERATION, tuple(METRICS)) != (
+    METHOD_NAMES,
+    GENERATION_METHOD_NAMES,
+    METRIC_NAMES,
+):
     raise ImportError(
         "the registry's methods and metrics differ from the names of "
         "captum_ext/evaluation/names.py, from which the command line builds its "
-        f"choices: {list(METHODS)}, {list(METRICS)}"
+        f"choices: {list(METHODS)}, {list(_GENERATION)}, {list(METRICS)}"
     )

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+r"""Key–value recall: a synthetic generation task with planted evidence.
+
+A prompt lists ``N`` key–value pairs and ends with a query key; the continuation
+is the queried key's values::
+
+    prompt:        k3 = v7 v1 ; k1 = v2 v9 ; k9 = v5 v4 ; k1 ->
+    continuation:  v2 v9
+
+So the ``t``-th continuation token is determined by one known prompt token: the
+``t``-th value of the queried pair, its *evidence* (the same token, copied). An
+explanation of ``y_t`` is right when it puts its top score there; the queried
+pair's key (``k1 = ...``) is recorded too, since a model must find it to know
+where to copy from.
+
+What varies, all from one seed: the number of pairs (``min_pairs`` ..
+``max_pairs``), which pair is queried, and *distractors*: values are drawn with
+replacement across pairs, and each other pair reuses one of the queried values
+with probability ``shared_value_rate``, so the token being predicted also stands
+at positions that are not its evidence (a method that merely highlights copies
+of the target token is not rewarded). Keys are distinct within a prompt and the
+values of one pair are distinct, so the answer and its evidence are unique.
+
+The vocabulary is one word per token: the special tokens, ``k0 ..``, ``v0 ..``
+and ``=``, ``;``, ``->``. :func:`recall_tokenizer` builds a Hugging Face fast
+tokenizer for it (a ``tokenizers`` WordLevel model on whitespace-split words)
+that, like Llama's, starts every encoded text with ``<bos>``.
+"""
+
+import random
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple, TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from captum_ext._utils.teacher_forcing import IGNORE_INDEX
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
+__all__ = [
+    "RecallBatch",
+    "RecallExample",
+    "RecallTask",
+    "encode_examples",
+    "recall_tokenizer",
+]
+
+# <unk> has id 0, so Captum's FeatureAblation on a TextTokenInput (baseline id 0)
+# replaces a token by "unknown".
+UNK, PAD, BOS, EOS = "<unk>", "<pad>", "<bos>", "<eos>"
+SPECIAL_TOKENS = (UNK, PAD, BOS, EOS)
+ASSIGN, SEPARATOR, QUERY = "=", ";", "->"
+
+
+@dataclass(frozen=True)
+class RecallExample:
+    r"""One prompt, its continuation and where the continuation's evidence is.
+
+    Positions count the prompt's whitespace-separated words from 0 (the
+    tokenizer's ``<bos>`` is not a word; :func:`encode_examples` maps words to
+    token positions)."""
+
+    prompt: str
+    continuation: str  # the queried values, space-separated (no end token)
+    evidence: Tuple[int, ...]  # word position of the t-th queried value
+    key_position: int  # word position of the queried pair's key
+
+
+@dataclass(frozen=True)
+class RecallTask:
+    r"""The distribution prompts are drawn from.
+
+    Args:
+        n_keys (int): size of the key vocabulary ``k0 ..``.
+        n_values (int): size of the value vocabulary ``v0 ..``.
+        min_pairs (int): fewest key–value pairs in a prompt (at least 1).
+        max_pairs (int): most pairs (at most ``n_keys``).
+        values_per_key (int): values per pair, the continuation's length.
+        shared_value_rate (float): probability that a pair other than the
+            queried one reuses one of the queried values (a distractor).
+    """
+
+    n_keys: int = 32
+    n_values: int = 32
+    min_pairs: int = 2
+    max_pairs: int = 8
+    values_per_key: int = 2
+    shared_value_rate: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_pairs <= self.max_pairs <= self.n_keys:
+            raise ValueError(
+                "need 1 <= min_pairs <= max_pairs <= n_keys, got "
+                f"{self.min_pairs}, {self.max_pairs}, {self.n_keys}"
+            )
+        if not 1 <= self.values_per_key <= self.n_values:
+            raise ValueError(
+                f"need 1 <= values_per_key <= n_values, got {self.values_per_key}, "
+                f"{self.n_values}"
+            )
+        if not 0.0 <= self.shared_value_rate <= 1.0:
+            raise ValueError(
+                f"shared_value_rate must be in [0, 1], got {self.shared_value_rate}"
+            )
+
+    @property
+    def keys(self) -> List[str]:
+        return [f"k{i}" for i in range(self.n_keys)]
+
+    @property
+    def values(self) -> List[str]:
+        return [f"v{i}" for i in range(self.n_values)]
+
+    def vocabulary(self) -> List[str]:
+        r"""Every token, in id order: the specials first (``<unk>`` = 0)."""
+        punctuation = [ASSIGN, SEPARATOR, QUERY]
+        return list(SPECIAL_TOKENS) + punctuation + self.keys + self.values
+
+    def sample(self, n: int, seed: int) -> List[RecallExample]:
+        r"""``n`` examples drawn with ``random.Random(seed)``: the same seed
+        gives the same examples on every machine and Python version."""
+        rng = random.Random(seed)
+        return [self._example(rng) for _ in range(n)]
+
+    def _example(self, rng: random.Random) -> RecallExample:
+        n_pairs = rng.randint(self.min_pairs, self.max_pairs)
+        keys = rng.sample(self.keys, n_pairs)
+        queried = rng.randrange(n_pairs)
+        answer = rng.sample(self.values, self.values_per_key)
+        words: List[str] = []
+        evidence: Tuple[int, ...] = ()
+        key_position = -1
+        for index, key in enumerate(keys):
+            if index == queried:
+                pair_values = answer
+                key_position = len(words)
+                evidence = tuple(len(words) + 2 + t for t in range(len(answer)))
+            else:
+                pair_values = self._distractor_values(rng, answer)
+            words += [key, ASSIGN, *pair_values, SEPARATOR]
+        words += [keys[queried], QUERY]
+        return RecallExample(" ".join(words), " ".join(answer), evidence, key_position)
+
+    def _distractor_values(self, rng: random.Random, answer: List[str]) -> List[str]:
+        pair_values = rng.sample(self.values, self.values_per_key)
+        if rng.random() < self.shared_value_rate:
+            shared = rng.choice(answer)
+            if shared not in pair_values:
+                pair_values[rng.randrange(len(pair_values))] = shared
+        return pair_values
+
+
+def recall_tokenizer(task: RecallTask) -> "PreTrainedTokenizerFast":
+    r"""A Hugging Face fast tokenizer for ``task``'s words: one token per
+    whitespace-separated word (``<unk>`` for unknown words), ``<bos>`` in front of
+    every encoded text (as Llama's tokenizers do), ``<eos>``/``<pad>`` declared,
+    prompts padded on the left (as ``generate()`` wants them). Saved and loaded
+    with ``save_pretrained``/``AutoTokenizer.from_pretrained``."""
+    from tokenizers import models, pre_tokenizers, processors, Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    vocabulary: Dict[str, int] = {w: i for i, w in enumerate(task.vocabulary())}
+    backend = Tokenizer(models.WordLevel(vocabulary, unk_token=UNK))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A",
+        pair=f"{BOS} $A $B",
+        special_tokens=[(BOS, vocabulary[BOS])],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        unk_token=UNK,
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=EOS,
+        padding_side="left",
+    )
+
+
+@dataclass(frozen=True)
+class RecallBatch:
+    r"""Examples as tensors in the teacher-forcing layout
+    (:mod:`captum_ext._utils.teacher_forcing`)."""
+
+    input_ids: Tensor  # [batch, P]: prompts with <bos>, left-padded
+    attention_mask: Tensor  # [batch, P]
+    target: Tensor  # [batch, T]: the continuation's ids, IGNORE_INDEX after it
+    evidence: Tensor  # [batch, T]: prompt position of y_t's evidence, or -1
+    key_position: Tensor  # [batch]: prompt position of the queried pair's key
+
+
+def encode_examples(
+    examples: Sequence[RecallExample],
+    tokenizer: "PreTrainedTokenizerFast",
+    end_token: bool = False,
+) -> RecallBatch:
+    r"""Tokenizes ``examples`` into a :class:`RecallBatch`.
+
+    Args:
+        examples (Sequence[RecallExample]): from :meth:`RecallTask.sample`.
+        tokenizer (PreTrainedTokenizerFast): :func:`recall_tokenizer`'s (or the
+            default generator's).
+        end_token (bool, optional): append ``<eos>`` to every continuation; its
+            evidence is -1 (no single prompt token decides where a value list
+            ends). Default: False.
+
+    Returns:
+        RecallBatch: evidence positions index the padded prompt, so
+        ``input_ids[b, evidence[b, t]] == target[b, t]`` wherever
+        ``evidence[b, t] >= 0``.
+    """
+    if not examples:
+        raise ValueError("no examples to encode")
+    prompts = tokenizer([e.prompt for e in examples], padding=True, return_tensors="pt")
+    continuations = [
+        tokenizer(e.continuation, add_special_tokens=False)["input_ids"]
+        + ([tokenizer.eos_token_id] if end_token else [])
+        for e in examples
+    ]
+    steps = max(len(c) for c in continuations)
+    target = torch.full((len(examples), steps), IGNORE_INDEX, dtype=torch.long)
+    evidence = torch.full_like(target, -1)
+    key_position = torch.empty(len(examples), dtype=torch.long)
+    for row, (example, continuation) in enumerate(zip(examples, continuations)):
+        target[row, : len(continuation)] = torch.tensor(continuation)
+        # word index -> token position (after <bos> and the left padding)
+        position = {w: p for p, w in enumerate(prompts.word_ids(row)) if w is not None}
+        evidence[row, : len(example.evidence)] = torch.tensor(
+            [position[w] for w in example.evidence]
+        )
+        key_position[row] = position[example.key_position]
+    return RecallBatch(
+        prompts["input_ids"], prompts["attention_mask"], target, evidence, key_position
+    )

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+r"""The default generative model: caching by recipe fingerprint (a tiny recipe in
+a temporary cache, fast) and, marked ``integration``, the trained model's
+recall accuracy."""
+
+import json
+
+import pytest
+import torch
+from captum_ext.defaults import generator
+from captum_ext.defaults.generator import (
+    generator_cache_name,
+    GeneratorRecipe,
+    load_default_generator,
+    recall_accuracy,
+)
+from captum_ext.defaults.recall import encode_examples, RecallTask
+
+# Measured 0.xx on the 1,000 held-out prompts below; the issue's target is 0.95.
+ACCURACY_FLOOR = 0.95
+
+TINY = GeneratorRecipe(
+    task=RecallTask(n_keys=4, n_values=4, min_pairs=1, max_pairs=2),
+    hidden_size=8,
+    layers=1,
+    heads=2,
+    intermediate_size=16,
+    batch_size=4,
+    extra_queries=1,
+    max_steps=3,
+    eval_every=1,
+    validation_size=4,
+    target_accuracy=0.0,
+)
+
+
+@pytest.fixture
+def counted_training(tmp_path, monkeypatch):
+    r"""An empty cache in ``tmp_path``; yields the list of recipes trained."""
+    monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path))
+    trained = []
+    train = generator._train
+
+    def counting(model, tokenizer, recipe, validation):
+        trained.append(recipe)
+        return train(model, tokenizer, recipe, validation)
+
+    monkeypatch.setattr(generator, "_train", counting)
+    return trained
+
+
+def _weights(model):
+    return {name: p.detach().clone() for name, p in model.state_dict().items()}
+
+
+def test_cached_once_loaded_identically_in_eval_mode(counted_training, tmp_path):
+    model, tokenizer = load_default_generator(recipe=TINY)
+    again, _ = load_default_generator(recipe=TINY)
+    assert counted_training == [TINY]
+    first, second = _weights(model), _weights(again)
+    assert first.keys() == second.keys()
+    assert all(torch.equal(first[name], second[name]) for name in first)
+    assert not model.training
+    assert model.config._attn_implementation == "eager"
+    assert tokenizer.padding_side == "left"
+    record = json.loads(
+        (tmp_path / generator_cache_name(TINY) / "training.json").read_text()
+    )
+    assert record["fingerprint"] == TINY.fingerprint()
+    assert record["steps"] == 1  # target 0.0 is reached at the first evaluation
+
+
+def test_changed_recipe_trains_anew(counted_training, tmp_path):
+    changed = GeneratorRecipe(**{**TINY.__dict__, "seed": 1})
+    assert changed.fingerprint() != TINY.fingerprint()
+    model, _ = load_default_generator(recipe=TINY)
+    other, _ = load_default_generator(recipe=changed)
+    assert counted_training == [TINY, changed]
+    assert (tmp_path / generator_cache_name(changed)).is_dir()
+    assert not torch.equal(
+        model.get_input_embeddings().weight, other.get_input_embeddings().weight
+    )
+
+
+def test_training_is_deterministic(counted_training, tmp_path, monkeypatch):
+    model, _ = load_default_generator(recipe=TINY)
+    monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path / "second"))
+    again, _ = load_default_generator(recipe=TINY)
+    assert len(counted_training) == 2
+    first, second = _weights(model), _weights(again)
+    assert all(torch.equal(first[name], second[name]) for name in first)
+
+
+def test_progress_lines_without_carriage_returns(counted_training, capsys):
+    recipe = GeneratorRecipe(**{**TINY.__dict__, "target_accuracy": 1.1})
+    with pytest.raises(RuntimeError, match="below the recipe's 1.1"):
+        load_default_generator(recipe=recipe)
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    lines = [line for line in err.splitlines() if line.startswith("default generator")]
+    assert len(lines) == TINY.max_steps  # one per evaluation
+    assert all("elapsed" in line and "ETA" in line for line in lines)
+
+
+def test_unreached_target_caches_nothing(counted_training, tmp_path):
+    recipe = GeneratorRecipe(**{**TINY.__dict__, "target_accuracy": 1.1})
+    with pytest.raises(RuntimeError):
+        load_default_generator(recipe=recipe)
+    assert not (tmp_path / generator_cache_name(recipe)).exists()
+
+
+@pytest.mark.integration
+def test_default_generator_recalls_held_out_prompts():
+    model, tokenizer = load_default_generator()
+    recipe = generator.DEFAULT_RECIPE
+    held_out = recipe.task.sample(1000, seed=recipe.seeds()[2] + 1)
+    assert recall_accuracy(model, tokenizer, held_out) >= ACCURACY_FLOOR
+
+
+@pytest.mark.integration
+def test_greedy_generation_matches_the_teacher_forced_accuracy():
+    model, tokenizer = load_default_generator()
+    examples = generator.DEFAULT_RECIPE.task.sample(32, seed=123)
+    batch = encode_examples(examples, tokenizer, end_token=True)
+    generated = model.generate(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        max_new_tokens=batch.target.shape[1],
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+    )[:, batch.input_ids.shape[1] :]
+    exact = [
+        generated[row, : batch.target.shape[1]].tolist() == batch.target[row].tolist()
+        for row in range(len(examples))
+    ]
+    for row, example in enumerate(examples):
+        assert exact[row] == (recall_accuracy(model, tokenizer, [example]) == 1.0)
