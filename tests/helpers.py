@@ -282,6 +282,24 @@ def save_tiny_model(directory: object) -> object:
     return directory
 
 
+def save_tiny_chat_lm(directory: object) -> object:
+    r"""A local causal-LM directory as ``save_pretrained`` writes it: a tiny
+    random Qwen2 (Llama-style) with a word-level tokenizer that has a chat
+    template."""
+    from tests.attr.llm_fixtures import tiny_lm_tokenizer
+
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(
+        **_SIZES, intermediate_size=37, num_key_value_heads=2, **_CAUSAL_SPECIALS
+    )
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, attn_implementation="eager"
+    )
+    model.save_pretrained(directory)  # type: ignore[arg-type]
+    tiny_lm_tokenizer().save_pretrained(directory)  # type: ignore[arg-type]
+    return directory
+
+
 def embedding_decoders(
     model: nn.Module, tokenizer: object, texts: Optional[Sequence[str]] = None
 ) -> list:
@@ -334,12 +352,18 @@ def offline_pip_error(
     return str(error.value)
 
 
-def hub_model_cache(home: Path, repo_id: str, commit: str) -> Path:
+def hub_model_cache(
+    home: Path,
+    repo_id: str,
+    commit: str,
+    save: Callable[[object], object] = save_tiny_model,
+) -> Path:
     r"""``repo_id`` as ``huggingface_hub`` caches it under ``HF_HOME``
-    ``home`` (refs/main holds the commit, snapshots/<commit>/ the files of
-    :func:`save_tiny_model`); returns the snapshot directory."""
+    ``home`` (refs/main holds the commit, snapshots/<commit>/ the files
+    ``save`` writes: :func:`save_tiny_model` by default); returns the snapshot
+    directory."""
     repo = home / "hub" / ("models--" + repo_id.replace("/", "--"))
-    snapshot = save_tiny_model(repo / "snapshots" / commit)
+    snapshot = save(repo / "snapshots" / commit)
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(commit)
     return snapshot  # type: ignore[return-value]

@@ -20,7 +20,12 @@ from typing import Dict, List, NamedTuple, Optional
 import pandas as pd
 import pytest
 
-from tests.helpers import hub_dataset_cache, hub_model_cache, TINY_TEXTS
+from tests.helpers import (
+    hub_dataset_cache,
+    hub_model_cache,
+    save_tiny_chat_lm,
+    TINY_TEXTS,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -32,6 +37,7 @@ LANGUAGES = ("bash", "python")
 EXPECTED_SKIPS = 3
 HUB_MODEL = "distilbert/distilbert-base-uncased-finetuned-sst-2-english"
 HUB_DATA = "stanfordnlp/sst2"
+HUB_CHAT_LM = "Qwen/Qwen2.5-0.5B-Instruct"
 BLOCK_TIMEOUT = 900
 
 
@@ -141,6 +147,7 @@ def test_markers_are_read_from_the_line_before_a_block(tmp_path):
 
 def _hub_stand_ins(home: Path, scratch: Path) -> None:
     hub_model_cache(home, HUB_MODEL, "1" * 40)
+    hub_model_cache(home, HUB_CHAT_LM, "2" * 40, save_tiny_chat_lm)
     labels = [i % 2 for i in range(len(TINY_TEXTS))]
     frame = pd.DataFrame(
         {"idx": range(len(TINY_TEXTS)), "sentence": TINY_TEXTS, "label": labels}
