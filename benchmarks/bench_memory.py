@@ -37,10 +37,6 @@ Usage::
 
 import argparse
 import json
-import os
-import subprocess
-import sys
-import time
 from typing import Dict, List, Optional
 
 import torch
@@ -48,9 +44,8 @@ from benchmarks.common import (
     attribute_run,
     Builder,
     captum_ext_methods,
-    MMAP_ENV,
-    MMAP_THRESHOLD,
-    PeakMemory,
+    measure_in_subprocess,
+    peak_of,
     random_ids,
     random_minilm,
     Run,
@@ -141,11 +136,7 @@ def worker(
     target = torch.zeros(batch, dtype=torch.long)  # the cost does not depend on it
     short_ids = random_ids(model, batch, WARM_UP_LENGTH)
     run(short_ids, torch.ones_like(short_ids), target)
-    start = time.perf_counter()
-    with PeakMemory() as peak:
-        run(ids, mask, target)
-    seconds = time.perf_counter() - start
-    return {"peak_mib": peak.mib, "seconds": seconds, "exact": peak.exact}
+    return peak_of(lambda: run(ids, mask, target))
 
 
 # -------------------------------------------------------------------- main
@@ -156,12 +147,10 @@ def _default_ready() -> bool:
 def _measure(
     name: str, kind: str, threads: int, batch: int = 1, chunk: Optional[int] = None
 ) -> Dict[str, float]:
-    command = [sys.executable, "-m", "benchmarks.bench_memory", "--worker", name]
-    command += ["--model", kind, "--threads", str(threads), "--batch", str(batch)]
-    command += [] if chunk is None else ["--chunk", str(chunk)]
-    env = {**os.environ, MMAP_ENV: str(MMAP_THRESHOLD)}  # see benchmarks.common
-    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    arguments = [name, "--model", kind, "--threads", str(threads)]
+    arguments += ["--batch", str(batch)]
+    arguments += [] if chunk is None else ["--chunk", str(chunk)]
+    return measure_in_subprocess("benchmarks.bench_memory", arguments)
 
 
 def _print_table(results: Dict[str, Dict[str, float]]) -> None:

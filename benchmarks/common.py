@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
 r"""Pieces the benchmark scripts share: the default model's architecture with
-random weights, random and tokenised batches, captum_ext's methods as
-``run(input_ids, attention_mask, target)`` callables, peak memory of a block,
-and gradient x activation at the embedding output (the reference saliency of
-GlobEnc's protocol and the paper's layer-0 Grad-CAM)."""
+random weights, random causal LMs with left-padded prompts and continuations,
+random and tokenised batches, captum_ext's methods as
+``run(input_ids, attention_mask, target)`` callables, peak memory of a block
+(also measured in a fresh subprocess), and gradient x activation at the
+embedding output (the reference saliency of GlobEnc's protocol and the paper's
+layer-0 Grad-CAM)."""
 
+import json
+import os
 import re
 import resource
+import subprocess
+import sys
+import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import transformers
@@ -57,6 +64,71 @@ def random_minilm() -> nn.Module:
     return transformers.AutoModelForSequenceClassification.from_config(
         config, attn_implementation="eager"
     ).eval()
+
+
+def random_causal_lms(
+    positions: Optional[int] = None, vocab: Optional[int] = None
+) -> Dict[str, nn.Module]:
+    r"""Random-init causal LMs, name -> model, eager attention, in eval mode:
+    GPT-2 with 6 layers x 384 and Llama with 4 layers x 256 (the configs'
+    default vocabularies, 50257 and 32000, and positions, 1024 and 2048, unless
+    ``vocab`` / ``positions`` are given)."""
+    sizes: Dict[str, Any] = {}
+    if vocab is not None:
+        sizes["vocab_size"] = vocab
+    gpt2 = transformers.GPT2Config(n_layer=6, n_embd=384, n_head=6, **sizes)
+    llama = transformers.LlamaConfig(
+        hidden_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=1024,
+        **sizes,
+    )
+    if positions is not None:
+        gpt2.n_positions = llama.max_position_embeddings = positions
+    models = {}
+    for name, config in (("gpt2 6x384", gpt2), ("llama 4x256", llama)):
+        torch.manual_seed(0)
+        models[name] = transformers.AutoModelForCausalLM.from_config(
+            config, attn_implementation="eager"
+        ).eval()
+    return models
+
+
+def continuation(
+    model: nn.Module, batch: int, prompt: int, steps: int
+) -> Dict[str, Tensor]:
+    r"""Random ``prompt``-token prompts ``ids`` ``[batch, prompt]``, left-padded
+    (row ``b`` loses ``b`` tokens to padding; ``mask``), and ``steps`` random
+    target ids per row (``target`` ``[batch, steps]``), ids from 10 up."""
+    config: Any = model.config
+    vocab = config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(10, vocab, (batch, prompt), generator=generator)
+    mask = torch.ones_like(ids)
+    for row in range(batch):
+        mask[row, :row] = 0
+    target = torch.randint(10, vocab, (batch, steps), generator=generator)
+    return {"ids": ids, "mask": mask, "target": target}
+
+
+def causal_lm_forward(model: nn.Module, _chunk: Optional[int] = None) -> Run:
+    r"""One plain forward pass (``torch.no_grad``) over prompt + continuation,
+    position ids counted over attended tokens: the unit of the generation
+    benchmarks, as a :data:`Run` (a :data:`Builder`; a forward pass has no
+    ``internal_batch_size``)."""
+
+    def run(ids: Tensor, mask: Tensor, target: Tensor) -> object:
+        joined = torch.cat([ids, target], 1)
+        joined_mask = torch.cat([mask, torch.ones_like(target)], 1)
+        positions = (joined_mask.cumsum(-1) - 1).clamp_min(0)
+        with torch.no_grad():
+            return model(
+                input_ids=joined, attention_mask=joined_mask, position_ids=positions
+            ).logits
+
+    return run
 
 
 def random_ids(model: nn.Module, batch: int, length: int) -> Tensor:
@@ -132,8 +204,11 @@ def captum_ext_methods(layer: Optional[int] = None) -> Dict[str, Builder]:
     :class:`~captum_ext.UnsupportedModelError` on models it does not support."""
 
     def grad_cam(model: nn.Module) -> DecodedLayerGradCam:
-        at = get_adapter(model).num_layers // 2 if layer is None else layer
-        return DecodedLayerGradCam(model, at, EmbeddingDecoder(model))
+        adapter = get_adapter(model)
+        at = adapter.num_layers // 2 if layer is None else layer
+        # A causal LM decodes with its own final norm + LM head (decoder None).
+        decoder = None if adapter.is_causal_lm else EmbeddingDecoder(model)
+        return DecodedLayerGradCam(model, at, decoder)
 
     return {
         "LogAt": lambda m, c: attribute_run(LogAt(m), c),
@@ -148,6 +223,25 @@ def captum_ext_methods(layer: Optional[int] = None) -> Dict[str, Builder]:
             grad_cam(m), c, "attribute_all_layers"
         ),
     }
+
+
+# captum_ext's methods that explain generated text (docs/generation.rst).
+GENERATION_METHODS = (
+    "LogAt",
+    "NormXLogit",
+    "CAT",
+    "AttCAT",
+    "DecodedLayerGradCam",
+    "GlobEnc",
+)
+
+
+def causal_lm_methods() -> Dict[str, Builder]:
+    r"""The :data:`GENERATION_METHODS` from :func:`captum_ext_methods`, for
+    causal LMs (DecodedLayerGradCam at the middle layer, the model's own head as
+    decoder)."""
+    methods = captum_ext_methods()
+    return {name: methods[name] for name in GENERATION_METHODS}
 
 
 def _status_kib(field: str) -> int:
@@ -202,3 +296,24 @@ class PeakMemory:
         else:
             peak = _peak_kib(self.exact) * 1024
         self.mib = (peak - self._before) / 2**20
+
+
+def measure_in_subprocess(module: str, arguments: List[str]) -> Dict[str, Any]:
+    r"""Runs ``python -m module --worker ... arguments`` in a fresh process with
+    glibc's fixed mmap threshold (:data:`MMAP_ENV`) and returns the JSON object
+    on the last line it prints (a worker's :class:`PeakMemory` result)."""
+    command = [sys.executable, "-m", module, "--worker", *arguments]
+    env = {**os.environ, MMAP_ENV: str(MMAP_THRESHOLD)}
+    done = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def peak_of(run: Callable[[], object]) -> Dict[str, Any]:
+    r"""Peak memory above the start (MiB, :class:`PeakMemory` on the CPU), the
+    seconds and whether the peak is exact, of one call of ``run``, as a
+    worker prints it for :func:`measure_in_subprocess`."""
+    start = time.perf_counter()
+    with PeakMemory() as peak:
+        run()
+    seconds = time.perf_counter() - start
+    return {"peak_mib": peak.mib, "seconds": seconds, "exact": peak.exact}
