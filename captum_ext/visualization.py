@@ -615,6 +615,24 @@ class GenerationExplanation:
         r"""One flag per prompt token, ``True`` for special tokens."""
         return _mask_or_none(self.special_mask, len(self.prompt_tokens))
 
+    def __repr__(self) -> str:
+        r"""The head of :func:`generation_text` (prompt, continuation, the
+        first method's rows), each line terminal-safe and at most 100
+        columns."""
+        lines = generation_text(self).splitlines()
+        shown = lines[:_REPR_GENERATION_LINES]
+        if len(lines) > len(shown):
+            shown.append(f"  ... {len(lines) - len(shown)} more line(s)")
+        return "\n".join(fit_line(line) for line in shown)
+
+    def _repr_html_(self) -> str:
+        r"""In a notebook: the target x prompt heatmaps of
+        :func:`generation_html`, every token escaped."""
+        return notebook_html(generation_html(self))
+
+
+_REPR_GENERATION_LINES = 12
+
 
 def _matrix_scale(scores: Tensor, specials: List[bool]) -> Tensor:
     r"""``[T, P]`` scores over their largest magnitude on real prompt tokens,

@@ -13,6 +13,7 @@ from captum_ext.visualization import (
     explanation_html,
     explanation_text,
     fit_line,
+    GenerationExplanation,
     html_page,
     html_tokens,
     normalize,
@@ -378,3 +379,25 @@ def test_an_explanation_shows_its_highlights_in_a_notebook():
 def test_fit_line_cuts_at_the_width():
     assert fit_line("a" * 100) == "a" * 100
     assert fit_line("a" * 101) == "a" * 99 + "…"
+
+
+def test_a_generation_explanation_shows_itself():
+    explanation = GenerationExplanation(
+        prompt_tokens=["<s>", "the", "<b>cat</b>"] + ["w"] * 40,
+        target_tokens=["sat", "on", "\x1b[31m"],
+        scores={
+            "AttCAT": torch.arange(129.0).reshape(3, 43),
+            "LogAt": -torch.ones(3, 43),
+        },
+        prompt="the <b>cat</b>",
+        continuation="sat on",
+        generated=True,
+        special_mask=[True] + [False] * 42,
+    )
+    lines = repr(explanation).splitlines()
+    assert lines[0] == "prompt: the <b>cat</b>" and lines[1] == "generated: sat on"
+    assert len(lines) <= 13 and all(len(line) <= 100 for line in lines)
+    assert "\x1b" not in repr(explanation)
+    page = explanation._repr_html_()
+    assert "<b>cat" not in page and "&lt;b&gt;cat&lt;/b&gt;" in page
+    assert page.count("<table") == 2  # one heatmap per method
