@@ -34,7 +34,7 @@ checks that Captum sees exactly the ids that captum_ext gets.
 
 Each time is divided by one plain forward pass (``torch.no_grad``) over prompt +
 continuation of the same batch, timed in the same run: for captum_ext's methods
-the median of ``--repeats`` ratios (each method call right after a forward
+the median of ``--repeats`` (5) ratios (each method call right after a forward
 pass, after a warm-up); Captum's paths cost about a thousand forward passes and
 are timed ``--captum-repeats`` (1) times, divided by the median forward pass.
 The speed-up is Captum's time over the method's, on the same prompt and
@@ -176,7 +176,8 @@ def speed_table(
         for name, run in captum_paths(model, data).items():
             captum[name] = min(_seconds(run) for _ in range(captum_repeats))
             rows[name] = (captum[name], captum[name] / forward_s)
-    print(f"one forward {forward_s * 1e3:.1f} ms; speed-up = Captum's time / ms")
+    legend = "; speed-up = Captum's time / ms" if captum else ""
+    print(f"one forward {forward_s * 1e3:.1f} ms{legend}")
     header = f"{'method':<24} {'ms':>9} {'x forward':>9}"
     print(header + "".join(f" {'vs ' + path[7:]:>18}" for path in captum))
     for name, (seconds, ratio) in rows.items():
@@ -234,7 +235,7 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--models", nargs="+", default=["gpt2", "llama"])
     parser.add_argument("--prompt-len", type=int, default=64)
     parser.add_argument("--steps", type=int, default=16, help="target tokens T")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--captum-repeats", type=int, default=1)
     parser.add_argument("--no-captum", action="store_true")
     parser.add_argument("--batch", type=int, default=8, help="0: no throughput")
