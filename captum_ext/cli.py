@@ -232,8 +232,8 @@ def _generation_parser(commands: Any) -> None:
     generation.add_argument("prompt", help="the prompt to continue and explain")
     generation.add_argument(
         "--model",
-        help="causal LM: a directory written by save_pretrained or a Hub model "
-        "id; default: the built-in key-value recall model",
+        required=True,
+        help="causal LM: a directory written by save_pretrained or a Hub model id",
     )
     generation.add_argument(
         "--revision", help="branch, tag or commit of a Hub --model; default: main"
@@ -476,22 +476,17 @@ def _explain_generation(args: argparse.Namespace) -> int:
     from captum_ext.evaluation.models import resolve_device
     from captum_ext.visualization import generation_html, generation_text, html_page
 
+    from captum_ext.evaluation.models import load_causal_lm
+
     resolve_device(args.device)
-    if args.model is not None:
-        from captum_ext.evaluation.models import load_causal_lm
-
-        model, tokenizer = load_causal_lm(
-            args.model,
-            tokenizer=args.tokenizer,
-            device=args.device,
-            dtype=args.dtype,
-            revision=args.revision,
-            trust_remote_code=args.trust_remote_code,
-        )
-    else:
-        from captum_ext.defaults.generator import load_default_generator
-
-        model, tokenizer = load_default_generator(device=args.device)
+    model, tokenizer = load_causal_lm(
+        args.model,
+        tokenizer=args.tokenizer,
+        device=args.device,
+        dtype=args.dtype,
+        revision=args.revision,
+        trust_remote_code=args.trust_remote_code,
+    )
     explanation = explain_generation(
         model,
         tokenizer,
