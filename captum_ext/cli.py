@@ -473,10 +473,8 @@ def _explain_generation(args: argparse.Namespace) -> int:
         _check_writable_file(args.html)
     _check_model(args)
     from captum_ext.evaluation.explain_generation import explain_generation
-    from captum_ext.evaluation.models import resolve_device
+    from captum_ext.evaluation.models import load_causal_lm, resolve_device
     from captum_ext.visualization import generation_html, generation_text, html_page
-
-    from captum_ext.evaluation.models import load_causal_lm
 
     resolve_device(args.device)
     model, tokenizer = load_causal_lm(
