@@ -355,6 +355,9 @@ def test_the_same_model_under_another_path_resumes(tmp_path: Path) -> None:
     model.config.transformers_version = "0.0.1"  # only warned about, as versions
     run(out, model, data=DATA.head(8), methods=["NormXLogit"])
     assert len(pd.read_parquet(out)) == 8
+    manifest = json.loads((out / MANIFEST).read_text())
+    # The source is recorded as the first run saw it, and not compared.
+    assert manifest["model_source"] == {"path": "models/bert", "revision": None}
     model.config.num_labels_note = "a config entry that is no path"
     with pytest.raises(ManifestMismatchError, match="model.fingerprint"):
         run(out, model, data=DATA.head(8), methods=["NormXLogit"])

@@ -18,6 +18,7 @@ from torch import nn
 
 from captum_ext._utils.atomic import write_text_atomically
 from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.models import ModelSource
 
 __all__ = [
     "MANIFEST",
@@ -58,6 +59,9 @@ def run_manifest(
             "fingerprint": model_fingerprint(model, tokenizer),
         },
         "source": data.source,
+        # Where the model came from (a directory, or a Hub id at its commit):
+        # recorded, not checked, so a moved folder still resumes.
+        "model_source": ModelSource.of(model).record(),
         "columns": data.columns,
         "shards": n_shards,
         "versions": _versions(),
