@@ -348,7 +348,9 @@ def test_manifest_entries_that_are_not_objects_differ(tmp_path: Path) -> None:
 
 def test_the_same_model_under_another_path_resumes(tmp_path: Path) -> None:
     model = tiny_labelled_bert()
-    model.config._name_or_path = "models/bert"
+    first_home = tmp_path / "models" / "bert"
+    first_home.mkdir(parents=True)
+    model.config._name_or_path = str(first_home)
     out = run(tmp_path / "out", model, data=DATA.head(8), methods=["NormXLogit"])
     (out / "part-00001.parquet").unlink()
     model.config._name_or_path = "/somewhere/else/models/bert"
@@ -357,7 +359,7 @@ def test_the_same_model_under_another_path_resumes(tmp_path: Path) -> None:
     assert len(pd.read_parquet(out)) == 8
     manifest = json.loads((out / MANIFEST).read_text())
     # The source is recorded as the first run saw it, and not compared.
-    assert manifest["model_source"] == {"path": "models/bert", "revision": None}
+    assert manifest["model_source"] == {"path": str(first_home), "revision": None}
     model.config.num_labels_note = "a config entry that is no path"
     with pytest.raises(ManifestMismatchError, match="model.fingerprint"):
         run(out, model, data=DATA.head(8), methods=["NormXLogit"])
