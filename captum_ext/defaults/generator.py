@@ -29,10 +29,10 @@ from captum_ext._utils.cache import cached_directory
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX, teacher_forced_batch
 from captum_ext.adapters import get_adapter
 from captum_ext.defaults.recall import (
+    ASSIGN,
     BOS,
     encode_examples,
     EOS,
-    QUERY,
     recall_tokenizer,
     RecallExample,
     RecallTask,
@@ -301,7 +301,7 @@ def _multi_query_batch(
 ) -> Tuple[Tensor, Tensor]:
     r"""Training sequences ``[batch, len]`` and their labels: each prompt, its
     continuation and ``<eos>``, then up to ``extra_queries`` more queries of the
-    same prompt's other keys with their values and ``<eos>`` (``k9 -> v5 v4
+    same prompt's other keys with their values and ``<eos>`` (``k9 = v5 v4
     <eos>``). Only answers and ``<eos>`` are labelled (-100 elsewhere: the
     prompts are random). The first query is exactly an evaluation example; the
     extra ones give several answers per sequence, which trains recall several
@@ -317,7 +317,7 @@ def _multi_query_batch(
         words, labelled = [BOS] + example.prompt.split()[:-2], [False]
         labelled += [False] * (len(words) - 1)
         for key in keys:
-            words += [key, QUERY, *answers[key], EOS]
+            words += [key, ASSIGN, *answers[key], EOS]
             labelled += [False, False] + [True] * (len(answers[key]) + 1)
         rows.append((words, labelled))
     width = max(len(words) for words, _ in rows)
