@@ -14,9 +14,9 @@ from captum_ext.defaults.generator import (
     load_default_generator,
     recall_accuracy,
 )
-from captum_ext.defaults.recall import encode_examples, RecallTask
+from captum_ext.defaults.recall import encode_examples, recall_tokenizer, RecallTask
 
-# Measured 0.xx on the 1,000 held-out prompts below; the target is 0.95.
+# The target (not yet reached by the shipped recipe: see training.json).
 ACCURACY_FLOOR = 0.95
 
 TINY = GeneratorRecipe(
@@ -135,3 +135,20 @@ def test_greedy_generation_matches_the_teacher_forced_accuracy():
     ]
     for row, example in enumerate(examples):
         assert exact[row] == (recall_accuracy(model, tokenizer, [example]) == 1.0)
+
+
+def test_training_sequences_start_with_the_evaluation_example():
+    examples = RecallTask().sample(8, seed=0)
+    tokenizer = recall_tokenizer(RecallTask())
+    input_ids, labels = generator._multi_query_batch(examples, tokenizer, 3, seed=0)
+    batch = encode_examples(examples, tokenizer, end_token=True)
+    for row, example in enumerate(examples):
+        prompt = batch.input_ids[row][batch.attention_mask[row].bool()]
+        joined = torch.cat([prompt, batch.target[row]])
+        assert torch.equal(input_ids[row, : len(joined)], joined)
+        # labelled: the answers and <eos> only, each a key's values in the prompt
+        words = tokenizer.convert_ids_to_tokens(input_ids[row])
+        labelled = [w for w, y in zip(words, labels[row].tolist()) if y != -100]
+        assert labelled[:3] == example.continuation.split() + ["<eos>"]
+        assert len(labelled) == 3 * min(4, example.prompt.count(";"))
+        assert set(labelled) <= set(example.prompt.split()) | {"<eos>"}
