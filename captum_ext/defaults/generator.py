@@ -29,7 +29,6 @@ from captum_ext._utils.cache import cached_directory
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX, teacher_forced_batch
 from captum_ext.adapters import get_adapter
 from captum_ext.defaults.recall import (
-    ASSIGN,
     BOS,
     encode_examples,
     EOS,
@@ -196,8 +195,8 @@ def _new_model(recipe: GeneratorRecipe, tokenizer: Any) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     task = recipe.task
-    query = 2 + task.values_per_key + 1  # k -> values <eos>
-    longest = 1 + 5 * task.max_pairs + (1 + recipe.extra_queries) * query
+    query = 1 + task.values_per_key + 1  # key, values, <eos>
+    longest = 1 + (2 + task.values_per_key) * task.max_pairs + (1 + recipe.extra_queries) * query
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=recipe.hidden_size,
@@ -302,7 +301,7 @@ def _multi_query_batch(
 ) -> Tuple[Tensor, Tensor]:
     r"""Training sequences ``[batch, len]`` and their labels: each prompt, its
     continuation and ``<eos>``, then up to ``extra_queries`` more queries of the
-    same prompt's other keys with their values and ``<eos>`` (``k9 = v5 v4
+    same prompt's other keys with their values and ``<eos>`` (``k9 v5 v4
     <eos>``). Only answers and ``<eos>`` are labelled (-100 elsewhere: the
     prompts are random). The first query is exactly an evaluation example; the
     extra ones give several answers per sequence, which trains recall several
@@ -311,15 +310,15 @@ def _multi_query_batch(
     rows: List[Tuple[List[str], List[bool]]] = []
     for example in examples:
         pairs = [p.split() for p in example.prompt.split(f" {SEPARATOR} ")[:-1]]
-        answers = {words[0]: words[2:] for words in pairs}
-        queried = example.prompt.split()[-2]
+        answers = {words[0]: words[1:] for words in pairs}
+        queried = example.prompt.split()[-1]
         others = [key for key in answers if key != queried]
         keys = [queried] + rng.sample(others, min(extra_queries, len(others)))
-        words, labelled = [BOS] + example.prompt.split()[:-2], [False]
+        words, labelled = [BOS] + example.prompt.split()[:-1], [False]
         labelled += [False] * (len(words) - 1)
         for key in keys:
-            words += [key, ASSIGN, *answers[key], EOS]
-            labelled += [False, False] + [True] * (len(answers[key]) + 1)
+            words += [key, *answers[key], EOS]
+            labelled += [False] + [True] * (len(answers[key]) + 1)
         rows.append((words, labelled))
     width = max(len(words) for words, _ in rows)
     input_ids = torch.full((len(rows), width), tokenizer.pad_token_id)

@@ -4,17 +4,19 @@ r"""Key–value recall: a synthetic generation task with planted evidence.
 A prompt lists ``N`` key–value pairs and ends with a query key; the continuation
 is the queried key's values::
 
-    prompt:        k3 = v7 v1 ; k1 = v2 v9 ; k9 = v5 v4 ; k1 =
+    prompt:        k3 v7 v1 ; k1 v2 v9 ; k9 v5 v4 ; k1
     continuation:  v2 v9
 
 So the ``t``-th continuation token is determined by one known prompt token: the
 ``t``-th value of the queried pair, its *evidence* (the same token, copied). An
 explanation of ``y_t`` is right when it puts its top score there; the queried
-pair's key (``k1 = ...``) is recorded too, since a model must find it to know
-where to copy from. The query repeats the pair's opening ``k1 =``, so recall is
-copying what followed it (the lookup of an induction head, which a 2-layer model
-learns within minutes on a CPU; with a distinct query marker, ``k1 ->``, the
-same model was still at about 15 % exact match after 1,000 steps, measured).
+pair's key (``k1 v2 v9``) is recorded too, since a model must find it to know
+where to copy from. Each value directly follows the token before it in its pair,
+so recall is copying what followed the previous token's earlier occurrence (the
+lookup of an induction head, which a 2-layer model learns quickly). Formats with
+a separator between key and values (``k1 = v2 v9``, queried by ``k1 ->`` or
+``k1 =``) need a match two positions back for the first value, and the same
+small model stayed below 30 % first-value accuracy after 3,000 steps (measured).
 
 What varies, all from one seed: the number of pairs (``min_pairs`` ..
 ``max_pairs``), which pair is queried, and the values. Every pair draws its values
@@ -28,7 +30,7 @@ are distinct within a prompt and the values of one pair are distinct, so the
 answer and its evidence are unique.
 
 The vocabulary is one word per token: the special tokens, ``k0 ..``, ``v0 ..``
-and ``=``, ``;``. :func:`recall_tokenizer` builds a Hugging Face fast
+and ``;``. :func:`recall_tokenizer` builds a Hugging Face fast
 tokenizer for it (a ``tokenizers`` WordLevel model on whitespace-split words)
 that, like Llama's, starts every encoded text with ``<bos>``.
 """
@@ -57,7 +59,7 @@ __all__ = [
 # replaces a token by "unknown".
 UNK, PAD, BOS, EOS = "<unk>", "<pad>", "<bos>", "<eos>"
 SPECIAL_TOKENS = (UNK, PAD, BOS, EOS)
-ASSIGN, SEPARATOR = "=", ";"
+SEPARATOR = ";"
 
 
 @dataclass(frozen=True)
@@ -114,8 +116,7 @@ class RecallTask:
 
     def vocabulary(self) -> List[str]:
         r"""Every token, in id order: the specials first (``<unk>`` = 0)."""
-        punctuation = [ASSIGN, SEPARATOR]
-        return list(SPECIAL_TOKENS) + punctuation + self.keys + self.values
+        return list(SPECIAL_TOKENS) + [SEPARATOR] + self.keys + self.values
 
     def sample(self, n: int, seed: int) -> List[RecallExample]:
         r"""``n`` examples drawn with ``random.Random(seed)``: the same seed
@@ -135,11 +136,11 @@ class RecallTask:
             if index == queried:
                 pair_values = answer
                 key_position = len(words)
-                evidence = tuple(len(words) + 2 + t for t in range(len(answer)))
+                evidence = tuple(len(words) + 1 + t for t in range(len(answer)))
             else:
                 pair_values = rng.sample(self.values, self.values_per_key)
-            words += [key, ASSIGN, *pair_values, SEPARATOR]
-        words += [keys[queried], ASSIGN]
+            words += [key, *pair_values, SEPARATOR]
+        words.append(keys[queried])
         return RecallExample(" ".join(words), " ".join(answer), evidence, key_position)
 
 
