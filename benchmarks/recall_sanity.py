@@ -13,8 +13,14 @@ model that need none of captum_ext's methods:
   (e_i)_d`` for every prompt position ``i``, one backward pass per step ``t``.
 - uniform random scores (expected accuracy: the mean of ``1 / P``).
 
-FeatureAblation should find the evidence nearly always and random about
-``1 / P``. Run: ``python benchmarks/recall_sanity.py [--examples 100]``.
+Random should score about ``1 / P``. Ablating any token the model needs sends
+``log p(y_t)`` to about -10, so FeatureAblation's top-1 is split between the
+evidence and the other necessary tokens (the queried key at both ends of the
+prompt and, for ``y_2``, the copy of ``y_1`` the lookup starts from); its top-3
+finds the evidence. Measured on 100 prompts: FeatureAblation 0.37 top-1 / 0.87
+top-3 (9.9 s), gradient x input 0.93 / 0.95 (0.35 s), random 0.05 / 0.14.
+Run from the repository root: ``PYTHONPATH=. python benchmarks/recall_sanity.py
+[--examples 100]``.
 """
 
 import argparse

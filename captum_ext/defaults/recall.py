@@ -4,25 +4,33 @@ r"""Key–value recall: a synthetic generation task with planted evidence.
 A prompt lists ``N`` key–value pairs and ends with a query key; the continuation
 is the queried key's values::
 
-    prompt:        k3 = v7 v1 ; k1 = v2 v9 ; k9 = v5 v4 ; k1 ->
+    prompt:        k3 v7 v1 ; k1 v2 v9 ; k9 v5 v4 ; k1
     continuation:  v2 v9
 
 So the ``t``-th continuation token is determined by one known prompt token: the
 ``t``-th value of the queried pair, its *evidence* (the same token, copied). An
 explanation of ``y_t`` is right when it puts its top score there; the queried
-pair's key (``k1 = ...``) is recorded too, since a model must find it to know
-where to copy from.
+pair's key (``k1 v2 v9``) is recorded too, since a model must find it to know
+where to copy from. Each value directly follows the token before it in its pair,
+so recall is copying what followed the previous token's earlier occurrence (the
+lookup of an induction head, which a 2-layer model learns quickly). Formats with
+a separator between key and values (``k1 = v2 v9``, queried by ``k1 ->`` or
+``k1 =``) need a match two positions back for the first value, and the same
+small model stayed below 30 % first-value accuracy after 3,000 steps (measured).
 
 What varies, all from one seed: the number of pairs (``min_pairs`` ..
-``max_pairs``), which pair is queried, and *distractors*: values are drawn with
-replacement across pairs, and each other pair reuses one of the queried values
-with probability ``shared_value_rate``, so the token being predicted also stands
-at positions that are not its evidence (a method that merely highlights copies
-of the target token is not rewarded). Keys are distinct within a prompt and the
-values of one pair are distinct, so the answer and its evidence are unique.
+``max_pairs``), which pair is queried, and the values. Every pair draws its values
+from the same uniform distribution, independently of the others, so values
+recur across pairs: the token being predicted often also stands at positions
+that are not its evidence (distractors: a method that merely highlights copies
+of the target token is not rewarded). Planting extra copies of the queried
+values would leak the answer (the most frequent value would be it: a model
+trained so learned to count instead of to look up), so none are planted. Keys
+are distinct within a prompt and the values of one pair are distinct, so the
+answer and its evidence are unique.
 
 The vocabulary is one word per token: the special tokens, ``k0 ..``, ``v0 ..``
-and ``=``, ``;``, ``->``. :func:`recall_tokenizer` builds a Hugging Face fast
+and ``;``. :func:`recall_tokenizer` builds a Hugging Face fast
 tokenizer for it (a ``tokenizers`` WordLevel model on whitespace-split words)
 that, like Llama's, starts every encoded text with ``<bos>``.
 """
@@ -51,7 +59,7 @@ __all__ = [
 # replaces a token by "unknown".
 UNK, PAD, BOS, EOS = "<unk>", "<pad>", "<bos>", "<eos>"
 SPECIAL_TOKENS = (UNK, PAD, BOS, EOS)
-ASSIGN, SEPARATOR, QUERY = "=", ";", "->"
+SEPARATOR = ";"
 
 
 @dataclass(frozen=True)
@@ -78,8 +86,6 @@ class RecallTask:
         min_pairs (int): fewest key–value pairs in a prompt (at least 1).
         max_pairs (int): most pairs (at most ``n_keys``).
         values_per_key (int): values per pair, the continuation's length.
-        shared_value_rate (float): probability that a pair other than the
-            queried one reuses one of the queried values (a distractor).
     """
 
     n_keys: int = 32
@@ -87,7 +93,6 @@ class RecallTask:
     min_pairs: int = 2
     max_pairs: int = 8
     values_per_key: int = 2
-    shared_value_rate: float = 0.5
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_pairs <= self.max_pairs <= self.n_keys:
@@ -100,10 +105,6 @@ class RecallTask:
                 f"need 1 <= values_per_key <= n_values, got {self.values_per_key}, "
                 f"{self.n_values}"
             )
-        if not 0.0 <= self.shared_value_rate <= 1.0:
-            raise ValueError(
-                f"shared_value_rate must be in [0, 1], got {self.shared_value_rate}"
-            )
 
     @property
     def keys(self) -> List[str]:
@@ -115,8 +116,7 @@ class RecallTask:
 
     def vocabulary(self) -> List[str]:
         r"""Every token, in id order: the specials first (``<unk>`` = 0)."""
-        punctuation = [ASSIGN, SEPARATOR, QUERY]
-        return list(SPECIAL_TOKENS) + punctuation + self.keys + self.values
+        return list(SPECIAL_TOKENS) + [SEPARATOR] + self.keys + self.values
 
     def sample(self, n: int, seed: int) -> List[RecallExample]:
         r"""``n`` examples drawn with ``random.Random(seed)``: the same seed
@@ -128,7 +128,7 @@ class RecallTask:
         n_pairs = rng.randint(self.min_pairs, self.max_pairs)
         keys = rng.sample(self.keys, n_pairs)
         queried = rng.randrange(n_pairs)
-        answer = rng.sample(self.values, self.values_per_key)
+        answer = rng.sample(self.values, self.values_per_key)  # distinct values
         words: List[str] = []
         evidence: Tuple[int, ...] = ()
         key_position = -1
@@ -136,20 +136,12 @@ class RecallTask:
             if index == queried:
                 pair_values = answer
                 key_position = len(words)
-                evidence = tuple(len(words) + 2 + t for t in range(len(answer)))
+                evidence = tuple(len(words) + 1 + t for t in range(len(answer)))
             else:
-                pair_values = self._distractor_values(rng, answer)
-            words += [key, ASSIGN, *pair_values, SEPARATOR]
-        words += [keys[queried], QUERY]
+                pair_values = rng.sample(self.values, self.values_per_key)
+            words += [key, *pair_values, SEPARATOR]
+        words.append(keys[queried])
         return RecallExample(" ".join(words), " ".join(answer), evidence, key_position)
-
-    def _distractor_values(self, rng: random.Random, answer: List[str]) -> List[str]:
-        pair_values = rng.sample(self.values, self.values_per_key)
-        if rng.random() < self.shared_value_rate:
-            shared = rng.choice(answer)
-            if shared not in pair_values:
-                pair_values[rng.randrange(len(pair_values))] = shared
-        return pair_values
 
 
 def recall_tokenizer(task: RecallTask) -> "PreTrainedTokenizerFast":

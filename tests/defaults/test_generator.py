@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
-r"""The default generative model's preparation: caching by recipe fingerprint,
-determinism, progress lines (a tiny recipe in a temporary cache, fast). The full
-recipe does not yet reach its accuracy target on two CPU cores within minutes,
-so no test trains it."""
+r"""The default generative model: caching by recipe fingerprint (a tiny recipe in
+a temporary cache, fast) and, marked ``integration``, the trained model's
+recall accuracy."""
 
 import json
 
@@ -13,10 +12,13 @@ from captum_ext.defaults.generator import (
     generator_cache_name,
     GeneratorRecipe,
     load_default_generator,
+    recall_accuracy,
 )
-from captum_ext.defaults.recall import RecallTask
+from captum_ext.defaults.recall import encode_examples, recall_tokenizer, RecallTask
 
-# Measured 0.xx on the 1,000 held-out prompts below; the issue's target is 0.95.
+# Measured 0.985 on these 1,000 held-out prompts (0.975 on the 512 of training.json);
+# the issue asks for 0.95.
+ACCURACY_FLOOR = 0.95
 
 TINY = GeneratorRecipe(
     task=RecallTask(n_keys=4, n_values=4, min_pairs=1, max_pairs=2),
@@ -97,8 +99,12 @@ def test_progress_lines_without_carriage_returns(counted_training, capsys):
     err = capsys.readouterr().err
     assert "\r" not in err
     lines = [line for line in err.splitlines() if line.startswith("default generator")]
-    assert len(lines) == TINY.max_steps  # one per evaluation
-    assert all("elapsed" in line and "ETA" in line for line in lines)
+    # The one progress reporter's plain lines: each step line with the time
+    # taken and left, the last one at the last step with its held-out accuracy.
+    steps = [line for line in lines if "/" in line]  # not the start and end lines
+    assert steps and all("elapsed" in line and "ETA" in line for line in steps)
+    assert f"{TINY.max_steps}/{TINY.max_steps} steps" in steps[-1]
+    assert "held-out accuracy" in steps[-1]
 
 
 def test_unreached_target_caches_nothing(counted_training, tmp_path):
@@ -106,3 +112,48 @@ def test_unreached_target_caches_nothing(counted_training, tmp_path):
     with pytest.raises(RuntimeError):
         load_default_generator(recipe=recipe)
     assert not (tmp_path / generator_cache_name(recipe)).exists()
+
+
+@pytest.mark.integration
+def test_default_generator_recalls_held_out_prompts():
+    model, tokenizer = load_default_generator()
+    recipe = generator.DEFAULT_RECIPE
+    held_out = recipe.task.sample(1000, seed=recipe.seeds()[2] + 1)
+    assert recall_accuracy(model, tokenizer, held_out) >= ACCURACY_FLOOR
+
+
+@pytest.mark.integration
+def test_greedy_generation_matches_the_teacher_forced_accuracy():
+    model, tokenizer = load_default_generator()
+    examples = generator.DEFAULT_RECIPE.task.sample(32, seed=123)
+    batch = encode_examples(examples, tokenizer, end_token=True)
+    generated = model.generate(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        max_new_tokens=batch.target.shape[1],
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+    )[:, batch.input_ids.shape[1] :]
+    exact = [
+        generated[row, : batch.target.shape[1]].tolist() == batch.target[row].tolist()
+        for row in range(len(examples))
+    ]
+    for row, example in enumerate(examples):
+        assert exact[row] == (recall_accuracy(model, tokenizer, [example]) == 1.0)
+
+
+def test_training_sequences_start_with_the_evaluation_example():
+    examples = RecallTask().sample(8, seed=0)
+    tokenizer = recall_tokenizer(RecallTask())
+    input_ids, labels = generator._multi_query_batch(examples, tokenizer, 3, seed=0)
+    batch = encode_examples(examples, tokenizer, end_token=True)
+    for row, example in enumerate(examples):
+        prompt = batch.input_ids[row][batch.attention_mask[row].bool()]
+        joined = torch.cat([prompt, batch.target[row]])
+        assert torch.equal(input_ids[row, : len(joined)], joined)
+        # labelled: the answers and <eos> only, each a key's values in the prompt
+        words = tokenizer.convert_ids_to_tokens(input_ids[row])
+        labelled = [w for w, y in zip(words, labels[row].tolist()) if y != -100]
+        assert labelled[:3] == example.continuation.split() + ["<eos>"]
+        assert len(labelled) == 3 * min(4, example.prompt.count(";"))
+        assert set(labelled) <= set(example.prompt.split()) | {"<eos>"}

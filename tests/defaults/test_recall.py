@@ -22,7 +22,7 @@ def test_same_seed_same_examples_other_seed_other_examples():
 
 def test_examples_vary_in_length_and_plant_distractors():
     examples = TASK.sample(300, seed=0)
-    pairs = {e.prompt.count("=") for e in examples}
+    pairs = {e.prompt.count(";") for e in examples}
     assert pairs == set(range(TASK.min_pairs, TASK.max_pairs + 1))
     # the predicted token also stands somewhere that is not its evidence
     distracted = [
@@ -30,20 +30,19 @@ def test_examples_vary_in_length_and_plant_distractors():
         for e in examples
         if any(e.prompt.split().count(value) > 1 for value in e.continuation.split())
     ]
-    assert 0.3 < len(distracted) / len(examples) < 0.95
+    assert 0.2 < len(distracted) / len(examples) < 0.9
 
 
 def test_evidence_is_the_queried_pairs_values_by_construction():
     for example in TASK.sample(200, seed=1):
         words = example.prompt.split()
-        queried = words[-2]
-        assert words[-1] == "->" and words.count(queried) == 2  # unique key
+        queried = words[-1]
+        assert words[-2] == ";" and words.count(queried) == 2  # unique key
         assert words[example.key_position] == queried
-        assert words[example.key_position + 1] == "="
         values = [words[p] for p in example.evidence]
         assert values == example.continuation.split()
         assert list(example.evidence) == [
-            example.key_position + 2 + t for t in range(TASK.values_per_key)
+            example.key_position + 1 + t for t in range(TASK.values_per_key)
         ]
 
 
@@ -61,7 +60,7 @@ def test_encoded_evidence_token_is_the_target_token():
     at_evidence = batch.input_ids[rows, batch.evidence.clamp(min=0)]
     assert torch.equal(at_evidence[has_evidence], batch.target[has_evidence])
     key_ids = batch.input_ids[torch.arange(len(examples)), batch.key_position]
-    assert torch.equal(key_ids, batch.input_ids[:, -2])  # the query's key
+    assert torch.equal(key_ids, batch.input_ids[:, -1])  # the query's key
     # left padding: every prompt ends at the last column, starts with <bos>
     first = batch.attention_mask.argmax(1)
     assert bool((batch.input_ids[torch.arange(len(examples)), first] == 2).all())
