@@ -348,29 +348,18 @@ def _progress(args: argparse.Namespace) -> bool:
 
 
 # ------------------------------------------------------------------ loading
-def _user_model(args: argparse.Namespace) -> Tuple[Any, Any]:
-    from captum_ext.evaluation.models import load_classifier
+def _user_model(args: argparse.Namespace, causal_lm: bool = False) -> Tuple[Any, Any]:
+    r"""``--model`` and its tokenizer: a sequence classifier, or with
+    ``causal_lm`` a causal language model."""
+    from captum_ext.evaluation.models import load_causal_lm, load_classifier
 
-    return load_classifier(
+    load = load_causal_lm if causal_lm else load_classifier
+    return load(
         args.model,
         tokenizer=args.tokenizer,
         device=args.device,
         dtype=args.dtype,
-        max_length=args.max_length,
-        revision=args.revision,
-        trust_remote_code=args.trust_remote_code,
-    )
-
-
-def _user_causal_lm(args: argparse.Namespace) -> Tuple[Any, Any]:
-    from captum_ext.evaluation.models import load_causal_lm
-
-    return load_causal_lm(
-        args.model,
-        tokenizer=args.tokenizer,
-        device=args.device,
-        dtype=args.dtype,
-        max_length=args.max_length,
+        max_length=getattr(args, "max_length", None),
         revision=args.revision,
         trust_remote_code=args.trust_remote_code,
     )
@@ -473,18 +462,11 @@ def _explain_generation(args: argparse.Namespace) -> int:
         _check_writable_file(args.html)
     _check_model(args)
     from captum_ext.evaluation.explain_generation import explain_generation
-    from captum_ext.evaluation.models import load_causal_lm, resolve_device
+    from captum_ext.evaluation.models import resolve_device
     from captum_ext.visualization import generation_html, generation_text, html_page
 
     resolve_device(args.device)
-    model, tokenizer = load_causal_lm(
-        args.model,
-        tokenizer=args.tokenizer,
-        device=args.device,
-        dtype=args.dtype,
-        revision=args.revision,
-        trust_remote_code=args.trust_remote_code,
-    )
+    model, tokenizer = _user_model(args, causal_lm=True)
     explanation = explain_generation(
         model,
         tokenizer,
@@ -615,7 +597,7 @@ def _attribute(args: argparse.Namespace) -> int:
         data = _user_data(args, model)
         methods = args.methods or default_methods(with_decoders=False)
     else:
-        model, tokenizer = _user_causal_lm(args)
+        model, tokenizer = _user_model(args, causal_lm=True)
         data = _user_prompts(args)
         methods = args.methods or list(GENERATION_DEFAULT_METHODS)
     path = attribute_dataset(
