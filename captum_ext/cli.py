@@ -398,6 +398,18 @@ def _user_data(args: argparse.Namespace, model: Any) -> Any:
 
 
 # ------------------------------------------------------------------ commands
+def _write_page(path: Path, title: str, body: str) -> None:
+    r"""``explain --html`` and ``explain-generation --html``: the page written
+    to a temporary file, then renamed (a killed run leaves no torn page)."""
+    from captum_ext._utils.atomic import write_text_atomically
+    from captum_ext.visualization import html_page
+
+    page = html_page(title, body)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(path, lambda handle: handle.write(page))
+    print(f"wrote {path}")
+
+
 def _explain(args: argparse.Namespace) -> int:
     check_names(args.methods, METHOD_NAMES, "method")
     _check_model_flags(args)
@@ -412,7 +424,6 @@ def _explain(args: argparse.Namespace) -> int:
     from captum_ext.visualization import (
         explanation_html,
         explanation_text,
-        html_page,
         supports_color,
     )
 
@@ -444,11 +455,7 @@ def _explain(args: argparse.Namespace) -> int:
     print(explanation_text(explanation, color=supports_color(sys.stdout)))
     if args.html is not None:
         body = explanation_html(explanation, text=args.text)
-        args.html.parent.mkdir(parents=True, exist_ok=True)
-        args.html.write_text(
-            html_page("captum_ext explanation", body), encoding="utf-8"
-        )
-        print(f"wrote {args.html}")
+        _write_page(args.html, "captum_ext explanation", body)
     return 0
 
 
@@ -463,7 +470,7 @@ def _explain_generation(args: argparse.Namespace) -> int:
     _check_model(args)
     from captum_ext.evaluation.explain_generation import explain_generation
     from captum_ext.evaluation.models import resolve_device
-    from captum_ext.visualization import generation_html, generation_text, html_page
+    from captum_ext.visualization import generation_html, generation_text
 
     resolve_device(args.device)
     model, tokenizer = _user_model(args, causal_lm=True)
@@ -478,13 +485,8 @@ def _explain_generation(args: argparse.Namespace) -> int:
     )
     print(generation_text(explanation))
     if args.html is not None:
-        from captum_ext._utils.atomic import write_text_atomically
-
         body = generation_html(explanation)
-        args.html.parent.mkdir(parents=True, exist_ok=True)
-        page = html_page("captum_ext: explained generation", body)
-        write_text_atomically(args.html, lambda handle: handle.write(page))
-        print(f"wrote {args.html}")
+        _write_page(args.html, "captum_ext: explained generation", body)
     return 0
 
 
