@@ -60,8 +60,12 @@ class TextData:
     (``None`` without a label column); ``label_names[c]`` names class ``c`` when
     known (the model's ``id2label`` order, or the file's ``ClassLabel`` names).
     For a causal LM, ``texts`` are the prompts and ``continuations`` the given
-    continuations (``None``: the model generates them). ``columns`` names the
-    source column of each field (``{"texts": "prompt", ...}``).
+    continuations (``None``: the model generates them); ``evidence[i][t]``, when
+    known (a task with planted evidence, e.g. key-value recall), is the position
+    of the prompt token that decides continuation token ``t``, counted in the
+    prompt's own token ids (the tokenizer's BOS included), -1 for none.
+    ``columns`` names the source column of each field (``{"texts": "prompt",
+    ...}``).
     """
 
     source: str
@@ -72,14 +76,22 @@ class TextData:
     label_names: Optional[List[str]] = None
     continuations: Optional[List[str]] = None
     columns: Dict[str, str] = field(default_factory=dict)
+    evidence: Optional[List[List[int]]] = None
 
     def __post_init__(self) -> None:
         if not self.rows:
             self.rows = list(range(len(self.texts)))
-        columns = [self.rows, self.text_pairs, self.labels, self.continuations]
+        columns = [
+            self.rows,
+            self.text_pairs,
+            self.labels,
+            self.continuations,
+            self.evidence,
+        ]
         if any(c is not None and len(c) != len(self.texts) for c in columns):
             raise ValueError(
-                "texts, text_pairs, labels, continuations and rows differ in length"
+                "texts, text_pairs, labels, continuations, evidence and rows "
+                "differ in length"
             )
 
     def __len__(self) -> int:
@@ -102,6 +114,7 @@ class TextData:
             text_pairs=pick(self.text_pairs),
             labels=pick(self.labels),
             continuations=pick(self.continuations),
+            evidence=pick(self.evidence),
             rows=[self.rows[i] for i in positions],
         )
 

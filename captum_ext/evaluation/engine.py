@@ -48,18 +48,22 @@ from captum_ext.evaluation.registry import (
     MetricValue,
 )
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
-from captum_ext.evaluation.timing import clock_for, time_paired
+from captum_ext.evaluation.timing import clock_for, PairedTiming, time_paired
 from captum_ext.evaluation.tokenized_batches import bucketed_batches, EncodedBatch
 from captum_ext.visualization import Explanation, special_token_mask
 
 __all__ = [
     "ExampleData",
+    "MethodShard",
     "SharedForward",
     "benchmark",
+    "check_options",
     "checked_max_length",
     "default_max_length",
+    "merge_method",
     "metric_values",
     "run_benchmark",
+    "run_config",
 ]
 
 # Longest input the engine feeds a model whose tokenizer states no limit.
@@ -232,7 +236,7 @@ def _predict(forward: Callable[..., Tensor], batch: _Batch) -> None:
 
 # ------------------------------------------------------------ one rank's work
 @dataclass
-class _MethodShard:
+class MethodShard:
     r"""One method on one rank's rows: values per example row, paired timings,
     and the scores of the rows the report shows."""
 
@@ -244,6 +248,22 @@ class _MethodShard:
     seconds: float = 0.0
     forward_seconds: float = 0.0
     kept: Dict[int, Tensor] = field(default_factory=dict)
+
+    def record(self, column: str, rows: Sequence[int], value: MetricValue) -> None:
+        r"""One batch's values of ``column`` (and its curves), by example row."""
+        per_example = value.per_example.reshape(-1).double().cpu().tolist()
+        self.values.setdefault(column, {}).update(zip(rows, per_example))
+        if value.curve is not None:
+            curve = value.curve.double().cpu().tolist()
+            self.curves.setdefault(column, {}).update(zip(rows, curve))
+            self.grids[column] = [float(g) for g in value.grid or []]
+
+    def add_timing(self, timing: PairedTiming) -> None:
+        r"""One batch's paired timing (:func:`time_paired`)."""
+        self.seconds += min(timing.method)
+        self.forward_seconds += min(timing.forward)
+        self.ratios.append(timing.ratio)
+        self.spreads.append(timing.spread)
 
 
 def _other_classes(
@@ -303,7 +323,7 @@ def _score_batch(
     batch: _Batch,
     tokenizer: Any,
     metrics: Sequence[MetricSpec],
-    shard: _MethodShard,
+    shard: MethodShard,
 ) -> Tensor:
     r"""Runs the method on one batch, timed against forward passes on the same
     batch interleaved with it (:func:`~captum_ext.evaluation.timing.time_paired`),
@@ -314,10 +334,7 @@ def _score_batch(
         clock_for(batch.encoded.input_ids.device),
     )
     scores = scores.detach().float()  # [batch, pos]
-    shard.seconds += min(timing.method)
-    shard.forward_seconds += min(timing.forward)
-    shard.ratios.append(timing.ratio)
-    shard.spreads.append(timing.spread)
+    shard.add_timing(timing)
     assert batch.shared is not None
     for column, value in metric_values(
         metrics,
@@ -329,12 +346,7 @@ def _score_batch(
         tokenizer,
         batch.labels,
     ):
-        per_example = value.per_example.reshape(-1).double().cpu().tolist()
-        shard.values.setdefault(column, {}).update(zip(batch.encoded.rows, per_example))
-        if value.curve is not None:
-            curve = value.curve.double().cpu().tolist()
-            shard.curves.setdefault(column, {}).update(zip(batch.encoded.rows, curve))
-            shard.grids[column] = [float(g) for g in value.grid or []]
+        shard.record(column, batch.encoded.rows, value)
     return scores
 
 
@@ -346,9 +358,9 @@ def _score_method(
     metrics: Sequence[MetricSpec],
     keep: Sequence[int],
     progress: Progress,
-) -> _MethodShard:
+) -> MethodShard:
     forward = _forward_for(model)
-    shard = _MethodShard()
+    shard = MethodShard()
     for batch in batches:
         scores = _score_batch(explain, forward, batch, tokenizer, metrics, shard)
         mask = batch.encoded.attention_mask
@@ -364,7 +376,7 @@ def _score_method(
 class _RankOutput:
     r"""What a rank sends to rank 0."""
 
-    methods: Dict[str, _MethodShard]
+    methods: Dict[str, MethodShard]
     predictions: Dict[int, Tuple[int, float]]  # row -> (target, probability)
     # row -> the attended token ids and, for text pairs, their token type ids
     kept: Dict[int, Tuple[List[int], Optional[List[int]]]]
@@ -448,9 +460,11 @@ def _mean(values: Dict[int, Any]) -> Any:
     return (total / counted.sum(0)).tolist()
 
 
-def _merge_method(
-    spec: MethodSpec, shards: List[_MethodShard], task: str, columns: Sequence[str]
+def merge_method(
+    spec: MethodSpec, shards: List[MethodShard], task: str, columns: Sequence[str]
 ) -> MethodResult:
+    r"""One method's row from every rank's shard: per-example values in row
+    order, their means (NaN skipped), mean curves and all batches' timings."""
     values: Dict[str, Dict[int, float]] = {c: {} for c in columns}
     curves: Dict[str, Dict[int, List[float]]] = {}
     grids: Dict[str, List[float]] = {}
@@ -579,7 +593,9 @@ def _check_labels(metrics: Sequence[MetricSpec], data: ExampleData) -> None:
         )
 
 
-def _check_options(batch_size: int, n_examples: int, data: ExampleData) -> None:
+def check_options(batch_size: int, n_examples: int, data: ExampleData) -> None:
+    r"""A positive batch size, ``n_examples >= 0`` and some data, before any
+    work."""
     check_internal_batch_size(batch_size, "batch_size")
     if n_examples < 0:
         raise ValueError(f"n_examples must be >= 0, got {n_examples}")
@@ -587,24 +603,28 @@ def _check_options(batch_size: int, n_examples: int, data: ExampleData) -> None:
         raise ValueError("the data has no examples")
 
 
-def _config(
+def run_config(
     model: nn.Module,
     data: ExampleData,
-    job: _Job,
+    methods: Sequence[MethodSpec],
+    options: BenchmarkOptions,
+    max_length: int,
     ctx: DistributedContext,
     truncated: int,
 ) -> Dict[str, Any]:
+    r"""The run's ``config``: the task's size, data, model and settings, the
+    device and the library versions."""
     import captum
     import transformers
 
-    task = job.options.task
+    task = options.task
     return {
         "tasks": {task: len(data)},
         "data": {task: str(getattr(data, "source", task))},
         "model": {task: ModelSource.of(model).record()},
-        "methods": [m.name for m in job.methods],
-        "batch_size": job.options.batch_size,
-        "max_length": {task: job.max_length},
+        "methods": [m.name for m in methods],
+        "batch_size": options.batch_size,
+        "max_length": {task: max_length},
         "truncated": {task: truncated},
         "ig_steps": IG_STEPS,
         "device": str(ctx.device),
@@ -709,7 +729,7 @@ def run_benchmark(
     start = time.perf_counter()
     method_specs = [METHODS[n] for n in check_names(options.methods, METHODS, "method")]
     metric_specs = [METRICS[n] for n in check_names(options.metrics, METRICS, "metric")]
-    _check_options(options.batch_size, options.n_examples, data)
+    check_options(options.batch_size, options.n_examples, data)
     _check_labels(metric_specs, data)
     decoder_texts = None
     if any(spec.needs_decoders for spec in method_specs):
@@ -754,7 +774,7 @@ def _merge(
     task, methods = job.options.task, job.methods
     columns = {c: up for m in job.metrics for c, up in m.columns.items()}
     rows = [
-        _merge_method(
+        merge_method(
             spec, [out.methods[spec.name] for out in outputs], task, list(columns)
         )
         for spec in methods
@@ -776,6 +796,8 @@ def _merge(
         rows=rows,
         metrics=columns,
         examples={task: list(examples.values())},
-        config=_config(model, data, job, ctx, truncated),
+        config=run_config(
+            model, data, job.methods, job.options, job.max_length, ctx, truncated
+        ),
         layer_maps={task: maps},
     )

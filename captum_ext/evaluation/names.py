@@ -8,6 +8,7 @@ from typing import Collection, List, Optional, Sequence
 
 __all__ = [
     "GENERATION_METHOD_NAMES",
+    "GENERATION_METRIC_NAMES",
     "METHOD_NAMES",
     "METRIC_NAMES",
     "check_names",
@@ -46,6 +47,8 @@ GENERATION_METHOD_NAMES = (
     "Random",
 )
 METRIC_NAMES = ("aopc", "log_odds", "kendall_tau", "hiding_revealing", "sufficiency")
+# The metrics of explanations of generated text (the generation benchmark).
+GENERATION_METRIC_NAMES = ("aopc", "sufficiency", "log_odds", "soft_nc", "soft_ns")
 
 
 def check_names(

@@ -14,7 +14,7 @@ no torch, so the command line's ``--help`` stays fast.
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Tuple
 
-__all__ = ["BenchmarkOptions", "JobOptions"]
+__all__ = ["BenchmarkOptions", "GenerationBenchmarkOptions", "JobOptions"]
 
 
 def _names(names: Optional[Sequence[str]]) -> Optional[Tuple[str, ...]]:
@@ -70,3 +70,19 @@ class BenchmarkOptions(JobOptions):
 
     task: str = "data"
     n_examples: int = 3
+
+
+@dataclass(frozen=True)
+class GenerationBenchmarkOptions(BenchmarkOptions):
+    r"""A benchmark run on a causal LM
+    (:func:`~captum_ext.evaluation.generation_engine.run_generation_benchmark`):
+    the fields of :class:`BenchmarkOptions` (``methods`` from
+    ``GENERATION_METHOD_NAMES``, ``metrics`` from ``GENERATION_METRIC_NAMES``;
+    ``max_length`` bounds prompt + continuation) and
+
+    Args:
+        max_new_tokens (int, optional): tokens generated greedily per prompt
+            when the data gives no continuations. Default: 25 (Captum's).
+    """
+
+    max_new_tokens: Optional[int] = None

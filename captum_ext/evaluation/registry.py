@@ -90,11 +90,18 @@ from captum_ext.attr import (
 from captum_ext.defaults.decoders import load_fitted_decoders
 from captum_ext.evaluation.names import (
     GENERATION_METHOD_NAMES,
+    GENERATION_METRIC_NAMES,
     METHOD_NAMES,
     METRIC_NAMES,
 )
 from captum_ext.metrics import (
     aopc,
+    generation_aopc,
+    generation_log_odds,
+    generation_soft_nc,
+    generation_soft_ns,
+    generation_sufficiency,
+    GenerationMetricResult,
     hiding_revealing,
     kendall_tau,
     log_odds,
@@ -105,7 +112,10 @@ from captum_ext.metrics import (
 
 __all__ = [
     "ABLATION_ROWS",
+    "GENERATION_METRICS",
     "GenerationFn",
+    "GenerationMetricContext",
+    "GenerationMetricSpec",
     "IG_ROWS",
     "IG_STEPS",
     "METHODS",
@@ -120,6 +130,7 @@ __all__ = [
     "decoded_layer",
     "decoders_for",
     "register_method",
+    "register_generation_metric",
     "register_metric",
     "needs_decoders",
 ]
@@ -796,14 +807,103 @@ register_metric(
     "sufficiency", _curve_metric(sufficiency, "Sufficiency"), {"Sufficiency": False}
 )
 
+
+
+# ------------------------------------------------------ metrics of generated text
+@dataclass
+class GenerationMetricContext:
+    r"""What a metric of generated text gets besides the scores ``[batch, T,
+    P]``: the prompts, their continuations and the causal LM's forward pass."""
+
+    forward: Callable[..., Tensor]  # causal_lm_forward(model)
+    input_ids: Tensor  # [batch, P], left-padded prompts
+    attention_mask: Tensor  # [batch, P]
+    target: Tensor  # [batch, T], right-padded with -100
+    tokens: TokenOptions  # the special ids: never perturbed
+
+
+GenerationMetricCompute = Callable[
+    [GenerationMetricContext, Tensor], Dict[str, MetricValue]
+]
+
+
+@dataclass(frozen=True)
+class GenerationMetricSpec:
+    r"""A metric of explanations of generated text as the generation benchmark
+    runs it (the counterpart of :class:`MetricSpec` for causal LMs).
+
+    Args:
+        name (str): registry name (what ``--metrics`` selects with
+            ``--prompt-column`` or on the built-in task ``recall``).
+        compute (Callable): ``compute(context, scores)`` returns a
+            :class:`MetricValue` per column: one value per example, the mean
+            over its target tokens.
+        columns (dict[str, bool]): column label -> higher is better.
+    """
+
+    name: str
+    compute: GenerationMetricCompute
+    columns: Dict[str, bool]
+
+
+GENERATION_METRICS: Dict[str, GenerationMetricSpec] = {}
+
+
+def register_generation_metric(
+    name: str, compute: GenerationMetricCompute, columns: Dict[str, bool]
+) -> None:
+    r"""Adds a metric of generated text to :data:`GENERATION_METRICS`."""
+    if name in GENERATION_METRICS:
+        raise ValueError(f"metric {name!r} of generated text is already registered")
+    GENERATION_METRICS[name] = GenerationMetricSpec(name, compute, dict(columns))
+
+
+def _generation_metric(
+    metric: Callable[..., GenerationMetricResult], column: str
+) -> GenerationMetricCompute:
+    r"""THE one place the engine calls a metric of generated text: its default
+    protocol on the teacher-forced continuation; each example's value is the
+    mean of ``score`` over its target tokens (NaN ones, which the protocol
+    skips, left out), so prompts with longer continuations weigh the same."""
+
+    def compute(
+        context: GenerationMetricContext, scores: Tensor
+    ) -> Dict[str, MetricValue]:
+        result = metric(
+            context.forward,
+            context.input_ids,
+            scores,
+            context.target,
+            (context.attention_mask,),
+            tokens=context.tokens,
+            internal_batch_size=METRIC_ROWS,
+        )
+        return {column: MetricValue(result.score.double().nanmean(1))}
+
+    return compute
+
+
+for _name, _metric, _column, _higher in (
+    ("aopc", generation_aopc, "AOPC", True),
+    ("sufficiency", generation_sufficiency, "Sufficiency", False),
+    ("log_odds", generation_log_odds, "LOdds", False),
+    ("soft_nc", generation_soft_nc, "Soft-NC", True),
+    ("soft_ns", generation_soft_ns, "Soft-NS", True),
+):
+    register_generation_metric(
+        _name, _generation_metric(_metric, _column), {_column: _higher}
+    )
+
 _GENERATION = tuple(name for name, spec in METHODS.items() if spec.causal_lm)
-if (tuple(METHODS), _GENERATION, tuple(METRICS)) != (
+if (tuple(METHODS), _GENERATION, tuple(METRICS), tuple(GENERATION_METRICS)) != (
     METHOD_NAMES,
     GENERATION_METHOD_NAMES,
     METRIC_NAMES,
+    GENERATION_METRIC_NAMES,
 ):
     raise ImportError(
         "the registry's methods and metrics differ from the names of "
         "captum_ext/evaluation/names.py, from which the command line builds its "
-        f"choices: {list(METHODS)}, {list(_GENERATION)}, {list(METRICS)}"
+        f"choices: {list(METHODS)}, {list(_GENERATION)}, {list(METRICS)}, "
+        f"{list(GENERATION_METRICS)}"
     )

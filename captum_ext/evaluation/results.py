@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 r"""What a benchmark run returns: one row per (task, method) with mean metric
 values, per-example values, mean curves and paired timings, plus the examples and
-per-layer maps the report draws."""
+per-layer maps the report draws. A task of the generation benchmark (a causal
+LM) has its own columns and keeps :class:`GenerationExplanation` examples."""
 
 import csv
 import json
@@ -15,7 +16,7 @@ from torch import Tensor
 
 from captum_ext._utils.atomic import write_text_atomically
 from captum_ext.evaluation.timing import SPREAD_BOUND
-from captum_ext.visualization import Explanation
+from captum_ext.visualization import Explanation, GenerationExplanation
 
 __all__ = ["BenchmarkResult", "MethodResult", "SUSPECT_RATIO"]
 
@@ -80,6 +81,21 @@ class BenchmarkResult:
     layer_maps: Dict[str, Dict[str, Tuple[List[str], Tensor]]] = field(
         default_factory=dict
     )
+    # task -> its metric columns, in order (a task missing here has them all)
+    columns: Dict[str, List[str]] = field(default_factory=dict)
+    # task -> the first examples of a generation task, every method's [T, P]
+    generation_examples: Dict[str, List[GenerationExplanation]] = field(
+        default_factory=dict
+    )
+
+    def task_columns(self, task: str) -> List[str]:
+        r"""The metric columns of ``task``, in order."""
+        return self.columns.get(task, list(self.metrics))
+
+    @property
+    def generation_tasks(self) -> List[str]:
+        r"""The tasks that explain what a causal LM generates."""
+        return list(self.generation_examples)
 
     def __repr__(self) -> str:
         r"""A few terminal lines: the run and each task's faithfulness-cost
@@ -97,19 +113,28 @@ class BenchmarkResult:
 
     @classmethod
     def combine(cls, results: Sequence["BenchmarkResult"]) -> "BenchmarkResult":
-        r"""One result from several tasks' results (same metrics)."""
+        r"""One result from several tasks' results: the union of their metric
+        columns, each task keeping its own (a classifier task and the
+        generation task share AOPC, LOdds and Sufficiency, whose better
+        direction is the same)."""
         if not results:
             raise ValueError("no results to combine")
         config = dict(results[0].config)
-        for key in ("tasks", "data", "model", "truncated", "max_length"):
+        for key in ("tasks", "data", "model", "truncated", "max_length", "generation"):
             config[key] = _merged(r.config.get(key) for r in results)
         return cls(
             rows=[row for r in results for row in r.rows],
-            metrics=dict(results[0].metrics),
+            metrics={k: v for r in results for k, v in r.metrics.items()},
             examples={k: v for r in results for k, v in r.examples.items()},
             config=config,
             wall_seconds=sum(r.wall_seconds for r in results),
             layer_maps={k: v for r in results for k, v in r.layer_maps.items()},
+            columns={
+                row.task: r.task_columns(row.task) for r in results for row in r.rows
+            },
+            generation_examples={
+                k: v for r in results for k, v in r.generation_examples.items()
+            },
         )
 
     def table(self) -> List[Dict[str, Any]]:
@@ -169,6 +194,11 @@ class BenchmarkResult:
                 for task, examples in self.examples.items()
             },
         }
+        if self.generation_examples:
+            document["generation_examples"] = {
+                task: [_generation_json(example) for example in examples]
+                for task, examples in self.generation_examples.items()
+            }
         return _finite(document)
 
     def to_csv(self, path: Union[str, Path], per_example: bool = False) -> Path:
@@ -209,6 +239,18 @@ def _example_json(example: Explanation) -> Dict[str, Any]:
         "pred_prob": example.pred_prob,
         "target": example.target,
         "true_class": example.true_class,
+        "scores": {k: v.tolist() for k, v in example.scores.items()},
+    }
+
+
+def _generation_json(example: GenerationExplanation) -> Dict[str, Any]:
+    return {
+        "prompt": example.prompt,
+        "continuation": example.continuation,
+        "generated": example.generated,
+        "prompt_tokens": example.prompt_tokens,
+        "target_tokens": example.target_tokens,
+        "special_mask": example.specials(),
         "scores": {k: v.tolist() for k, v in example.scores.items()},
     }
 

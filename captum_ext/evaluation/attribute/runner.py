@@ -71,7 +71,7 @@ from captum_ext.evaluation.tokenized_batches import (
     texts_without_words,
 )
 
-__all__ = ["attribute_dataset"]
+__all__ = ["attribute_dataset", "encode_prompts"]
 
 _TARGETS = ("predicted", "label")
 # A causal LM's generated continuation length when none is given (Captum's).
@@ -284,22 +284,13 @@ def _generation_plan(
             "a causal LM's prompts take no label, text pair or target class: "
             "give prompts and, optionally, their continuations"
         )
-    given = data.continuations is not None
-    if given and max_new_tokens is not None:
-        raise ValueError(
-            "max_new_tokens applies when the model generates the continuations; "
-            "these are given (drop --max-new-tokens or --target-column)"
-        )
-    if max_new_tokens is not None:
-        check_internal_batch_size(max_new_tokens, "max_new_tokens")
-    new_tokens = None if given else max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     names = [spec.name for spec in method_specs]
-    encoded = _encode_prompts(tokenizer, data, length, new_tokens)  # checked now
+    encoded = encode_prompts(tokenizer, data, length, max_new_tokens)  # checked now
     return _Plan(
         {
             "mode": "causal_lm",
-            "continuations": "given" if given else "generated",
-            "max_new_tokens": new_tokens,
+            "continuations": "generated" if encoded[1] is None else "given",
+            "max_new_tokens": encoded[2],
         },
         generation_schema(names),
         lambda: _GenerationJob(model, tokenizer, method_specs, data, *encoded),
@@ -566,7 +557,7 @@ class _ClassifierJob(_Job):
 class _GenerationJob(_Job):
     r"""A causal LM's batch: left-padded prompts, their given or greedily
     generated continuations, each method's ``[T, P]`` matrix per prompt.
-    ``prompts`` and ``given`` are ``data``'s token ids (:func:`_encode_prompts`,
+    ``prompts`` and ``given`` are ``data``'s token ids (:func:`encode_prompts`,
     checked before any work)."""
 
     def __init__(
@@ -676,14 +667,25 @@ def _matrices(
     ]
 
 
-def _encode_prompts(
+def encode_prompts(
     tokenizer: Any, data: TextData, max_length: int, max_new_tokens: Optional[int]
 ) -> Tuple[List[List[int]], Optional[List[List[int]]], Optional[int]]:
     r"""Token ids of the prompts (with the tokenizer's special tokens, BOS
     where it adds one) and of the given continuations (none added: no BOS
-    inside a continuation), and ``max_new_tokens``. :class:`DataError` naming
-    the rows whose prompt and continuation (or ``max_new_tokens``) exceed
-    ``max_length``."""
+    inside a continuation), and the tokens to generate (None for given
+    continuations; ``max_new_tokens``, by default 25, otherwise).
+    ``ValueError`` for ``max_new_tokens`` with given continuations;
+    :class:`DataError` naming the rows whose prompt and continuation (or
+    ``max_new_tokens``) exceed ``max_length``."""
+    if data.continuations is not None and max_new_tokens is not None:
+        raise ValueError(
+            "max_new_tokens applies when the model generates the continuations; "
+            "these are given (drop --max-new-tokens or --target-column)"
+        )
+    if max_new_tokens is not None:
+        check_internal_batch_size(max_new_tokens, "max_new_tokens")
+    if data.continuations is None:
+        max_new_tokens = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     prompts = list(tokenizer(list(data.texts), verbose=False)["input_ids"])
     given = None
     if data.continuations is not None:

@@ -1,0 +1,454 @@
+#!/usr/bin/env python3
+r"""The generation benchmark: methods that explain what a causal LM generates
+(the registry's ``METHODS`` entries with ``causal_lm=True``) scored by the
+metrics of generated text (``GENERATION_METRICS``) and, where the data knows
+which prompt token decides each continuation token (planted evidence, e.g. the
+key-value recall task), by how often they point at it.
+
+Per batch of prompts (left-padded, sorted by length), the continuation is the
+given one (teacher forcing) or the model's greedy one, generated once and shared
+by every method. Each method's ``[batch, T, P]`` scores are timed against one
+forward pass over prompt + continuation on the same batch
+(:func:`~captum_ext.evaluation.timing.time_paired`), then scored:
+
+- every chosen metric with its default protocol
+  (:func:`~captum_ext.metrics.generation_aopc`, ...), each example's value the
+  mean over its target tokens (``GenerationMetricResult.score``), so prompts
+  with longer continuations weigh the same;
+- ``Evidence@1`` and ``Evidence@3``
+  (:func:`~captum_ext.evaluation.planted_evidence.planted_evidence_accuracy`
+  per example, ties counted in expectation), when the data has ``evidence``.
+
+The table is sorted by ``Evidence@1`` when present. Under ``torchrun`` the
+examples are dealt to the ranks as in the classifier engine
+(:mod:`captum_ext.evaluation.engine`) and rank 0 gathers the per-example values.
+"""
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+from torch import nn, Tensor
+
+from captum_ext._utils.common import causal_lm_forward
+from captum_ext._utils.progress import Progress
+from captum_ext._utils.teacher_forcing import teacher_forced_batch
+from captum_ext.adapters import get_adapter
+from captum_ext.attr._utils.continuations import (
+    generate_continuations,
+    left_padded,
+    prompt_pad_id,
+    right_padded,
+)
+from captum_ext.evaluation.attribute.runner import encode_prompts
+from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.distributed import distributed_context, DistributedContext
+from captum_ext.evaluation.engine import (
+    check_options,
+    checked_max_length,
+    merge_method,
+    MethodShard,
+    run_config,
+)
+from captum_ext.evaluation.names import (
+    check_names,
+    GENERATION_METHOD_NAMES,
+    GENERATION_METRIC_NAMES,
+)
+from captum_ext.evaluation.options import GenerationBenchmarkOptions
+from captum_ext.evaluation.planted_evidence import planted_evidence_accuracy
+from captum_ext.evaluation.registry import (
+    GENERATION_METRICS,
+    GenerationMetricContext,
+    GenerationMetricSpec,
+    METHODS,
+    MethodSpec,
+    MetricValue,
+)
+from captum_ext.evaluation.results import BenchmarkResult, MethodResult
+from captum_ext.evaluation.timing import clock_for, time_paired
+from captum_ext.metrics import TokenOptions
+from captum_ext.visualization import GenerationExplanation, special_token_mask
+
+__all__ = ["EVIDENCE_TOP_K", "evidence_column", "run_generation_benchmark"]
+
+# Planted-evidence accuracy at these k (the recall sanity check's 1 and 3).
+EVIDENCE_TOP_K = (1, 3)
+
+
+def evidence_column(top_k: int) -> str:
+    r"""The table column of planted-evidence accuracy at ``top_k``."""
+    return f"Evidence@{top_k}"
+
+
+@dataclass
+class _PromptBatch:
+    r"""One batch of prompts and the continuations every method explains."""
+
+    rows: List[int]  # positions in the data
+    input_ids: Tensor  # [batch, P], left-padded
+    attention_mask: Tensor  # [batch, P]
+    target: Tensor  # [batch, T], right-padded with -100
+    evidence: Optional[Tensor]  # [batch, T] positions in the padded prompt, -1 none
+    prompts: List[List[int]]  # each row's own prompt ids
+    continuations: List[List[int]]  # each row's continuation ids
+
+    def forward_inputs(self, pad_id: int, vocab_size: int) -> Tuple[Tensor, Tensor]:
+        r"""``(input_ids, attention_mask)`` of one teacher-forced forward pass
+        over prompt + continuation: the pass the time ratio divides by."""
+        joined = teacher_forced_batch(
+            self.input_ids, self.attention_mask, self.target, pad_id, vocab_size
+        )
+        return joined.model_inputs()
+
+
+@dataclass
+class _Encoded:
+    r"""The data as token ids, checked before any work."""
+
+    prompts: List[List[int]]
+    given: Optional[List[List[int]]]  # None: generated greedily
+    max_new_tokens: Optional[int]
+    evidence: Optional[List[List[int]]]
+
+
+def _encoded(
+    tokenizer: Any,
+    data: TextData,
+    max_length: int,
+    options: GenerationBenchmarkOptions,
+) -> _Encoded:
+    prompts, given, max_new_tokens = encode_prompts(
+        tokenizer, data, max_length, options.max_new_tokens
+    )
+    evidence = data.evidence
+    if evidence is not None:
+        if given is None:
+            raise ValueError(
+                "planted evidence marks the prompt tokens that decide the given "
+                "continuations; the data gives none (add its continuations)"
+            )
+        for row, (prompt, steps, target) in enumerate(zip(prompts, evidence, given)):
+            if len(steps) > len(target) or any(p >= len(prompt) for p in steps):
+                raise ValueError(
+                    f"{data.source}: row {data.rows[row]}'s evidence positions "
+                    f"{list(steps)} do not fit its {len(prompt)} prompt and "
+                    f"{len(target)} continuation tokens"
+                )
+    return _Encoded(prompts, given, max_new_tokens, evidence)
+
+
+def _batches(
+    model: nn.Module,
+    tokenizer: Any,
+    encoded: _Encoded,
+    rows: List[int],
+    batch_size: int,
+    device: torch.device,
+) -> List[_PromptBatch]:
+    r"""``rows`` in batches of similar length; the greedy continuations, when
+    none are given, generated here once for every method."""
+    given = encoded.given
+
+    def length(row: int) -> int:
+        return len(encoded.prompts[row]) + (0 if given is None else len(given[row]))
+
+    order = sorted(rows, key=length)
+    batches = []
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        prompts = [torch.tensor(encoded.prompts[row]) for row in chunk]
+        ids, mask = left_padded(prompts, prompt_pad_id(tokenizer), device)
+        if given is None:
+            args = {"max_new_tokens": encoded.max_new_tokens}
+            continuations = generate_continuations(model, tokenizer, ids, mask, args)
+        else:
+            continuations = [torch.tensor(given[row]) for row in chunk]
+        target = right_padded(continuations, device)
+        batches.append(
+            _PromptBatch(
+                chunk,
+                ids,
+                mask,
+                target,
+                _evidence(encoded.evidence, chunk, prompts, target),
+                [prompt.tolist() for prompt in prompts],
+                [continuation.tolist() for continuation in continuations],
+            )
+        )
+    return batches
+
+
+def _evidence(
+    evidence: Optional[List[List[int]]],
+    chunk: List[int],
+    prompts: List[Tensor],
+    target: Tensor,
+) -> Optional[Tensor]:
+    r"""``[batch, T]`` evidence positions moved past each row's left padding."""
+    if evidence is None:
+        return None
+    width = max(len(prompt) for prompt in prompts)
+    out = torch.full(target.shape, -1, dtype=torch.long)
+    for b, (row, prompt) in enumerate(zip(chunk, prompts)):
+        for t, position in enumerate(evidence[row]):
+            if position >= 0:
+                out[b, t] = width - len(prompt) + position
+    return out.to(target.device)
+
+
+def _evidence_accuracy(
+    scores: Tensor, batch: _PromptBatch, evidence: Tensor, top_k: int
+) -> Tensor:
+    r"""``[batch]`` planted-evidence accuracy of each example (NaN for one
+    without evidence)."""
+    values = [
+        (
+            planted_evidence_accuracy(
+                scores[b : b + 1],
+                evidence[b : b + 1],
+                batch.attention_mask[b : b + 1],
+                top_k,
+            )
+            if bool((evidence[b] >= 0).any())
+            else math.nan
+        )
+        for b in range(len(batch.rows))
+    ]
+    return torch.tensor(values, dtype=torch.float64)
+
+
+@dataclass(frozen=True)
+class _Run:
+    r"""What every batch of one method's scoring shares."""
+
+    model: nn.Module
+    tokenizer: Any
+    metrics: List[GenerationMetricSpec]
+    keep: Sequence[int]
+
+
+def _score_batch(
+    explain: Any, run: _Run, batch: _PromptBatch, shard: MethodShard
+) -> None:
+    r"""One method on one batch: timed against a forward pass over prompt +
+    continuation, then every metric's and the evidence accuracy's values
+    added to ``shard``, and the kept rows' ``[T_b, P_b]`` scores."""
+    forward = causal_lm_forward(run.model)
+    joined = batch.forward_inputs(
+        prompt_pad_id(run.tokenizer),
+        get_adapter(run.model).word_embeddings().num_embeddings,
+    )
+    scores, timing = time_paired(
+        torch.no_grad()(lambda: forward(*joined)),
+        lambda: explain(batch.input_ids, batch.attention_mask, batch.target),
+        clock_for(batch.input_ids.device),
+    )
+    shard.add_timing(timing)
+    context = GenerationMetricContext(
+        forward,
+        batch.input_ids,
+        batch.attention_mask,
+        batch.target,
+        TokenOptions.from_tokenizer(run.tokenizer),
+    )
+    for metric in run.metrics:
+        for column, value in metric.compute(context, scores).items():
+            shard.record(column, batch.rows, value)
+    if batch.evidence is not None:
+        for k in EVIDENCE_TOP_K:
+            value = MetricValue(_evidence_accuracy(scores, batch, batch.evidence, k))
+            shard.record(evidence_column(k), batch.rows, value)
+    width = batch.input_ids.shape[1]
+    for b, row in enumerate(batch.rows):
+        if row in run.keep:
+            steps, start = len(batch.continuations[b]), width - len(batch.prompts[b])
+            shard.kept[row] = scores[b, :steps, start:].float().cpu()
+
+
+@dataclass
+class _RankOutput:
+    r"""What a rank sends to rank 0: each method's shard and the kept rows'
+    prompt and continuation ids."""
+
+    methods: Dict[str, MethodShard] = field(default_factory=dict)
+    kept: Dict[int, Tuple[List[int], List[int]]] = field(default_factory=dict)
+
+
+def _run_shard(
+    run: _Run,
+    methods: List[MethodSpec],
+    encoded: _Encoded,
+    n_rows: int,
+    options: GenerationBenchmarkOptions,
+    ctx: DistributedContext,
+) -> _RankOutput:
+    rows = ctx.shard(list(range(n_rows)))
+    batches = _batches(
+        run.model, run.tokenizer, encoded, rows, options.batch_size, ctx.device
+    )
+    output = _RankOutput()
+    for batch in batches:
+        for b, row in enumerate(batch.rows):
+            if row in run.keep:
+                output.kept[row] = (batch.prompts[b], batch.continuations[b])
+    for spec in methods:
+        label = f"{options.task}: {spec.name}"
+        if ctx.is_distributed:
+            label += f" (rank {ctx.rank})"
+        progress = Progress(len(rows), label, "examples", enabled=options.progress)
+        explain = spec.build_generation(run.model, run.tokenizer)
+        shard = MethodShard()
+        for batch in batches:
+            _score_batch(explain, run, batch, shard)
+            progress.update(len(batch.rows))
+        progress.close()
+        output.methods[spec.name] = shard
+    return output
+
+
+def _examples(
+    tokenizer: Any, data: TextData, outputs: List[_RankOutput], generated: bool
+) -> List[GenerationExplanation]:
+    r"""The kept rows' target x prompt scores of every method, in row order."""
+    kept = {row: ids for out in outputs for row, ids in out.kept.items()}
+    examples = []
+    for row in sorted(kept):
+        prompt, continuation = kept[row]
+        scores = {
+            name: shard.kept[row]
+            for out in outputs
+            for name, shard in out.methods.items()
+            if row in shard.kept
+        }
+        examples.append(
+            GenerationExplanation(
+                prompt_tokens=tokenizer.convert_ids_to_tokens(prompt),
+                target_tokens=tokenizer.convert_ids_to_tokens(continuation),
+                scores=scores,
+                prompt=data.texts[row],
+                continuation=tokenizer.decode(continuation),
+                generated=generated,
+                special_mask=special_token_mask(tokenizer, prompt),
+            )
+        )
+    return examples
+
+
+def _ranked(rows: List[MethodResult]) -> List[MethodResult]:
+    r"""Rows by decreasing ``Evidence@1`` (unscored last), when it was scored."""
+    column = evidence_column(1)
+    if not any(column in row.metrics for row in rows):
+        return rows
+
+    def key(row: MethodResult) -> float:
+        value = row.metrics.get(column, math.nan)
+        return -value if math.isfinite(value) else math.inf
+
+    return sorted(rows, key=key)
+
+
+def _merge(
+    run: _Run,
+    data: TextData,
+    outputs: List[_RankOutput],
+    methods: List[MethodSpec],
+    columns: Dict[str, bool],
+    options: GenerationBenchmarkOptions,
+) -> Tuple[List[MethodResult], List[GenerationExplanation]]:
+    task = options.task
+    rows = [
+        merge_method(
+            spec, [out.methods[spec.name] for out in outputs], task, list(columns)
+        )
+        for spec in methods
+    ]
+    for row in rows:  # positions -> the data's own row ids
+        row.rows = [data.rows[position] for position in row.rows]
+    generated = data.continuations is None
+    return _ranked(rows), _examples(run.tokenizer, data, outputs, generated)
+
+
+def run_generation_benchmark(
+    model: nn.Module,
+    tokenizer: Any,
+    data: TextData,
+    options: GenerationBenchmarkOptions,
+) -> BenchmarkResult:
+    r"""Scores methods that explain generated text on ``data``'s prompts: the
+    faithfulness of each method's target x prompt scores, its planted-evidence
+    accuracy where ``data.evidence`` is known, and its cost as a ratio to one
+    forward pass over prompt + continuation.
+
+    Under ``torchrun`` every rank must call it with the same arguments; every
+    rank returns the full result.
+
+    Args:
+        model (nn.Module): a Hugging Face causal LM (e.g. from
+            :func:`captum_ext.evaluation.models.load_causal_lm`); it is moved
+            to ``options.device``.
+        tokenizer: its tokenizer (prompts are encoded with its special tokens,
+            BOS included where it adds one; continuations without).
+        data (TextData): prompts (``texts``), optional ``continuations``
+            (None: greedy ones, ``options.max_new_tokens`` tokens at most) and
+            optional ``evidence`` (needs continuations).
+        options (GenerationBenchmarkOptions): methods (default: every entry of
+            ``GENERATION_METHOD_NAMES``), metrics (default: every entry of
+            ``GENERATION_METRIC_NAMES``), batch size, ``max_length`` (prompt
+            + continuation), device, task label and kept examples.
+
+    Returns:
+        BenchmarkResult: one row per method (by decreasing ``Evidence@1`` when
+        scored), with per-example values; ``generation_examples[task]`` holds
+        the first ``options.n_examples`` prompts' ``[T, P]`` scores.
+    """
+    start = time.perf_counter()
+    methods = [
+        METHODS[name]
+        for name in check_names(
+            options.methods, GENERATION_METHOD_NAMES, "method for generated text"
+        )
+    ]
+    metrics = [
+        GENERATION_METRICS[name]
+        for name in check_names(
+            options.metrics, GENERATION_METRIC_NAMES, "metric for generated text"
+        )
+    ]
+    check_options(options.batch_size, options.n_examples, data)
+    get_adapter(model).require_causal_lm("the generation benchmark")
+    max_length = checked_max_length(model, tokenizer, options.max_length)
+    encoded = _encoded(tokenizer, data, max_length, options)
+    columns = {c: up for m in metrics for c, up in m.columns.items()}
+    if data.evidence is not None:
+        columns = {**{evidence_column(k): True for k in EVIDENCE_TOP_K}, **columns}
+    keep = range(min(options.n_examples, len(data)))
+    run = _Run(model, tokenizer, metrics, keep)
+    default_device = next(model.parameters()).device
+    with distributed_context(str(options.device or default_device)) as ctx:
+        model.to(ctx.device)
+        output = _run_shard(run, methods, encoded, len(data), options, ctx)
+        gathered = ctx.gather(output)
+        result = None
+        if gathered is not None:
+            rows, examples = _merge(run, data, gathered, methods, columns, options)
+            config = run_config(model, data, methods, options, max_length, ctx, 0)
+            config["generation"] = {
+                options.task: {
+                    "continuations": "generated" if encoded.given is None else "given",
+                    "max_new_tokens": encoded.max_new_tokens,
+                    "metric_value": "mean over each example's target tokens",
+                }
+            }
+            result = BenchmarkResult(
+                rows=rows,
+                metrics=columns,
+                examples={},
+                config=config,
+                columns={options.task: list(columns)},
+                generation_examples={options.task: examples},
+            )
+            result.wall_seconds = time.perf_counter() - start
+        return ctx.broadcast(result)
