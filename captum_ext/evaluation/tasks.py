@@ -1,33 +1,56 @@
 #!/usr/bin/env python3
-r"""The two built-in tasks as plain inputs of the engine: a default fine-tuned
-model (:mod:`captum_ext.defaults.models`) and the first examples of its held-out
-split (:mod:`captum_ext.defaults.data`). Nothing about them is special to the engine.
+r"""The built-in tasks as plain inputs of the engines: a default fine-tuned
+classifier (:mod:`captum_ext.defaults.models`) and the first examples of its
+held-out split (:mod:`captum_ext.defaults.data`), and the default generator
+(:mod:`captum_ext.defaults.generator`) on held-out key-value recall prompts
+with their planted evidence (:mod:`captum_ext.defaults.recall`). Nothing about
+them is special to the engines.
 """
 
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any, List, Optional, Sequence
 
 from torch import nn
 
 from captum_ext.defaults.data import load_split, TASKS, TextDataset
+from captum_ext.defaults.generator import DEFAULT_RECIPE, load_default_generator
 from captum_ext.defaults.models import load_default_model, MAX_LENGTH
+from captum_ext.defaults.recall import encode_examples
+from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.engine import run_benchmark
-from captum_ext.evaluation.names import check_names
-from captum_ext.evaluation.options import BenchmarkOptions
-from captum_ext.evaluation.registry import METHODS, needs_decoders
+from captum_ext.evaluation.generation_engine import run_generation_benchmark
+from captum_ext.evaluation.names import (
+    check_names,
+    GENERATION_METHOD_NAMES,
+    GENERATION_METRIC_NAMES,
+    METHOD_NAMES,
+    METRIC_NAMES,
+)
+from captum_ext.evaluation.options import (
+    BenchmarkOptions,
+    GenerationBenchmarkOptions,
+)
+from captum_ext.evaluation.registry import needs_decoders
 from captum_ext.evaluation.results import BenchmarkResult
 
 __all__ = [
+    "BUILT_IN_TASKS",
     "DefaultTask",
+    "GENERATION_TASK",
     "benchmark_default_tasks",
     "default_decoder_texts",
     "default_task",
+    "recall_data",
     "run_default_tasks",
 ]
 
 # The decoders of both default models are fitted on the sentiment training
 # texts (the fitted-decoder cache is keyed by them).
 DECODER_TASK = "sentiment"
+# The generation task: the default generator on key-value recall.
+GENERATION_TASK = "recall"
+BUILT_IN_TASKS = TASKS + (GENERATION_TASK,)
 
 
 @dataclass
@@ -58,9 +81,33 @@ def default_task(name: str, n: int, device: Any = None) -> DefaultTask:
     return DefaultTask(name, model, tokenizer, load_split(name).head(n))
 
 
+def recall_data(n: int, tokenizer: Any) -> TextData:
+    r"""``n`` key-value recall prompts of the default generator's task, drawn
+    with its held-out test seed (``GeneratorRecipe.seeds()``: never a training
+    or validation prompt), their continuations (the queried values) and each
+    value's evidence position in the prompt's own tokens (``<bos>`` is 0), as
+    ``tokenizer`` (the default generator's) encodes them."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    seed = DEFAULT_RECIPE.seeds()[2]
+    examples = DEFAULT_RECIPE.task.sample(n, seed)
+    batch = encode_examples(examples, tokenizer)  # positions in the padded batch
+    padding = batch.attention_mask.shape[1] - batch.attention_mask.sum(1)  # [n]
+    evidence = batch.evidence - padding[:, None]
+    return TextData(
+        source=f"key-value recall, held-out seed {seed}",
+        texts=[e.prompt for e in examples],
+        continuations=[e.continuation for e in examples],
+        evidence=[
+            [int(p) for p, real in zip(row, steps) if real]
+            for row, steps in zip(evidence, batch.evidence >= 0)
+        ],
+    )
+
+
 def benchmark_default_tasks(
     n: int,
-    tasks: Sequence[str] = TASKS,
+    tasks: Sequence[str] = BUILT_IN_TASKS,
     methods: Optional[Sequence[str]] = None,
     metrics: Optional[Sequence[str]] = None,
     **options: Any,
@@ -73,22 +120,81 @@ def benchmark_default_tasks(
     return run_default_tasks(n, tasks, chosen)
 
 
+def _applicable(
+    chosen: Optional[Sequence[str]], known: Sequence[str]
+) -> Optional[List[str]]:
+    r"""The chosen names a task knows (None: its defaults)."""
+    return None if chosen is None else [name for name in chosen if name in known]
+
+
+def _task_options(name: str, options: BenchmarkOptions) -> Optional[BenchmarkOptions]:
+    r"""``options`` for task ``name``: the chosen methods and metrics it knows,
+    or None (with a notice) when it knows none of them."""
+    generation = name == GENERATION_TASK
+    methods = _applicable(
+        options.methods, GENERATION_METHOD_NAMES if generation else METHOD_NAMES
+    )
+    metrics = _applicable(
+        options.metrics, GENERATION_METRIC_NAMES if generation else METRIC_NAMES
+    )
+    if methods == [] or metrics == []:
+        kind = "method" if methods == [] else "metric"
+        warnings.warn(
+            f"task {name} skipped: none of the chosen {kind}s applies to it",
+            stacklevel=3,
+        )
+        return None
+    if generation:
+        return GenerationBenchmarkOptions(
+            methods=methods,
+            metrics=metrics,
+            batch_size=options.batch_size,
+            device=options.device,
+            progress=options.progress,
+            task=name,
+            n_examples=options.n_examples,
+        )
+    return replace(options, methods=methods, metrics=metrics, task=name)
+
+
 def run_default_tasks(
     n: int, tasks: Sequence[str], options: BenchmarkOptions
 ) -> BenchmarkResult:
     r""":func:`~captum_ext.evaluation.engine.run_benchmark` on the first ``n``
-    held-out examples of each built-in task in ``tasks``, one result;
-    ``options``' ``task``, ``max_length`` and ``decoder_texts`` are the task's."""
-    chosen = check_names(options.methods, METHODS, "method")
-    decoder_texts = default_decoder_texts() if needs_decoders(chosen) else None
+    held-out examples of each built-in classifier task in ``tasks`` and
+    :func:`~captum_ext.evaluation.generation_engine.run_generation_benchmark`
+    on ``n`` held-out recall prompts (:func:`recall_data`) for ``"recall"``,
+    one result. ``options``' ``task``, ``max_length`` and ``decoder_texts``
+    are the task's; a task runs the chosen methods and metrics it knows and is
+    skipped, with a notice, when it knows none of them."""
+    check_names(options.methods, METHOD_NAMES, "method")
+    check_names(
+        options.metrics,
+        tuple(dict.fromkeys(METRIC_NAMES + GENERATION_METRIC_NAMES)),
+        "metric",
+    )
+    unknown = [name for name in tasks if name not in BUILT_IN_TASKS]
+    if unknown:
+        raise ValueError(f"tasks must be among {BUILT_IN_TASKS}, got {unknown}")
     results = []
+    decoder_texts: Optional[List[str]] = None
     for name in tasks:
+        for_task = _task_options(name, options)
+        if for_task is None:
+            continue
+        if isinstance(for_task, GenerationBenchmarkOptions):
+            model, tokenizer = load_default_generator(device=options.device)
+            data = recall_data(n, tokenizer)
+            results.append(run_generation_benchmark(model, tokenizer, data, for_task))
+            continue
+        chosen = check_names(for_task.methods, METHOD_NAMES, "method")
+        if decoder_texts is None and needs_decoders(chosen):
+            decoder_texts = default_decoder_texts()
         task = default_task(name, n, device=options.device)
         for_task = replace(
-            options,
-            task=name,
-            max_length=task.max_length,
-            decoder_texts=decoder_texts,
+            for_task, max_length=task.max_length, decoder_texts=decoder_texts
         )
         results.append(run_benchmark(task.model, task.tokenizer, task.data, for_task))
+    if not results:
+        raise ValueError("none of the chosen methods and metrics applies to any task")
     return BenchmarkResult.combine(results)
