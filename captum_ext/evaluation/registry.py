@@ -808,7 +808,6 @@ register_metric(
 )
 
 
-
 # ------------------------------------------------------ metrics of generated text
 @dataclass
 class GenerationMetricContext:

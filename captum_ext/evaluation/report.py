@@ -32,6 +32,7 @@ from captum_ext.visualization import (
     explanation_caption,
     explanation_html,
     fit_line,
+    generation_html,
     html_page,
     html_safe,
     normalize,
@@ -82,6 +83,30 @@ DEFINITIONS = {
     "the top-ranked tokens are kept, averaged over keeping 10 %, ..., 100 % "
     "of the real tokens.",
 }
+# The columns of a generation task (a causal LM explaining its continuation):
+# every metric is the mean over each example's target tokens y_t.
+GENERATION_DEFINITIONS = {
+    "Evidence@1": "planted-evidence accuracy: how often the top-scored prompt "
+    "token of a target token is the one prompt token known to decide it (the "
+    "key-value recall task's copied value); ties count in expectation (e "
+    "tokens tied with the evidence share the remaining top places, so constant "
+    "scores score like a random ranking).",
+    "Evidence@3": "as Evidence@1, with the evidence among the top 3 prompt tokens.",
+    "AOPC": "comprehensiveness: the drop in p(y_t | prompt, y_<t) when the "
+    "top-ranked prompt tokens are deleted, averaged over deleting 10 %, ..., "
+    "100 % of the non-special prompt tokens (positions recomputed).",
+    "Sufficiency": "the drop in p(y_t | prompt, y_<t) when only the top-ranked "
+    "prompt tokens are kept, averaged over keeping 10 %, ..., 100 %.",
+    "LOdds": "log p(y_t | top-ranked prompt tokens deleted) - log p(y_t | "
+    "prompt), averaged over the same levels.",
+    "Soft-NC": "normalised soft comprehensiveness (Zhao & Aletras 2023): each "
+    "prompt token's embedding elements zeroed with probability its min-max "
+    "normalised score; the drop in p(y_t), divided by the drop when the "
+    "whole prompt is erased (NaN where erasing the prompt does not lower p).",
+    "Soft-NS": "normalised soft sufficiency (Zhao & Aletras 2023): elements "
+    "kept with probability the token's normalised score, 1 - the drop in "
+    "p(y_t), normalised by the empty prompt's sufficiency.",
+}
 TIME_DEFINITION = (
     f"attribution time divided by one inference forward pass: {TIMING_PROTOCOL} "
     "(median over batches). Every method but the random control runs a forward "
@@ -130,11 +155,11 @@ def _rows(result: BenchmarkResult, task: str) -> List[MethodResult]:
 def _best(rows: Sequence[MethodResult], metric: str, higher: bool) -> float:
     # The random control is a floor to compare against, not a contender.
     values = [
-        row.metrics[metric]
+        row.metrics.get(metric, math.nan)
         for row in rows
         if row.family != "control"
         and _applies(row, metric)
-        and math.isfinite(row.metrics[metric])
+        and math.isfinite(row.metrics.get(metric, math.nan))
     ]
     if not values:
         return math.nan
@@ -144,7 +169,7 @@ def _best(rows: Sequence[MethodResult], metric: str, higher: bool) -> float:
 def _metric_cell(row: MethodResult, metric: str, best: float) -> Cell:
     if not _applies(row, metric):
         return Cell(NOT_APPLICABLE, "the scores do not depend on the class", "na")
-    value = row.metrics[metric]
+    value = row.metrics.get(metric, math.nan)
     if math.isnan(value):
         return Cell(UNSCORED, f"none of the {row.n} examples could be scored", "na")
     text = f"{value:.3f}{'*' if value == best else ''}"
@@ -170,12 +195,13 @@ def _cells(result: BenchmarkResult, task: str) -> List[List[Cell]]:
     non-control methods is marked with ``*`` (direction from the metric's
     registry entry)."""
     rows = _rows(result, task)
-    best = {m: _best(rows, m, up) for m, up in result.metrics.items()}
-    header = ["method", "family"] + [_header(m, up) for m, up in result.metrics.items()]
+    columns = {m: result.metrics[m] for m in result.task_columns(task)}
+    best = {m: _best(rows, m, up) for m, up in columns.items()}
+    header = ["method", "family"] + [_header(m, up) for m, up in columns.items()]
     table = [[Cell(text) for text in header + [TIME_COLUMN]]]
     for row in rows:
         cells = [Cell(row.method), Cell(row.family)]
-        cells += [_metric_cell(row, m, best[m]) for m in result.metrics]
+        cells += [_metric_cell(row, m, best[m]) for m in columns]
         table.append(cells + [_time_cell(row)])
     return table
 
@@ -211,8 +237,24 @@ def metric_definitions(result: BenchmarkResult) -> List[Tuple[str, str]]:
     entries = []
     for metric, up in result.metrics.items():
         direction = "Higher is better." if up else "Lower is better."
-        entries.append((metric, f"{DEFINITIONS.get(metric, '')} {direction}".strip()))
+        entries.append((metric, f"{_definition(result, metric)} {direction}".strip()))
     return entries + [(TIME_COLUMN, TIME_DEFINITION)]
+
+
+def _definition(result: BenchmarkResult, metric: str) -> str:
+    r"""The column's definition for the kinds of task that have it: a
+    classifier's, generated text's, or both, labelled."""
+    generation = set(result.generation_tasks)
+    kinds = {
+        t in generation for t in _tasks(result) if metric in result.task_columns(t)
+    }
+    classifier = DEFINITIONS.get(metric, "")
+    generated = GENERATION_DEFINITIONS.get(metric, "")
+    if kinds == {True}:
+        return generated
+    if kinds == {True, False}:
+        return f"Classifiers: {classifier} Generated text: {generated}"
+    return classifier
 
 
 def _markdown_definitions(result: BenchmarkResult) -> str:
@@ -296,8 +338,8 @@ def frontier_sentence(result: BenchmarkResult, task: str, metric: str) -> str:
 
 def _markdown_frontier(result: BenchmarkResult) -> str:
     lines = ["### Faithfulness against cost", ""]
-    metric = next(iter(result.metrics))
     for task in _tasks(result):
+        metric = result.task_columns(task)[0]
         if _frontier_panels(result, task):
             image = _frontier_path(Path(), task).name
             lines += [f"![{_md(task)}: each metric against cost]({image})", ""]
@@ -410,7 +452,7 @@ def _layer_plot(
 
 def _frontier_panels(result: BenchmarkResult, task: str) -> List[str]:
     r"""The metrics with at least one point to draw (none: no figure)."""
-    return [m for m in result.metrics if frontier_points(result, task, m)]
+    return [m for m in result.task_columns(task) if frontier_points(result, task, m)]
 
 
 def _frontier_plot(result: BenchmarkResult, task: str, path: Path) -> bool:
@@ -494,7 +536,7 @@ def plot_all(result: BenchmarkResult, out_dir: Path) -> List[Path]:
     for task in _tasks(result):
         if _frontier_plot(result, task, _frontier_path(out_dir, task)):
             paths.append(_frontier_path(out_dir, task))
-        for metric in result.metrics:
+        for metric in result.task_columns(task):
             path = _curve_path(out_dir, task, metric)
             if _curve_plot(result, task, metric, path):
                 paths.append(path)
@@ -607,8 +649,8 @@ def frontier_html(result: BenchmarkResult, out_dir: Path) -> List[str]:
     PNG of :func:`plot_all` in ``out_dir``) and which method is on the front
     at which budget (:func:`frontier_sentence`, for the first metric)."""
     body = ["<h2>faithfulness against cost</h2>"]
-    metric = next(iter(result.metrics))
     for task in _tasks(result):
+        metric = result.task_columns(task)[0]
         body.append(f"<p>{html_safe(frontier_sentence(result, task, metric))}</p>")
         if _frontier_panels(result, task):  # what plot_all drew, not old files
             body.append(_figure(_frontier_path(out_dir, task), _FRONTIER_CAPTION))
@@ -626,7 +668,7 @@ _FRONTIER_CAPTION = html_safe(
 
 def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
     body = [f"<h2>{html_safe(task)}</h2>", _html_table(_cells(result, task))]
-    for metric in result.metrics:
+    for metric in result.task_columns(task):
         # The rule plot_all drew by, not the files in out_dir: an earlier run's
         # plot of a metric without a curve now must not be shown.
         if _curve_rows(result, task, metric):
@@ -636,21 +678,32 @@ def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
         path = _layer_path(out_dir, task, name)
         body.append(_figure(path, _layer_caption(result, task, name)))
     body.append("<h3>examples</h3>")
-    body += [explanation_html(ex) for ex in result.examples.get(task, [])]
+    body += _examples_html(result, task)
+    return body
+
+
+def _examples_html(result: BenchmarkResult, task: str) -> List[str]:
+    r"""The task's kept examples: highlighted texts of a classifier task,
+    target x prompt heatmaps of every method for a generation task."""
+    body = [explanation_html(ex) for ex in result.examples.get(task, [])]
+    body += [generation_html(ex) for ex in result.generation_examples.get(task, [])]
     return body
 
 
 def result_text(result: BenchmarkResult) -> str:
     r"""A few lines of at most 100 columns for a terminal: the run, then per
     task the front of the first metric (value @ time ratio, cheapest first)."""
-    first = list(result.metrics)[:1]  # no metric: no front to show
     methods = len(dict.fromkeys(row.method for row in result.rows))
     columns = " ".join(_header(m, up) for m, up in result.metrics.items())
     lines = [
         f"BenchmarkResult: {len(_tasks(result))} task(s), {methods} method(s), "
         f"{columns}; {result.wall_seconds:.0f} s"
     ]
-    for metric, task in ((m, t) for m in first for t in _tasks(result)):
+    # Each task's first column (none: no front to show).
+    for task in _tasks(result):
+        metric = next(iter(result.task_columns(task)), None)
+        if metric is None:
+            continue
         up = result.metrics[metric]
         front = pareto_front(frontier_points(result, task, metric), up)
         points = ", ".join(f"{p.method} {p.value:.3f} @{p.cost:.1f}x" for p in front)
@@ -671,7 +724,7 @@ def result_html(result: BenchmarkResult) -> str:
         body = frontier_html(result, out)
     for task in _tasks(result):
         body += [f"<h2>{html_safe(task)}</h2>", _html_table(_cells(result, task))]
-        body += [explanation_html(ex) for ex in result.examples.get(task, [])]
+        body += _examples_html(result, task)
     return notebook_html("\n".join(body))
 
 
