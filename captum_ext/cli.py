@@ -29,6 +29,7 @@ from captum_ext._utils.threads import configure_threads
 from captum_ext.evaluation.names import (
     check_names,
     GENERATION_METHOD_NAMES,
+    GENERATION_METRIC_NAMES,
     METHOD_NAMES,
     METRIC_NAMES,
 )
@@ -36,6 +37,11 @@ from captum_ext.evaluation.names import (
 __all__ = ["main"]
 
 TASKS = ("sentiment", "source")
+# The benchmark's built-in tasks: the two classifiers and the default
+# generator's key-value recall (evaluation/tasks.py BUILT_IN_TASKS).
+BENCHMARK_TASKS = TASKS + ("recall",)
+# Every metric name --metrics takes: the classifiers' and generated text's.
+ALL_METRIC_NAMES = tuple(dict.fromkeys(METRIC_NAMES + GENERATION_METRIC_NAMES))
 # Fits the 15-minute budget on 2 CPU cores with first-time model preparation.
 DEFAULT_N = 64
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -121,7 +127,8 @@ def _data_options(parser: argparse.ArgumentParser) -> None:
         "--metrics",
         nargs="+",
         metavar="NAME",
-        help=f"metric names: {_names(METRIC_NAMES)}",
+        help=f"metric names: {_names(METRIC_NAMES)}; with --prompt-column or "
+        f"for the task recall: {_names(GENERATION_METRIC_NAMES)}",
     )
     parser.add_argument("--batch-size", type=int, default=16, help="default: 16")
     parser.add_argument(
@@ -174,8 +181,15 @@ def _parser() -> argparse.ArgumentParser:
         f"also works under torchrun); default: {DEFAULT_N}",
     )
     bench.add_argument(
-        "--tasks", nargs="+", choices=TASKS, default=list(TASKS), help="default: both"
+        "--tasks",
+        nargs="+",
+        choices=BENCHMARK_TASKS,
+        default=list(BENCHMARK_TASKS),
+        help="built-in tasks: the sentiment and source classifiers, and recall "
+        "(what the default generator generates, scored against planted "
+        "evidence); default: all three",
     )
+    _prompt_options(bench)
     bench.add_argument(
         "--out",
         type=Path,
@@ -203,23 +217,27 @@ def _parser() -> argparse.ArgumentParser:
         help="class to explain: the prediction or the gold label (needs "
         "--label-column); default: predicted",
     )
-    attribute.add_argument(
+    _prompt_options(attribute)
+    _common(attribute)
+    return parser
+
+
+def _prompt_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--prompt-column",
         help="explain a causal LM (--model): the column of prompts",
     )
-    attribute.add_argument(
+    parser.add_argument(
         "--target-column",
         help="with --prompt-column: the continuations to explain; default: "
         "the model generates them greedily",
     )
-    attribute.add_argument(
+    parser.add_argument(
         "--max-new-tokens",
         type=int,
         help="tokens the causal LM generates without --target-column "
         "(ending at its first EOS); default: 25",
     )
-    _common(attribute)
-    return parser
 
 
 def _generation_parser(commands: Any) -> None:
@@ -232,8 +250,9 @@ def _generation_parser(commands: Any) -> None:
     generation.add_argument("prompt", help="the prompt to continue and explain")
     generation.add_argument(
         "--model",
-        required=True,
-        help="causal LM: a directory written by save_pretrained or a Hub model id",
+        help="causal LM: a directory written by save_pretrained or a Hub model "
+        "id; default: the built-in key-value recall generator (prompts like "
+        "'k1 v2 v3 ; k4 v5 v6 ; k1'; trained on first use, then cached)",
     )
     generation.add_argument(
         "--revision", help="branch, tag or commit of a Hub --model; default: main"
@@ -473,7 +492,12 @@ def _explain_generation(args: argparse.Namespace) -> int:
     from captum_ext.visualization import generation_html, generation_text
 
     resolve_device(args.device)
-    model, tokenizer = _user_model(args, causal_lm=True)
+    if args.model is None:
+        from captum_ext.defaults.generator import load_default_generator
+
+        model, tokenizer = load_default_generator(device=args.device)
+    else:
+        model, tokenizer = _user_model(args, causal_lm=True)
     explanation = explain_generation(
         model,
         tokenizer,
@@ -491,7 +515,10 @@ def _explain_generation(args: argparse.Namespace) -> int:
 
 
 def _run_benchmark(args: argparse.Namespace) -> Any:
-    from captum_ext.evaluation.options import BenchmarkOptions
+    from captum_ext.evaluation.options import (
+        BenchmarkOptions,
+        GenerationBenchmarkOptions,
+    )
 
     options = BenchmarkOptions(
         methods=args.methods,
@@ -505,20 +532,42 @@ def _run_benchmark(args: argparse.Namespace) -> Any:
         from captum_ext.evaluation.tasks import run_default_tasks
 
         return run_default_tasks(args.limit or args.n, args.tasks, options)
+    task = Path(args.model).name or "data"
+    if args.prompt_column is not None:
+        from captum_ext.evaluation.generation_engine import run_generation_benchmark
+
+        model, tokenizer = _user_model(args, causal_lm=True)
+        generation = GenerationBenchmarkOptions(
+            **vars(replace(options, task=task)), max_new_tokens=args.max_new_tokens
+        )
+        return run_generation_benchmark(
+            model, tokenizer, _user_prompts(args), generation
+        )
     from captum_ext.evaluation.engine import run_benchmark
 
     model, tokenizer = _user_model(args)
     data = _user_data(args, model)
-    return run_benchmark(
-        model, tokenizer, data, replace(options, task=Path(args.model).name or "data")
-    )
+    return run_benchmark(model, tokenizer, data, replace(options, task=task))
+
+
+def _check_benchmark_names(args: argparse.Namespace) -> None:
+    r"""``--methods`` and ``--metrics`` among those of the job: a causal LM's
+    (``--prompt-column``), a classifier's (``--model``), or the built-in tasks'
+    (each runs the chosen ones it knows)."""
+    if args.prompt_column is not None:
+        check_names(args.methods, GENERATION_METHOD_NAMES, "method for generated text")
+        check_names(args.metrics, GENERATION_METRIC_NAMES, "metric for generated text")
+        return
+    check_names(args.methods, METHOD_NAMES, "method")
+    built_in = args.model is None
+    check_names(args.metrics, ALL_METRIC_NAMES if built_in else METRIC_NAMES, "metric")
 
 
 def _benchmark(args: argparse.Namespace) -> int:
-    check_names(args.methods, METHOD_NAMES, "method")
+    _check_benchmark_names(args)
     _check_model_flags(args)
-    check_names(args.metrics, METRIC_NAMES, "metric")
-    _check_positive(args, "n", "batch_size", "limit", "max_length")
+    _check_positive(args, "n", "batch_size", "limit", "max_length", "max_new_tokens")
+    _check_prompt_flags(args)
     if (args.model is None) != (args.data is None):
         raise ValueError(
             "give both --model and --data for your own model and data, "
@@ -552,8 +601,8 @@ def _benchmark(args: argparse.Namespace) -> int:
 
 
 def _check_prompt_flags(args: argparse.Namespace) -> None:
-    r"""The flags of a causal LM's prompts go together, and not with a
-    classifier's."""
+    r"""The flags of a causal LM's prompts (``attribute`` and ``benchmark``) go
+    together, with ``--model``, and not with a classifier's."""
     if args.prompt_column is None:
         for flag in ("target_column", "max_new_tokens"):
             if getattr(args, flag) is not None:
@@ -562,13 +611,15 @@ def _check_prompt_flags(args: argparse.Namespace) -> None:
                     "prompts: give --prompt-column too"
                 )
         return
-    for flag in ("text_pair_column", "label_column", "metrics"):
+    if args.model is None:
+        raise ValueError("--prompt-column applies to your causal LM: give --model")
+    for flag in ("text_pair_column", "label_column"):
         if getattr(args, flag):
             raise ValueError(
                 f"--{flag.replace('_', '-')} applies to classifiers, not to a "
                 "causal LM's prompts (--prompt-column)"
             )
-    if args.target != "predicted":
+    if getattr(args, "target", "predicted") != "predicted":
         raise ValueError("--target applies to classifiers, not to --prompt-column")
     if args.target_column is not None and args.max_new_tokens is not None:
         raise ValueError(
@@ -584,6 +635,11 @@ def _attribute(args: argparse.Namespace) -> int:
         args, "batch_size", "limit", "max_length", "shard_size", "max_new_tokens"
     )
     _check_prompt_flags(args)
+    if args.prompt_column is not None and args.metrics:
+        raise ValueError(
+            "--metrics applies to classifiers, not to a causal LM's prompts "
+            "(--prompt-column); captum-ext benchmark scores those"
+        )
     if args.data is None:
         raise ValueError("give --data FILE: the texts to attribute")
     if os.environ.get("RANK", "0") == "0":
