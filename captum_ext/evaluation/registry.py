@@ -882,16 +882,45 @@ def _generation_metric(
     return compute
 
 
-for _name, _metric, _column, _higher in (
-    ("aopc", generation_aopc, "AOPC", True),
-    ("sufficiency", generation_sufficiency, "Sufficiency", False),
-    ("log_odds", generation_log_odds, "LOdds", False),
-    ("soft_nc", generation_soft_nc, "Soft-NC", True),
-    ("soft_ns", generation_soft_ns, "Soft-NS", True),
+def _soft_erasure_metric(
+    metric: Callable[..., GenerationMetricResult], column: str
+) -> GenerationMetricCompute:
+    r"""Soft-NC / Soft-NS, one example at a time with draws seeded by its
+    prompt and continuation: the library seeds draws by row position in the
+    batch, and an example's value must not depend on its batch or rank."""
+
+    def compute(
+        context: GenerationMetricContext, scores: Tensor
+    ) -> Dict[str, MetricValue]:
+        values = []
+        for row in range(len(scores)):
+            kept = context.attention_mask[row].bool()
+            ids = (context.input_ids[row][kept], context.target[row])
+            seed = zlib.crc32(repr([part.tolist() for part in ids]).encode())
+            one = slice(row, row + 1)
+            result = metric(
+                context.forward,
+                context.input_ids[one],
+                scores[one],
+                context.target[one],
+                (context.attention_mask[one],),
+                tokens=context.tokens,
+                seed=seed,
+            )
+            values.append(result.score.double().nanmean(1))
+        return {column: MetricValue(torch.cat(values))}
+
+    return compute
+
+
+for _name, _factory, _metric, _column, _higher in (
+    ("aopc", _generation_metric, generation_aopc, "AOPC", True),
+    ("sufficiency", _generation_metric, generation_sufficiency, "Sufficiency", False),
+    ("log_odds", _generation_metric, generation_log_odds, "LOdds", False),
+    ("soft_nc", _soft_erasure_metric, generation_soft_nc, "Soft-NC", True),
+    ("soft_ns", _soft_erasure_metric, generation_soft_ns, "Soft-NS", True),
 ):
-    register_generation_metric(
-        _name, _generation_metric(_metric, _column), {_column: _higher}
-    )
+    register_generation_metric(_name, _factory(_metric, _column), {_column: _higher})
 
 _GENERATION = tuple(name for name, spec in METHODS.items() if spec.causal_lm)
 if (tuple(METHODS), _GENERATION, tuple(METRICS), tuple(GENERATION_METRICS)) != (
