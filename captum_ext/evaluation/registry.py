@@ -894,9 +894,9 @@ def _soft_erasure_metric(
     ) -> Dict[str, MetricValue]:
         values = []
         for row in range(len(scores)):
-            kept = context.attention_mask[row].bool()
-            ids = (context.input_ids[row][kept], context.target[row])
-            seed = zlib.crc32(repr([part.tolist() for part in ids]).encode())
+            prompt = context.input_ids[row][context.attention_mask[row].bool()]
+            target = context.target[row][context.target[row] != IGNORE_INDEX]
+            seed = zlib.crc32(repr([prompt.tolist(), target.tolist()]).encode())
             one = slice(row, row + 1)
             result = metric(
                 context.forward,

@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+r"""The generation benchmark on a tiny random GPT-2 in float64: its values are the
+library metrics and planted-evidence accuracy on the same explanations, they do
+not depend on the batch, greedy continuations are generated once for every
+method, and bad choices get clear errors."""
+
+import math
+import zlib
+
+import pytest
+import torch
+from captum_ext._utils.common import causal_lm_forward
+from captum_ext.attr._utils.continuations import left_padded, right_padded
+from captum_ext.evaluation import generation_engine
+from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.engine import run_benchmark
+from captum_ext.evaluation.generation_engine import run_generation_benchmark
+from captum_ext.evaluation.names import GENERATION_METRIC_NAMES
+from captum_ext.evaluation.options import (
+    BenchmarkOptions,
+    GenerationBenchmarkOptions,
+)
+from captum_ext.evaluation.planted_evidence import planted_evidence_accuracy
+from captum_ext.evaluation.registry import GENERATION_METRICS, METHODS
+from captum_ext.evaluation.report import markdown_table, write_report
+from captum_ext.evaluation.results import BenchmarkResult
+from captum_ext.metrics import (
+    generation_aopc,
+    generation_log_odds,
+    generation_soft_nc,
+    generation_soft_ns,
+    generation_sufficiency,
+    TokenOptions,
+)
+
+from tests.attr.llm_fixtures import tiny_lm_tokenizer
+from tests.helpers import (
+    tiny_causal_lm,
+    tiny_data,
+    tiny_labelled_bert,
+    tiny_tokenizer,
+)
+
+# Prompts of different lengths (left padding differs by batch), continuations
+# of 1-3 tokens, and evidence: positions in each prompt's own ids (<s> is 0).
+PROMPTS = ["the cat sat on", "a mat", "the the cat sat on a", "on a mat"]
+CONTINUATIONS = ["a mat", "the cat sat", "mat", "the cat"]
+EVIDENCE = [[4, -1], [1, 2, -1], [5], [2, 3]]
+METHOD_SET = ["LogAt", "AttCAT", "FeatureAblation", "Random"]
+LIBRARY = {
+    "AOPC": generation_aopc,
+    "Sufficiency": generation_sufficiency,
+    "LOdds": generation_log_odds,
+    "Soft-NC": generation_soft_nc,
+    "Soft-NS": generation_soft_ns,
+}
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_causal_lm("gpt2", dtype=torch.float64)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tiny_lm_tokenizer()
+
+
+def prompts(evidence=True, continuations=True):
+    return TextData(
+        "tiny prompts",
+        list(PROMPTS),
+        continuations=list(CONTINUATIONS) if continuations else None,
+        evidence=[list(e) for e in EVIDENCE] if evidence else None,
+    )
+
+
+def run(model, tokenizer, data, **options):
+    options = {"methods": METHOD_SET, "progress": False, "task": "tiny", **options}
+    return run_generation_benchmark(
+        model, tokenizer, data, GenerationBenchmarkOptions(**options)
+    )
+
+
+def one_example(model, tokenizer, row):
+    r"""Example ``row`` alone: ids ``[1, P]``, mask, target ``[1, T]``."""
+    prompt = torch.tensor(tokenizer(PROMPTS[row])["input_ids"])
+    ids, mask = left_padded([prompt], tokenizer.pad_token_id, torch.device("cpu"))
+    continuation = tokenizer(CONTINUATIONS[row], add_special_tokens=False)
+    target = right_padded([torch.tensor(continuation["input_ids"])], ids.device)
+    return ids, mask, target
+
+
+@pytest.fixture(scope="module")
+def result(model, tokenizer):
+    return run(model, tokenizer, prompts(), batch_size=4)
+
+
+def test_values_are_the_library_metrics_and_evidence_accuracy(
+    model, tokenizer, result
+):
+    forward = causal_lm_forward(model)
+    tokens = TokenOptions.from_tokenizer(tokenizer)
+    for row_result in result.rows:
+        explain = METHODS[row_result.method].build_generation(model, tokenizer)
+        for position, row in enumerate(row_result.rows):
+            ids, mask, target = one_example(model, tokenizer, row)
+            scores = explain(ids, mask, target)  # [1, T, P]
+            for column, metric in LIBRARY.items():
+                options = {}
+                if column.startswith("Soft"):  # seeded by the example, as documented
+                    content = [ids[0].tolist(), target[0].tolist()]
+                    options["seed"] = zlib.crc32(repr(content).encode())
+                direct = metric(
+                    forward, ids, scores, target, (mask,), tokens=tokens, **options
+                )
+                expected = float(direct.score.double().nanmean())
+                got = row_result.per_example[column][position]
+                assert got == pytest.approx(expected, abs=1e-6, nan_ok=True), column
+            for k in (1, 3):
+                evidence = torch.tensor([EVIDENCE[row]])
+                expected = planted_evidence_accuracy(scores, evidence, mask, k)
+                got = row_result.per_example[f"Evidence@{k}"][position]
+                assert got == pytest.approx(expected, abs=1e-12)
+        assert row_result.n == len(PROMPTS) and sorted(row_result.rows) == [0, 1, 2, 3]
+
+
+def test_columns_directions_and_ranking(result):
+    assert result.metrics == {
+        "Evidence@1": True,
+        "Evidence@3": True,
+        "AOPC": True,
+        "Sufficiency": False,
+        "LOdds": False,
+        "Soft-NC": True,
+        "Soft-NS": True,
+    }
+    assert result.task_columns("tiny") == list(result.metrics)
+    top1 = [row.metrics["Evidence@1"] for row in result.rows]
+    assert top1 == sorted(top1, reverse=True)
+    assert {row.method for row in result.rows} == set(METHOD_SET)
+
+
+def test_batch_of_one_equals_batch_of_four(model, tokenizer, result):
+    alone = run(model, tokenizer, prompts(), batch_size=1)
+    by_method = {row.method: row for row in result.rows}
+    for row in alone.rows:
+        batched = by_method[row.method]
+        assert row.rows == batched.rows
+        for column, values in row.per_example.items():
+            assert values == pytest.approx(
+                batched.per_example[column], abs=1e-6, nan_ok=True
+            ), (row.method, column)
+        assert len(row.ratios) == 4 and len(batched.ratios) == 1
+
+
+def test_kept_examples_are_each_methods_target_by_prompt_scores(
+    model, tokenizer, result
+):
+    examples = result.generation_examples["tiny"]
+    assert len(examples) == 3  # n_examples default
+    first = examples[0]
+    assert first.prompt_tokens == ["<s>", "the", "cat", "sat", "on"]
+    assert first.target_tokens == ["a", "mat"] and not first.generated
+    ids, mask, target = one_example(model, tokenizer, 0)
+    for name in METHOD_SET:
+        explain = METHODS[name].build_generation(model, tokenizer)
+        torch.testing.assert_close(
+            first.scores[name], explain(ids, mask, target)[0].float()
+        )
+    document = result.to_dict()
+    assert document["generation_examples"]["tiny"][0]["target_tokens"] == ["a", "mat"]
+    assert document["config"]["generation"]["tiny"]["continuations"] == "given"
+
+
+def test_greedy_continuations_are_generated_once_for_every_method(
+    model, tokenizer, monkeypatch
+):
+    calls = []
+    generate = generation_engine.generate_continuations
+
+    def counted(*args, **kwargs):
+        calls.append(args[2].shape)
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(generation_engine, "generate_continuations", counted)
+    data = prompts(evidence=False, continuations=False)
+    result = run(model, tokenizer, data, batch_size=2, max_new_tokens=2, n_examples=4)
+    assert len(calls) == 2  # one per batch of 2 prompts, not one per method
+    assert "Evidence@1" not in result.metrics
+    for example in result.generation_examples["tiny"]:
+        assert example.generated and 1 <= len(example.target_tokens) <= 2
+        shapes = {tuple(scores.shape) for scores in example.scores.values()}
+        assert len(shapes) == 1  # every method explains the same continuation
+    assert result.config["generation"]["tiny"]["max_new_tokens"] == 2
+
+
+@pytest.mark.parametrize(
+    "options, data, message",
+    [
+        ({"methods": ["Saliency"]}, {}, "unknown method for generated text"),
+        ({"metrics": ["kendall_tau"]}, {}, "unknown metric for generated text"),
+        ({"metrics": ["aopc", "aopc"]}, {}, "listed twice"),
+        ({"methods": []}, {}, "no method for generated text chosen"),
+        ({"max_new_tokens": 3}, {}, "max_new_tokens applies when the model"),
+        ({}, {"continuations": False}, "planted evidence marks"),
+        ({"batch_size": 0}, {}, "batch_size"),
+    ],
+)
+def test_bad_choices_get_clear_errors(model, tokenizer, options, data, message):
+    with pytest.raises(ValueError, match=message):
+        run(model, tokenizer, prompts(**data), **options)
+
+
+def test_evidence_outside_the_prompt_is_refused(model, tokenizer):
+    data = prompts()
+    data.evidence[1] = [9, 1, 1]
+    with pytest.raises(ValueError, match="row 1's evidence positions"):
+        run(model, tokenizer, data)
+
+
+def test_a_classifier_is_refused(tokenizer):
+    with pytest.raises(Exception, match="causal"):
+        run(tiny_labelled_bert(), tokenizer, prompts(evidence=False))
+
+
+def test_registry_metric_names_are_the_cli_names():
+    assert tuple(GENERATION_METRICS) == GENERATION_METRIC_NAMES
+    columns = [c for spec in GENERATION_METRICS.values() for c in spec.columns]
+    assert columns == ["AOPC", "Sufficiency", "LOdds", "Soft-NC", "Soft-NS"]
+
+
+def test_combined_with_a_classifier_each_task_keeps_its_table(
+    model, tokenizer, result, tmp_path
+):
+    classifier = run_benchmark(
+        tiny_labelled_bert(),
+        tiny_tokenizer(),
+        tiny_data(4),
+        BenchmarkOptions(
+            methods=["AttCAT", "Random"], task="cls", progress=False, max_length=16
+        ),
+    )
+    combined = BenchmarkResult.combine([classifier, result])
+    alone = markdown_table(classifier).split("\n\n`*`")[0]
+    assert markdown_table(combined).startswith(alone + "\n\n### tiny (n=4)")
+    assert combined.task_columns("cls") == list(classifier.metrics)
+    assert combined.task_columns("tiny") == list(result.metrics)
+    table = combined.table()
+    assert math.isnan(table[0]["Evidence@1"]) and not math.isnan(table[2]["AOPC"])
+    paths = write_report(combined, tmp_path)
+    page = paths["html"].read_text(encoding="utf-8")
+    # One heatmap per method and kept example; both kinds of definitions.
+    assert page.count("<tr><th>mat</th>") == len(METHOD_SET) * 2
+    assert "Classifiers: area over the perturbation curve" in page
+    assert "Generated text: comprehensiveness" in page
+    assert "planted-evidence accuracy" in page
