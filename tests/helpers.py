@@ -118,6 +118,27 @@ def tiny_causal_lm(
     return model.to(dtype).eval()
 
 
+def tiny_recall_generator(seed: int = 0) -> Tuple[nn.Module, Any]:
+    r"""A random-init tiny Llama over the key-value recall vocabulary and its
+    tokenizer: the default generator's interface, untrained."""
+    from captum_ext.defaults.recall import recall_tokenizer, RecallTask
+
+    tokenizer = recall_tokenizer(RecallTask())
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        **dict(_SIZES, vocab_size=len(tokenizer)),
+        intermediate_size=37,
+        num_key_value_heads=2,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, attn_implementation="eager"
+    )
+    return model.eval(), tokenizer
+
+
 def continuation_batch(
     prompt_lengths: Tuple[int, ...] = (5, 3, 7),
     target_lengths: Tuple[int, ...] = (3, 1, 2),
