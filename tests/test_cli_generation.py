@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-r"""``captum-ext explain-generation`` on a tiny random GPT-2 saved with its tiny
-tokenizer: what it prints and writes equals the Python call, and every bad case
-ends in one line on stderr."""
+r"""``captum-ext explain-generation`` and ``captum-ext benchmark --prompt-column``
+on a tiny random GPT-2 saved with its tiny tokenizer (and, for the built-in
+generator, an untrained tiny one in its place): what they print and write equals
+the Python calls, and every bad case ends in one line on stderr."""
+
+import json
 
 import pytest
 import torch
 from captum_ext.cli import main
+from captum_ext.evaluation.data import load_data
 from captum_ext.evaluation.explain_generation import explain_generation
+from captum_ext.evaluation.generation_engine import run_generation_benchmark
+from captum_ext.evaluation.options import GenerationBenchmarkOptions
 from captum_ext.visualization import generation_text
 
 from tests.attr.llm_fixtures import tiny_lm_tokenizer
-from tests.helpers import save_tiny_model, tiny_causal_lm
+from tests.helpers import save_tiny_model, tiny_causal_lm, tiny_recall_generator
 
 PROMPT = "the cat sat on a mat"
 
@@ -120,3 +126,128 @@ def test_an_unwritable_html_path_fails_before_any_work(lm_dir, tmp_path, capsys)
     argv = ["explain-generation", PROMPT, "--model", str(tmp_path / "missing")]
     code = main(argv + ["--html", str(blocker / "page.html")])
     one_line_error(capsys, code, "cannot write to")
+
+
+def test_without_model_it_explains_the_default_generator(monkeypatch, capsys):
+    from captum_ext.defaults import generator
+
+    monkeypatch.setattr(
+        generator, "load_default_generator", lambda device=None: tiny_recall_generator()
+    )
+    prompt = "k1 v2 v3 ; k4 v5 v6 ; k1"
+    argv = ["explain-generation", prompt, "--target", "v2 v3", "--methods", "LogAt"]
+    assert main(argv) == 0
+    model, tokenizer = tiny_recall_generator()
+    expected = explain_generation(model, tokenizer, prompt, ["LogAt"], "v2 v3")
+    assert capsys.readouterr().out == generation_text(expected) + "\n"
+    assert expected.prompt_tokens[0] == "<bos>" and len(expected.target_tokens) == 2
+
+
+# ---------------------------------------------------------------- benchmark
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("prompts") / "prompts.csv"
+    path.write_text("prompt,answer\nthe cat sat on,a mat\na mat,the cat\non a,mat\n")
+    return path
+
+
+def test_benchmark_on_your_lm_equals_the_python_api(lm_dir, prompt_file, tmp_path):
+    out = tmp_path / "out"
+    argv = ["benchmark", "--model", str(lm_dir), "--data", str(prompt_file)]
+    argv += ["--prompt-column", "prompt", "--target-column", "answer"]
+    argv += ["--methods", "LogAt", "AttCAT", "Random", "--metrics", "aopc", "soft_ns"]
+    assert main(argv + ["--out", str(out), "--no-progress", "--batch-size", "2"]) == 0
+    written = json.loads((out / "results.json").read_text())
+    model = tiny_causal_lm("gpt2")
+    data = load_data(prompt_file, text_column="prompt", continuation_column="answer")
+    options = GenerationBenchmarkOptions(
+        methods=["LogAt", "AttCAT", "Random"],
+        metrics=["aopc", "soft_ns"],
+        batch_size=2,
+        progress=False,
+        task=lm_dir.name,
+    )
+    api = run_generation_benchmark(model, tiny_lm_tokenizer(), data, options)
+    assert [(r["task"], r["method"]) for r in written["table"]] == [
+        (row.task, row.method) for row in api.rows
+    ]
+    for cli_row, row in zip(written["table"], api.rows):
+        for column in ("AOPC", "Soft-NS"):
+            expected = row.metrics[column]
+            assert cli_row[column] == pytest.approx(expected, abs=1e-6, nan_ok=True)
+    assert "Kendall-tau" not in written["metrics"]
+    examples = written["generation_examples"][lm_dir.name]
+    assert examples[0]["target_tokens"] == ["a", "mat"]
+    # A heatmap row "mat" per method in the two kept examples that generate it.
+    assert (out / "report.html").read_text().count("<tr><th>mat</th>") == 3 * 2
+
+
+def test_benchmark_generates_continuations_without_a_target_column(
+    lm_dir, prompt_file, tmp_path, capsys
+):
+    argv = ["benchmark", "--model", str(lm_dir), "--data", str(prompt_file)]
+    argv += ["--prompt-column", "prompt", "--max-new-tokens", "2", "--methods"]
+    argv += ["LogAt", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    written = json.loads((tmp_path / "results.json").read_text())
+    settings = written["config"]["generation"][lm_dir.name]
+    assert settings == {
+        "continuations": "generated",
+        "max_new_tokens": 2,
+        "metric_value": "mean over each example's target tokens",
+    }
+    assert f"### {lm_dir.name} (n=3)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        (["--target-column", "answer"], "--target-column applies to a causal LM"),
+        (["--max-new-tokens", "2"], "--max-new-tokens applies to a causal LM"),
+        (
+            ["--prompt-column", "prompt", "--target-column", "answer"]
+            + ["--max-new-tokens", "2"],
+            "--max-new-tokens applies when the model generates",
+        ),
+        (["--prompt-column", "prompt", "--label-column", "x"], "applies to classif"),
+        (["--prompt-column", "prompt", "--methods", "Saliency"], "for generated text"),
+        (["--prompt-column", "prompt", "--metrics", "hiding_revealing"], "metric for"),
+        (["--prompt-column", "prompt", "--max-new-tokens", "0"], "must be >= 1"),
+        (["--prompt-column", "nope"], "no column 'nope'"),
+    ],
+)
+def test_benchmark_bad_flags_end_in_one_line(
+    lm_dir, prompt_file, tmp_path, capsys, extra, expected
+):
+    argv = ["benchmark", "--model", str(lm_dir), "--data", str(prompt_file)]
+    code = main(argv + ["--out", str(tmp_path), "--no-progress", *extra])
+    one_line_error(capsys, code, expected)
+
+
+def test_benchmark_prompt_column_needs_your_model(tmp_path, capsys):
+    code = main(["benchmark", "--prompt-column", "prompt", "--out", str(tmp_path)])
+    one_line_error(capsys, code, "--prompt-column applies to your causal LM")
+
+
+def test_benchmark_tasks_default_to_the_three_built_in_ones():
+    from captum_ext.cli import _parser, BENCHMARK_TASKS
+    from captum_ext.evaluation.tasks import BUILT_IN_TASKS
+
+    assert BENCHMARK_TASKS == BUILT_IN_TASKS == ("sentiment", "source", "recall")
+    assert _parser().parse_args(["benchmark"]).tasks == list(BUILT_IN_TASKS)
+
+
+def test_benchmark_tasks_recall_runs_the_default_generator(
+    monkeypatch, tmp_path, capsys
+):
+    from captum_ext.evaluation import tasks
+
+    monkeypatch.setattr(
+        tasks, "load_default_generator", lambda device=None: tiny_recall_generator()
+    )
+    argv = ["benchmark", "--tasks", "recall", "--n", "3", "--methods", "LogAt"]
+    argv += ["Random", "--metrics", "aopc", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "### recall (n=3)" in out
+    assert "| method | family | Evidence@1 ↑ | Evidence@3 ↑ | AOPC ↑ |" in out
