@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-r"""``benchmark`` under ``torchrun``: 2 CPU processes (gloo on loopback) give the
-one-process table and per-example values."""
+r"""``benchmark`` and the generation benchmark under ``torchrun``: 2 CPU processes
+(gloo on loopback) give the one-process table and per-example values."""
 
 import json
 import os
@@ -66,3 +66,58 @@ def test_two_ranks_equal_one_process(tmp_path):
         for column in a[4]:
             assert a[4][column] == pytest.approx(b[4][column], abs=1e-6, nan_ok=True)
         assert (a[5], b[5]) == (3, 4)  # 3 batches of 2; 2 ranks x 2 batches (2 + 1)
+
+
+GENERATION_SCRIPT = """
+import json, sys
+import torch
+from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.generation_engine import run_generation_benchmark
+from captum_ext.evaluation.options import GenerationBenchmarkOptions
+from tests.attr.llm_fixtures import tiny_lm_tokenizer
+from tests.helpers import tiny_causal_lm
+
+torch.set_num_threads(1)
+data = TextData(
+    "tiny", ["the cat sat on", "a mat", "the the cat sat on a", "on a mat", "a"],
+    continuations=["a mat", "the cat sat", "mat", "the cat", "cat"],
+    evidence=[[4, -1], [1, 2, -1], [5], [2, 3], [1]],
+)
+options = GenerationBenchmarkOptions(
+    methods=["AttCAT", "FeatureAblation", "Random"], metrics=["aopc", "soft_nc"],
+    batch_size=2, progress=False, task="tiny",
+)
+result = run_generation_benchmark(
+    tiny_causal_lm("gpt2", dtype=torch.float64), tiny_lm_tokenizer(), data, options
+)
+if int(__import__("os").environ.get("RANK", "0")) == 0:
+    json.dump({
+        "world": result.config["world_size"],
+        "rows": [[r.method, r.n, r.rows, r.metrics, r.per_example, len(r.ratios)]
+                 for r in result.rows],
+        "examples": [e.prompt_tokens for e in result.generation_examples["tiny"]],
+        "scores": [e.scores["AttCAT"].tolist()
+                   for e in result.generation_examples["tiny"]],
+    }, open(sys.argv[1], "w"))
+"""
+
+
+def test_generation_benchmark_two_ranks_equal_one_process(tmp_path):
+    script = tmp_path / "bench.py"
+    script.write_text(GENERATION_SCRIPT)
+    single, double = tmp_path / "one.json", tmp_path / "two.json"
+    _run([sys.executable, str(script), str(single)], tmp_path)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    torchrun += ["--nnodes", "1", "--nproc-per-node", "2"]
+    _run(torchrun + [str(script), str(double)], tmp_path)
+    one, two = json.loads(single.read_text()), json.loads(double.read_text())
+    assert (one["world"], two["world"]) == (1, 2)
+    assert one["examples"] == two["examples"]
+    for a, b in zip(one["scores"], two["scores"], strict=True):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b))
+    for a, b in zip(one["rows"], two["rows"], strict=True):
+        assert a[:3] == b[:3]  # method, n, rows 0..4 (ranked alike)
+        assert a[3] == pytest.approx(b[3], abs=1e-6, nan_ok=True)
+        for column in a[4]:
+            assert a[4][column] == pytest.approx(b[4][column], abs=1e-6, nan_ok=True)
+        assert (a[5], b[5]) == (3, 3)  # 3 batches of 2; ranks of 3 and 2: 2 + 1
