@@ -17,7 +17,9 @@ forward pass over prompt + continuation on the same batch
   with longer continuations weigh the same;
 - ``Evidence@1`` and ``Evidence@3``
   (:func:`~captum_ext.evaluation.planted_evidence.planted_evidence_accuracy`
-  per example, ties counted in expectation), when the data has ``evidence``.
+  per example, ties counted in expectation, the tokenizer's special tokens
+  such as BOS ranked below every other prompt token, as no metric ranks them),
+  when the data has ``evidence``.
 
 The table is sorted by ``Evidence@1`` when present. Under ``torchrun`` the
 examples are dealt to the ranks as in the classifier engine
@@ -200,17 +202,14 @@ def _evidence(
 
 
 def _evidence_accuracy(
-    scores: Tensor, batch: _PromptBatch, evidence: Tensor, top_k: int
+    scores: Tensor, batch: _PromptBatch, evidence: Tensor, ranked: Tensor, top_k: int
 ) -> Tensor:
     r"""``[batch]`` planted-evidence accuracy of each example (NaN for one
-    without evidence)."""
+    without evidence) among the ``ranked`` ``[batch, P]`` prompt positions."""
     values = [
         (
             planted_evidence_accuracy(
-                scores[b : b + 1],
-                evidence[b : b + 1],
-                batch.attention_mask[b : b + 1],
-                top_k,
+                scores[b : b + 1], evidence[b : b + 1], ranked[b : b + 1], top_k
             )
             if bool((evidence[b] >= 0).any())
             else math.nan
@@ -258,9 +257,14 @@ def _score_batch(
         for column, value in metric.compute(context, scores).items():
             shard.record(column, batch.rows, value)
     if batch.evidence is not None:
+        # Special tokens (BOS, ...) compete for no place, as no metric ranks them.
+        special = torch.tensor(context.tokens.special_token_ids, dtype=torch.long)
+        ranked = batch.attention_mask * ~torch.isin(
+            batch.input_ids, special.to(batch.input_ids.device)
+        )
         for k in EVIDENCE_TOP_K:
-            value = MetricValue(_evidence_accuracy(scores, batch, batch.evidence, k))
-            shard.record(evidence_column(k), batch.rows, value)
+            accuracy = _evidence_accuracy(scores, batch, batch.evidence, ranked, k)
+            shard.record(evidence_column(k), batch.rows, MetricValue(accuracy))
     width = batch.input_ids.shape[1]
     for b, row in enumerate(batch.rows):
         if row in run.keep:

@@ -117,9 +117,12 @@ def test_values_are_the_library_metrics_and_evidence_accuracy(
                 expected = float(direct.score.double().nanmean())
                 got = row_result.per_example[column][position]
                 assert got == pytest.approx(expected, abs=1e-6, nan_ok=True), column
+            special = torch.tensor(tokenizer.all_special_ids)
+            ranked = mask * ~torch.isin(ids, special)  # <s> competes for no place
+            assert ranked[0].tolist() == [0] + [1] * (ids.shape[1] - 1)
             for k in (1, 3):
                 evidence = torch.tensor([EVIDENCE[row]])
-                expected = planted_evidence_accuracy(scores, evidence, mask, k)
+                expected = planted_evidence_accuracy(scores, evidence, ranked, k)
                 got = row_result.per_example[f"Evidence@{k}"][position]
                 assert got == pytest.approx(expected, abs=1e-12)
         assert row_result.n == len(PROMPTS) and sorted(row_result.rows) == [0, 1, 2, 3]
