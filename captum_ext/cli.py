@@ -8,9 +8,10 @@ r"""The ``captum-ext`` command line: argument parsing only; the work is done by
 ``captum-ext explain "text"`` prints the prediction and every method's token
 scores; ``captum-ext explain-generation "prompt"`` what a causal LM generates
 and every method's target x prompt scores; ``captum-ext benchmark`` scores
-methods with metrics on your model and data (``--model DIR --data FILE``) or on
-the two built-in tasks, and writes a report; ``captum-ext attribute`` writes a
-whole dataset's attributions. Every error ends in one line on stderr and a
+methods with metrics on your model and data (``--model DIR --data FILE``, with
+``--prompt-column`` for a causal LM) or on the built-in tasks (two classifiers,
+one generator), and writes a report; ``captum-ext attribute`` writes a whole
+dataset's attributions. Every error ends in one line on stderr and a
 non-zero exit (``--debug`` shows the traceback). Heavy imports happen inside
 the commands, which keeps ``--help`` fast.
 """

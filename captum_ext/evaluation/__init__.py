@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-r"""Evaluation jobs on users' models and data: loading, the benchmark engine and
-dataset attribution, in one process or across ranks under ``torchrun``.
+r"""Evaluation jobs on users' models and data: loading, the benchmark engines
+(classifiers; what causal LMs generate) and dataset attribution, in one process
+or across ranks under ``torchrun``.
 
 >>> from captum_ext.evaluation import benchmark, load_classifier
 >>> model, tokenizer = load_classifier("my-finetuned-model/")
@@ -26,6 +27,7 @@ _WHERE = {
     "load_classifier": "models",
     "load_data": "data",
     "resolve_model_source": "models",
+    "run_generation_benchmark": "generation_engine",
 }
 __all__ = list(_WHERE)
 

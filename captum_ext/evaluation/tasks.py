@@ -27,10 +27,7 @@ from captum_ext.evaluation.names import (
     METHOD_NAMES,
     METRIC_NAMES,
 )
-from captum_ext.evaluation.options import (
-    BenchmarkOptions,
-    GenerationBenchmarkOptions,
-)
+from captum_ext.evaluation.options import BenchmarkOptions, GenerationBenchmarkOptions
 from captum_ext.evaluation.registry import needs_decoders
 from captum_ext.evaluation.results import BenchmarkResult
 

@@ -16,10 +16,7 @@ from captum_ext.evaluation.data import TextData
 from captum_ext.evaluation.engine import run_benchmark
 from captum_ext.evaluation.generation_engine import run_generation_benchmark
 from captum_ext.evaluation.names import GENERATION_METRIC_NAMES
-from captum_ext.evaluation.options import (
-    BenchmarkOptions,
-    GenerationBenchmarkOptions,
-)
+from captum_ext.evaluation.options import BenchmarkOptions, GenerationBenchmarkOptions
 from captum_ext.evaluation.planted_evidence import planted_evidence_accuracy
 from captum_ext.evaluation.registry import GENERATION_METRICS, METHODS
 from captum_ext.evaluation.report import markdown_table, write_report
@@ -34,12 +31,7 @@ from captum_ext.metrics import (
 )
 
 from tests.attr.llm_fixtures import tiny_lm_tokenizer
-from tests.helpers import (
-    tiny_causal_lm,
-    tiny_data,
-    tiny_labelled_bert,
-    tiny_tokenizer,
-)
+from tests.helpers import tiny_causal_lm, tiny_data, tiny_labelled_bert, tiny_tokenizer
 
 # Prompts of different lengths (left padding differs by batch), continuations
 # of 1-3 tokens, and evidence: positions in each prompt's own ids (<s> is 0).
@@ -96,9 +88,7 @@ def result(model, tokenizer):
     return run(model, tokenizer, prompts(), batch_size=4)
 
 
-def test_values_are_the_library_metrics_and_evidence_accuracy(
-    model, tokenizer, result
-):
+def test_values_are_the_library_metrics_and_evidence_accuracy(model, tokenizer, result):
     forward = causal_lm_forward(model)
     tokens = TokenOptions.from_tokenizer(tokenizer)
     for row_result in result.rows:
