@@ -60,6 +60,7 @@ __all__ = [
     "check_options",
     "checked_max_length",
     "default_max_length",
+    "kept_scores",
     "merge_method",
     "metric_values",
     "run_benchmark",
@@ -494,6 +495,18 @@ def merge_method(
     )
 
 
+def kept_scores(
+    shards: Sequence[Dict[str, MethodShard]], row: int
+) -> Dict[str, Tensor]:
+    r"""Every method's kept scores of ``row``, from the ranks' shards by method."""
+    return {
+        name: shard.kept[row]
+        for by_method in shards
+        for name, shard in by_method.items()
+        if row in shard.kept
+    }
+
+
 def _label_names(model: nn.Module, data: ExampleData) -> List[str]:
     r"""The data's class names, else the model's ``id2label``."""
     names = getattr(data, "label_names", None)
@@ -530,12 +543,7 @@ def _examples(
     for row in sorted(kept):
         ids = kept[row][0]
         target, prob = predictions[row]
-        scores = {
-            name: shard.kept[row]
-            for out in outputs
-            for name, shard in out.methods.items()
-            if row in shard.kept
-        }
+        scores = kept_scores([out.methods for out in outputs], row)
         examples[row] = Explanation(
             tokens=tokenizer.convert_ids_to_tokens(ids),
             scores=scores,

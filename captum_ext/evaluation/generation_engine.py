@@ -50,6 +50,7 @@ from captum_ext.evaluation.distributed import distributed_context, DistributedCo
 from captum_ext.evaluation.engine import (
     check_options,
     checked_max_length,
+    kept_scores,
     merge_method,
     MethodShard,
     run_config,
@@ -321,12 +322,7 @@ def _examples(
     examples = []
     for row in sorted(kept):
         prompt, continuation = kept[row]
-        scores = {
-            name: shard.kept[row]
-            for out in outputs
-            for name, shard in out.methods.items()
-            if row in shard.kept
-        }
+        scores = kept_scores([out.methods for out in outputs], row)
         examples.append(
             GenerationExplanation(
                 prompt_tokens=tokenizer.convert_ids_to_tokens(prompt),

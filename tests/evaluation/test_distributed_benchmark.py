@@ -45,9 +45,10 @@ def _run(command, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
 
 
-def test_two_ranks_equal_one_process(tmp_path):
+def _one_and_two_ranks(script_text, tmp_path):
+    r"""The JSON the script writes in one process and on 2 ranks."""
     script = tmp_path / "bench.py"
-    script.write_text(SCRIPT)
+    script.write_text(script_text)
     single, double = tmp_path / "one.json", tmp_path / "two.json"
     _run([sys.executable, str(script), str(single)], tmp_path)
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
@@ -61,11 +62,16 @@ def test_two_ranks_equal_one_process(tmp_path):
             torch.tensor(a), torch.tensor(b), rtol=1e-4, atol=1e-9
         )
     for a, b in zip(one["rows"], two["rows"], strict=True):
-        assert a[:3] == b[:3]  # method, n, rows 0..5
+        assert a[:3] == b[:3]  # method, n, rows (in the same order)
         assert a[3] == pytest.approx(b[3], abs=1e-6, nan_ok=True)
         for column in a[4]:
             assert a[4][column] == pytest.approx(b[4][column], abs=1e-6, nan_ok=True)
-        assert (a[5], b[5]) == (3, 4)  # 3 batches of 2; 2 ranks x 2 batches (2 + 1)
+    return [(a[5], b[5]) for a, b in zip(one["rows"], two["rows"])]
+
+
+def test_two_ranks_equal_one_process(tmp_path):
+    batches = _one_and_two_ranks(SCRIPT, tmp_path)
+    assert set(batches) == {(3, 4)}  # 3 batches of 2; 2 ranks x 2 batches (2 + 1)
 
 
 GENERATION_SCRIPT = """
@@ -103,21 +109,5 @@ if int(__import__("os").environ.get("RANK", "0")) == 0:
 
 
 def test_generation_benchmark_two_ranks_equal_one_process(tmp_path):
-    script = tmp_path / "bench.py"
-    script.write_text(GENERATION_SCRIPT)
-    single, double = tmp_path / "one.json", tmp_path / "two.json"
-    _run([sys.executable, str(script), str(single)], tmp_path)
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    torchrun += ["--nnodes", "1", "--nproc-per-node", "2"]
-    _run(torchrun + [str(script), str(double)], tmp_path)
-    one, two = json.loads(single.read_text()), json.loads(double.read_text())
-    assert (one["world"], two["world"]) == (1, 2)
-    assert one["examples"] == two["examples"]
-    for a, b in zip(one["scores"], two["scores"], strict=True):
-        torch.testing.assert_close(torch.tensor(a), torch.tensor(b))
-    for a, b in zip(one["rows"], two["rows"], strict=True):
-        assert a[:3] == b[:3]  # method, n, rows 0..4 (ranked alike)
-        assert a[3] == pytest.approx(b[3], abs=1e-6, nan_ok=True)
-        for column in a[4]:
-            assert a[4][column] == pytest.approx(b[4][column], abs=1e-6, nan_ok=True)
-        assert (a[5], b[5]) == (3, 3)  # 3 batches of 2; ranks of 3 and 2: 2 + 1
+    batches = _one_and_two_ranks(GENERATION_SCRIPT, tmp_path)
+    assert set(batches) == {(3, 3)}  # 3 batches of 2; ranks of 3 and 2: 2 + 1
