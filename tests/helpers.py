@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Typ
 import pytest
 import torch
 import transformers
-from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.data import LoadedExamples
 from torch import nn, Tensor
 
 VOCAB = 99
@@ -322,11 +322,12 @@ def embedding_decoders_in_registry() -> Iterator[None]:
         yield
 
 
-def tiny_data(n: int = 4, labels: bool = True, pairs: bool = False) -> TextData:
-    r"""The first ``n`` tiny texts as :class:`~captum_ext.evaluation.data.TextData`
-    (labels cycling over the three classes; pairs: the texts reversed)."""
+def tiny_data(n: int = 4, labels: bool = True, pairs: bool = False) -> LoadedExamples:
+    r"""The first ``n`` tiny texts as
+    :class:`~captum_ext.evaluation.data.LoadedExamples` (labels cycling over
+    the three classes; pairs: the texts reversed)."""
     texts = list(TINY_TEXTS[:n])
-    return TextData(
+    return LoadedExamples(
         "tiny",
         texts,
         text_pairs=list(reversed(texts)) if pairs else None,

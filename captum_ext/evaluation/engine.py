@@ -53,7 +53,7 @@ from captum_ext.evaluation.tokenized_batches import bucketed_batches, EncodedBat
 from captum_ext.visualization import Explanation, special_token_mask
 
 __all__ = [
-    "ExampleData",
+    "Examples",
     "SharedForward",
     "benchmark",
     "checked_max_length",
@@ -66,11 +66,12 @@ __all__ = [
 FALLBACK_MAX_LENGTH = 512
 
 
-class ExampleData(Protocol):
-    r"""What the engine reads from a dataset (``TextData`` of
-    :func:`captum_ext.evaluation.data.load_data`, or
-    :class:`captum_ext.defaults.data.TextDataset`): ``texts``, gold ``labels`` or
-    None, ``label_names`` or None, and optionally ``text_pairs``."""
+class Examples(Protocol):
+    r"""What the engine reads from any examples (the user's
+    :class:`~captum_ext.evaluation.data.LoadedExamples`, a built-in task's
+    :class:`~captum_ext.defaults.data.TaskExamples`, or a record of one's own):
+    ``texts``, gold ``labels`` or None, ``label_names`` or None, and optionally
+    ``text_pairs``."""
 
     @property
     def texts(self) -> Sequence[str]: ...
@@ -194,7 +195,7 @@ class _Batch:
 
 def _batches(
     tokenizer: Any,
-    data: ExampleData,
+    data: Examples,
     rows: List[int],
     *,
     batch_size: int,
@@ -402,7 +403,7 @@ class _Job:
 def _run_shard(
     model: nn.Module,
     tokenizer: Any,
-    data: ExampleData,
+    data: Examples,
     job: _Job,
     ctx: DistributedContext,
 ) -> _RankOutput:
@@ -480,7 +481,7 @@ def _merge_method(
     )
 
 
-def _label_names(model: nn.Module, data: ExampleData) -> List[str]:
+def _label_names(model: nn.Module, data: Examples) -> List[str]:
     r"""The data's class names, else the model's ``id2label``."""
     names = getattr(data, "label_names", None)
     if names:
@@ -504,7 +505,7 @@ def _attended(
 def _examples(
     model: nn.Module,
     tokenizer: Any,
-    data: ExampleData,
+    data: Examples,
     outputs: List[_RankOutput],
     kept: Dict[int, Tuple[List[int], Optional[List[int]]]],
 ) -> Dict[int, Explanation]:
@@ -570,7 +571,7 @@ def _layer_maps(
     return maps
 
 
-def _check_labels(metrics: Sequence[MetricSpec], data: ExampleData) -> None:
+def _check_labels(metrics: Sequence[MetricSpec], data: Examples) -> None:
     needing = [m.name for m in metrics if m.needs_labels]
     if needing and getattr(data, "labels", None) is None:
         raise ValueError(
@@ -579,7 +580,7 @@ def _check_labels(metrics: Sequence[MetricSpec], data: ExampleData) -> None:
         )
 
 
-def _check_options(batch_size: int, n_examples: int, data: ExampleData) -> None:
+def _check_options(batch_size: int, n_examples: int, data: Examples) -> None:
     check_internal_batch_size(batch_size, "batch_size")
     if n_examples < 0:
         raise ValueError(f"n_examples must be >= 0, got {n_examples}")
@@ -589,7 +590,7 @@ def _check_options(batch_size: int, n_examples: int, data: ExampleData) -> None:
 
 def _config(
     model: nn.Module,
-    data: ExampleData,
+    data: Examples,
     job: _Job,
     ctx: DistributedContext,
     truncated: int,
@@ -619,7 +620,7 @@ def _config(
 def benchmark(
     model: nn.Module,
     tokenizer: Any,
-    data: ExampleData,
+    data: Examples,
     methods: Optional[Sequence[str]] = None,
     metrics: Optional[Sequence[str]] = None,
     *,
@@ -687,7 +688,7 @@ def benchmark(
 def run_benchmark(
     model: nn.Module,
     tokenizer: Any,
-    data: ExampleData,
+    data: Examples,
     options: BenchmarkOptions,
     stacklevel: int = 2,
 ) -> BenchmarkResult:
@@ -745,7 +746,7 @@ def run_benchmark(
 def _merge(
     model: nn.Module,
     tokenizer: Any,
-    data: ExampleData,
+    data: Examples,
     outputs: List[_RankOutput],
     *,
     job: _Job,

@@ -9,7 +9,7 @@ from typing import Any, List, Optional, Sequence
 
 from torch import nn
 
-from captum_ext.defaults.data import load_split, TASKS, TextDataset
+from captum_ext.defaults.data import load_split, TaskExamples, TASKS
 from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 from captum_ext.evaluation.engine import run_benchmark
 from captum_ext.evaluation.names import check_names
@@ -38,7 +38,7 @@ class DefaultTask:
     name: str
     model: nn.Module
     tokenizer: Any
-    data: TextDataset
+    data: TaskExamples
     max_length: int = MAX_LENGTH
 
 

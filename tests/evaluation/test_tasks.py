@@ -4,7 +4,7 @@ one combined result out; the decoders' training texts are read only when a
 chosen method fits decoders."""
 
 import pytest
-from captum_ext.defaults.data import TextDataset
+from captum_ext.defaults.data import TaskExamples
 from captum_ext.evaluation import tasks
 
 from tests.helpers import (
@@ -21,7 +21,7 @@ def splits_read(monkeypatch, no_decoder_fitting):
 
     def load_split(task, split="test"):
         read.append((task, split))
-        return TextDataset(list(TINY_TEXTS), [0, 1, 2, 0, 1, 2], TINY_LABEL_NAMES)
+        return TaskExamples(list(TINY_TEXTS), [0, 1, 2, 0, 1, 2], TINY_LABEL_NAMES)
 
     monkeypatch.setattr(tasks, "load_split", load_split)
     monkeypatch.setattr(

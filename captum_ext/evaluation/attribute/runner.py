@@ -56,7 +56,7 @@ from captum_ext.evaluation.attribute.shards import (
     shard_problem,
     write_shard,
 )
-from captum_ext.evaluation.data import DataError, TextData
+from captum_ext.evaluation.data import DataError, LoadedExamples
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.engine import (
     checked_max_length,
@@ -83,7 +83,7 @@ Explain = Callable[..., Tensor]
 def attribute_dataset(
     model: nn.Module,
     tokenizer: Any,
-    data: TextData,
+    data: LoadedExamples,
     methods: Sequence[str],
     out_dir: Any,
     *,
@@ -114,7 +114,7 @@ def attribute_dataset(
         model (nn.Module): a Hugging Face sequence classifier or causal LM in
             eval mode.
         tokenizer: its tokenizer (with a pad token).
-        data (TextData): the examples (see :func:`load_data`).
+        data (LoadedExamples): the examples (see :func:`load_data`).
         methods (Sequence[str]): method names of the registry, e.g.
             ``["NormXLogit", "AttCAT"]``.
         out_dir (str or Path): where shards and manifest go; shared by all
@@ -227,7 +227,7 @@ class _Plan(NamedTuple):
 def _classifier_plan(
     model: nn.Module,
     tokenizer: Any,
-    data: TextData,
+    data: LoadedExamples,
     method_specs: Sequence[Any],
     metric_specs: Sequence[Any],
     length: int,
@@ -260,7 +260,7 @@ def _classifier_plan(
 def _generation_plan(
     model: nn.Module,
     tokenizer: Any,
-    data: TextData,
+    data: LoadedExamples,
     method_specs: Sequence[Any],
     metric_specs: Sequence[Any],
     length: int,
@@ -319,7 +319,7 @@ def _check_names(
     ]
 
 
-def _check_target(target: str, data: TextData) -> None:
+def _check_target(target: str, data: LoadedExamples) -> None:
     if target not in _TARGETS:
         raise ValueError(f"target must be one of {_TARGETS}, got {target!r}")
     if target == "label" and data.labels is None:
@@ -329,7 +329,7 @@ def _check_target(target: str, data: TextData) -> None:
         )
 
 
-def _check_words(tokenizer: Any, data: TextData) -> None:
+def _check_words(tokenizer: Any, data: LoadedExamples) -> None:
     empty = texts_without_words(tokenizer, data.texts, data.text_pairs)
     if empty:
         rows = ", ".join(str(data.rows[i]) for i in empty[:10])
@@ -341,7 +341,7 @@ def _check_words(tokenizer: Any, data: TextData) -> None:
         )
 
 
-def _gives_type_ids(tokenizer: Any, data: TextData) -> bool:
+def _gives_type_ids(tokenizer: Any, data: LoadedExamples) -> bool:
     r"""Whether the tokenizer gives segment ids for ``data``'s pairs (BERT
     does; RoBERTa-like tokenizers mark pairs with separators only)."""
     if data.text_pairs is None or not len(data):
@@ -356,7 +356,7 @@ class _Run(NamedTuple):
     out: Path
     arguments: Dict[str, Any]
     schema: pa.Schema
-    data: TextData
+    data: LoadedExamples
 
 
 def _agreed_missing_shards(
@@ -413,7 +413,7 @@ class _Job:
 
     def shard_table(
         self,
-        data: TextData,
+        data: LoadedExamples,
         schema: pa.Schema,
         batch_size: int,
         device: torch.device,
@@ -440,12 +440,12 @@ class _Job:
         return pa.Table.from_pydict(columns, schema=schema)
 
     def batches(
-        self, data: TextData, batch_size: int, device: torch.device
+        self, data: LoadedExamples, batch_size: int, device: torch.device
     ) -> Iterator[Tuple[List[int], Iterator[Tuple[str, List[Any]]]]]:
         r"""Per batch: its data positions and its output columns."""
         raise NotImplementedError
 
-    def source_columns(self, data: TextData) -> Dict[str, List[Any]]:
+    def source_columns(self, data: LoadedExamples) -> Dict[str, List[Any]]:
         r"""The columns copied from ``data``."""
         raise NotImplementedError
 
@@ -477,7 +477,7 @@ class _ClassifierJob(_Job):
         self.target = target
 
     def batches(
-        self, data: TextData, batch_size: int, device: torch.device
+        self, data: LoadedExamples, batch_size: int, device: torch.device
     ) -> Iterator[Tuple[List[int], Iterator[Tuple[str, List[Any]]]]]:
         gold = data.labels if self.target == "label" else None
         for batch in bucketed_batches(
@@ -490,7 +490,7 @@ class _ClassifierJob(_Job):
             classes = None if gold is None else [gold[i] for i in batch.rows]
             yield batch.rows, self.batch_columns(batch.to(device), classes)
 
-    def source_columns(self, data: TextData) -> Dict[str, List[Any]]:
+    def source_columns(self, data: LoadedExamples) -> Dict[str, List[Any]]:
         return source_columns(data)
 
     def truncated(self, table: pa.Table) -> int:
@@ -574,7 +574,7 @@ class _GenerationJob(_Job):
         model: nn.Module,
         tokenizer: Any,
         method_specs: Sequence[Any],
-        data: TextData,
+        data: LoadedExamples,
         prompts: List[List[int]],
         given: Optional[List[List[int]]],
         max_new_tokens: Optional[int],
@@ -591,7 +591,7 @@ class _GenerationJob(_Job):
         self._position = {row: i for i, row in enumerate(data.rows)}
 
     def batches(
-        self, data: TextData, batch_size: int, device: torch.device
+        self, data: LoadedExamples, batch_size: int, device: torch.device
     ) -> Iterator[Tuple[List[int], Iterator[Tuple[str, List[Any]]]]]:
         positions = [self._position[row] for row in data.rows]
 
@@ -637,7 +637,7 @@ class _GenerationJob(_Job):
             scores = explain(ids, mask, target)  # [batch, T, P]
             yield name, _matrices(scores, prompt_ids, target_ids, name)
 
-    def source_columns(self, data: TextData) -> Dict[str, List[Any]]:
+    def source_columns(self, data: LoadedExamples) -> Dict[str, List[Any]]:
         return generation_source_columns(data)
 
     def truncated(self, table: pa.Table) -> int:
@@ -677,7 +677,7 @@ def _matrices(
 
 
 def _encode_prompts(
-    tokenizer: Any, data: TextData, max_length: int, max_new_tokens: Optional[int]
+    tokenizer: Any, data: LoadedExamples, max_length: int, max_new_tokens: Optional[int]
 ) -> Tuple[List[List[int]], Optional[List[List[int]]], Optional[int]]:
     r"""Token ids of the prompts (with the tokenizer's special tokens, BOS
     where it adds one) and of the given continuations (none added: no BOS
