@@ -648,8 +648,8 @@ def benchmark(
         model (nn.Module): a Hugging Face sequence classifier (see
             :func:`captum_ext.evaluation.load_classifier`); it is moved to
             ``device``.
-        tokenizer: its tokenizer.
-        data: texts (and optional ``text_pairs``, gold ``labels`` and
+        tokenizer (PreTrainedTokenizerBase): its tokenizer.
+        data (Examples): texts (and optional ``text_pairs``, gold ``labels`` and
             ``label_names``), e.g. from :func:`captum_ext.evaluation.data.load_data`.
         methods (Sequence[str], optional): names in ``METHODS``. Default: all.
         metrics (Sequence[str], optional): names in ``METRICS``. Default: all.
@@ -697,8 +697,8 @@ def run_benchmark(
 
     Args:
         model (nn.Module): a Hugging Face sequence classifier.
-        tokenizer: its tokenizer.
-        data: texts (and optional ``text_pairs``, gold ``labels`` and
+        tokenizer (PreTrainedTokenizerBase): its tokenizer.
+        data (Examples): texts (and optional ``text_pairs``, gold ``labels`` and
             ``label_names``).
         options (BenchmarkOptions): the run's methods, metrics, batch size and
             the rest (see :class:`~captum_ext.evaluation.options.BenchmarkOptions`).

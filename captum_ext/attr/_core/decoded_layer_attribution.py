@@ -530,8 +530,8 @@ class DecodedLayerAttribution(LayerAttribution):
             contrast_target (Tensor, optional): causal LMs: foil ids
                 ``[batch, T]``; row ``t`` explains ``log p(y_t) - log p(y'_t)``.
                 Default: None.
-            **attribute_kwargs: passed to the wrapped method's ``attribute``
-                (e.g. ``baselines``, ``n_steps``).
+            **attribute_kwargs (Any, optional): passed to the wrapped method's
+                ``attribute`` (e.g. ``baselines``, ``n_steps``).
 
         Returns:
             Tensor ``[batch, pos]`` in float32 (float64 for a float64 model): one

@@ -113,7 +113,7 @@ def attribute_dataset(
     Args:
         model (nn.Module): a Hugging Face sequence classifier or causal LM in
             eval mode.
-        tokenizer: its tokenizer (with a pad token).
+        tokenizer (PreTrainedTokenizerBase): its tokenizer (with a pad token).
         data (LoadedExamples): the examples (see :func:`load_data`).
         methods (Sequence[str]): method names of the registry, e.g.
             ``["NormXLogit", "AttCAT"]``.
