@@ -432,6 +432,17 @@ class SoftErasure:
         values = values.float()
         return per_target_result(values.mean(-1), values, self.target, None)
 
+    def comprehensiveness_ratio(self) -> Tensor:
+        r"""``[batch, T, n_samples]``: the soft comprehensiveness relative to the
+        empty prompt's, :math:`r = \max(0, p(x) - p(x')) / \max(0, p(x) - p(0))`
+        (Soft-NC is :math:`r`, Soft-NS :math:`1 - r`, both clipped to [0, 1]);
+        NaN where the normaliser :math:`1 - S(x, 0)` is 0."""
+        p_x, p_empty = self.base.exp()[..., None], self.empty.exp()[..., None]
+        comprehensiveness = (p_x - self.samples.exp()).clamp(min=0)
+        normaliser = (p_x - p_empty).clamp(min=0)  # 1 - S(x, 0)
+        ratio = comprehensiveness / normaliser
+        return ratio.masked_fill(normaliser == 0, float("nan"))
+
 
 def evaluate_soft_erasure(
     call: MetricCall,
