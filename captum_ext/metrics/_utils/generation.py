@@ -317,6 +317,16 @@ class HardCurves:
     target: Tensor
     protocol: PerturbationProtocol
 
+    def probability_drop(self) -> Tensor:
+        r"""``[batch, T, levels]``: :math:`p(y_t \mid x, y_{<t}) - p(y_t \mid
+        \tilde{x}, y_{<t})` at each level (AOPC, sufficiency)."""
+        return self.base.exp()[..., None] - self.curve.exp()
+
+    def log_ratio(self) -> Tensor:
+        r"""``[batch, T, levels]``: :math:`\log p(y_t \mid \tilde{x}, y_{<t}) -
+        \log p(y_t \mid x, y_{<t})` at each level (log-odds)."""
+        return self.curve - self.base[..., None]
+
     def result(self, curve: Tensor) -> GenerationMetricResult:
         r"""The mean of ``curve`` over the active levels (the protocol's
         ``empty_score`` when none is, NaN without one)."""
