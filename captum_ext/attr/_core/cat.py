@@ -16,7 +16,7 @@ from captum_ext._utils.common import (
     run_model,
     TokenBatch,
 )
-from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.hooks import gradients_from
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
@@ -272,9 +272,7 @@ class CAT(GradientAttribution):
         r"""One forward pass ``run(hidden_states=True, attentions=...)`` that
         records the graph to the used hidden states: its logits, those hidden
         states and the token weights ``weigh(output)``."""
-        with HookSet() as hooks, torch.enable_grad():
-            # Frozen parameters would leave the hidden states out of the graph.
-            hooks.make_output_require_grad(self.adapter.embedding_output_module())
+        with gradients_from(self.adapter.embedding_output_module()):
             out = run(hidden_states=True, attentions=self._uses_attention)
             hidden = self._used_hidden_states(out.hidden_states)
             with torch.no_grad():

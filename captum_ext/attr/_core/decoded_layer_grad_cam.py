@@ -18,7 +18,7 @@ from captum_ext._utils.common import (
     run_model,
     TokenBatch,
 )
-from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.hooks import gradients_from
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext.attr._core.decoded_layer_attribution import (
     aggregate,
@@ -105,9 +105,7 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
         r"""One forward and one backward pass: ``hidden_states[0..L]`` and the
         target logit's gradient w.r.t. each, all ``[batch, pos, d]``, and the
         logits ``[batch, C]``."""
-        with HookSet() as hooks, torch.enable_grad():
-            # Frozen parameters would leave the hidden states out of the graph.
-            hooks.make_output_require_grad(self.adapter.embedding_output_module())
+        with gradients_from(self.adapter.embedding_output_module()):
             output = run_model(self.adapter, batch, hidden_states=True)
             logits = output.logits.detach()
             index = resolve_target(target, logits)
@@ -132,9 +130,7 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             return super()._generated_scores(
                 forced, contrast, tau, relu, internal_batch_size, attribute_kwargs
             )
-        with HookSet() as hooks, torch.enable_grad():
-            # Frozen parameters would leave the hidden states out of the graph.
-            hooks.make_output_require_grad(self.adapter.embedding_output_module())
+        with gradients_from(self.adapter.embedding_output_module()):
             hidden, out, _ = self._captured(
                 lambda: run_teacher_forced(
                     self.adapter, forced, predicting_logits_only=True
