@@ -23,7 +23,6 @@ from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForced
 from captum_ext.attr._core.decoded_layer_attribution import (
     aggregate,
     check_options,
-    decode_rows,
     decoded_input_probabilities,
     DecodedLayerAttribution,
     Decoder,
@@ -141,15 +140,7 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             steps = target_gradients(log_probs, (hidden,), forced.target_mask)
             with torch.no_grad():
                 rows = [self._activation_scores(hidden, g) for (g,) in steps]
-        return decode_rows(
-            self.decoder,
-            hidden.detach(),
-            forced,
-            torch.stack(rows, dim=1),
-            tau,
-            relu,
-            self.vocab_size,
-        )
+        return self._decode_rows(hidden.detach(), forced, rows, tau, relu)
 
     def _activation_scores(self, hidden: Tensor, gradient: Tensor) -> Tensor:
         r"""``a_j = sum_k alpha[j, k]``, ``[batch, pos]``, with ``alpha = (dy/dh_l)
