@@ -397,3 +397,14 @@ def hub_dataset_cache(
     commit = "0" * 40
     target = home / "datasets" / folder / "default" / "0.0.0" / commit
     shutil.copytree(builder.cache_dir, target)
+
+
+def one_line_error(capsys: Any, code: int, expected: str) -> str:
+    r"""Asserts that a CLI call failed with exit code 2 and one line on stderr,
+    no traceback, holding ``expected``; returns that line."""
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert expected in lines[0], err
+    return lines[0]

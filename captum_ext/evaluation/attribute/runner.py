@@ -160,14 +160,16 @@ def attribute_dataset(
     # The one place the run branches on the kind of model (the adapter's call).
     make_plan = _generation_plan if _is_causal_lm(model) else _classifier_plan
     plan = make_plan(
-        model,
-        tokenizer,
-        data,
-        method_specs,
-        metric_specs,
-        length,
-        target,
-        max_new_tokens,
+        _RunInputs(
+            model,
+            tokenizer,
+            data,
+            method_specs,
+            metric_specs,
+            length,
+            target,
+            max_new_tokens,
+        )
     )
     arguments.update(plan.arguments)
     with distributed_context(device) as context, ExitStack() as held:
@@ -224,85 +226,83 @@ class _Plan(NamedTuple):
     job: Callable[[], "_Job"]
 
 
-def _classifier_plan(
-    model: nn.Module,
-    tokenizer: Any,
-    data: LoadedExamples,
-    method_specs: Sequence[Any],
-    metric_specs: Sequence[Any],
-    length: int,
-    target: str,
-    max_new_tokens: Optional[int],
-) -> _Plan:
-    _check_target(target, data)
-    if data.continuations is not None or max_new_tokens is not None:
+class _RunInputs(NamedTuple):
+    r"""The checked arguments of :func:`attribute_dataset` a plan is made from."""
+
+    model: nn.Module
+    tokenizer: Any
+    data: LoadedExamples
+    method_specs: Sequence[Any]
+    metric_specs: Sequence[Any]
+    length: int  # tokens per example
+    target: str
+    max_new_tokens: Optional[int]
+
+
+def _classifier_plan(run: _RunInputs) -> _Plan:
+    _check_target(run.target, run.data)
+    if run.data.continuations is not None or run.max_new_tokens is not None:
         raise ValueError(
             f"continuations and max_new_tokens are for a causal LM's prompts; "
-            f"{type(model).__name__} is not a causal LM (it has no LM head, or "
+            f"{type(run.model).__name__} is not a causal LM (it has no LM head, or "
             "has a classification head)"
         )
-    names = [spec.name for spec in method_specs]
-    type_ids = _gives_type_ids(tokenizer, data)
+    names = [spec.name for spec in run.method_specs]
+    type_ids = _gives_type_ids(run.tokenizer, run.data)
     return _Plan(
         {
             # No "mode" entry: a classifier run's arguments stay as they were,
             # so output written by an earlier version still resumes.
-            "metrics": [spec.name for spec in metric_specs],
-            "target": target,
+            "metrics": [spec.name for spec in run.metric_specs],
+            "target": run.target,
         },
-        run_schema(data, names, metric_specs, type_ids),
-        lambda: _ClassifierJob(
-            model, tokenizer, method_specs, metric_specs, length, target
-        ),
+        run_schema(run.data, names, run.metric_specs, type_ids),
+        lambda: _ClassifierJob(run),
     )
 
 
-def _generation_plan(
-    model: nn.Module,
-    tokenizer: Any,
-    data: LoadedExamples,
-    method_specs: Sequence[Any],
-    metric_specs: Sequence[Any],
-    length: int,
-    target: str,
-    max_new_tokens: Optional[int],
-) -> _Plan:
-    unsupported = [spec.name for spec in method_specs if not spec.causal_lm]
+def _generation_plan(run: _RunInputs) -> _Plan:
+    unsupported = [spec.name for spec in run.method_specs if not spec.causal_lm]
     if unsupported:
         able = [name for name, spec in METHODS.items() if spec.causal_lm]
         raise ValueError(
             f"{', '.join(unsupported)} cannot explain a causal LM's text; "
             f"methods that can: {', '.join(able)}"
         )
-    if metric_specs:
+    if run.metric_specs:
         raise ValueError(
             "metrics are written for classifiers only; drop --metrics for a "
             "causal LM's prompts"
         )
-    if target != "predicted" or data.labels is not None or data.text_pairs:
+    if run.target != "predicted" or run.data.labels is not None or run.data.text_pairs:
         raise ValueError(
             "a causal LM's prompts take no label, text pair or target class: "
             "give prompts and, optionally, their continuations"
         )
-    given = data.continuations is not None
-    if given and max_new_tokens is not None:
+    continuations_given = run.data.continuations is not None
+    if continuations_given and run.max_new_tokens is not None:
         raise ValueError(
             "max_new_tokens applies when the model generates the continuations; "
             "these are given (drop --max-new-tokens or --target-column)"
         )
-    if max_new_tokens is not None:
-        check_internal_batch_size(max_new_tokens, "max_new_tokens")
-    new_tokens = None if given else max_new_tokens or DEFAULT_MAX_NEW_TOKENS
-    names = [spec.name for spec in method_specs]
-    encoded = _encode_prompts(tokenizer, data, length, new_tokens)  # checked now
+    if run.max_new_tokens is not None:
+        check_internal_batch_size(run.max_new_tokens, "max_new_tokens")
+    new_tokens = (
+        None if continuations_given else run.max_new_tokens or DEFAULT_MAX_NEW_TOKENS
+    )
+    names = [spec.name for spec in run.method_specs]
+    # Checked now, before any shard is written.
+    encoded = _encode_prompts(run.tokenizer, run.data, run.length, new_tokens)
     return _Plan(
         {
             "mode": "causal_lm",
-            "continuations": "given" if given else "generated",
+            "continuations": "given" if continuations_given else "generated",
             "max_new_tokens": new_tokens,
         },
         generation_schema(names),
-        lambda: _GenerationJob(model, tokenizer, method_specs, data, *encoded),
+        lambda: _GenerationJob(
+            run.model, run.tokenizer, run.method_specs, run.data, *encoded
+        ),
     )
 
 
@@ -457,24 +457,17 @@ class _Job:
 class _ClassifierJob(_Job):
     r"""A classifier's batch: prediction, each method's scores, metric values."""
 
-    def __init__(
-        self,
-        model: nn.Module,
-        tokenizer: Any,
-        method_specs: Sequence[Any],
-        metric_specs: Sequence[Any],
-        max_length: int,
-        target: str,
-    ) -> None:
+    def __init__(self, run: _RunInputs) -> None:
+        model, tokenizer = run.model, run.tokenizer
         self.model = model
         self.tokenizer = tokenizer
         self.forward = classifier_forward(model)
-        self.names = [spec.name for spec in method_specs]
-        self.families = [spec.family for spec in method_specs]
-        self.explainers = [spec.factory(model, tokenizer) for spec in method_specs]
-        self.metric_specs = list(metric_specs)
-        self.max_length = max_length
-        self.target = target
+        self.names = [spec.name for spec in run.method_specs]
+        self.families = [spec.family for spec in run.method_specs]
+        self.explainers = [spec.factory(model, tokenizer) for spec in run.method_specs]
+        self.metric_specs = list(run.metric_specs)
+        self.max_length = run.length
+        self.target = run.target
 
     def batches(
         self, data: LoadedExamples, batch_size: int, device: torch.device
