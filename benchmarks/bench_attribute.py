@@ -46,7 +46,7 @@ from captum_ext import classifier_forward, get_adapter
 from captum_ext.defaults.data import load_split
 from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 from captum_ext.evaluation.attribute import attribute_dataset
-from captum_ext.evaluation.data import load_data, TextData
+from captum_ext.evaluation.data import load_data, LoadedExamples
 from captum_ext.evaluation.registry import METHODS
 from captum_ext.evaluation.tokenized_batches import bucketed_batches, EncodedBatch
 
@@ -54,11 +54,13 @@ BATCH_SIZE = 32
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def snippets(n: int) -> TextData:
+def snippets(n: int) -> LoadedExamples:
     split = load_split("sentiment", "test")
     if len(split.texts) < n:
         raise SystemExit(f"the held-out split has {len(split.texts)} snippets")
-    return TextData("sentiment test", list(split.texts[:n]), labels=split.labels[:n])
+    return LoadedExamples(
+        "sentiment test", list(split.texts[:n]), labels=split.labels[:n]
+    )
 
 
 def forward_loop(model, batches: List[EncodedBatch]) -> None:
@@ -90,7 +92,7 @@ def seconds(work: Callable[[], object]) -> Tuple[float, float]:
 
 
 def job_seconds(
-    model, tokenizer, data: TextData, method: str, device: str, out: str
+    model, tokenizer, data: LoadedExamples, method: str, device: str, out: str
 ) -> Tuple[float, float]:
     return seconds(
         lambda: attribute_dataset(

@@ -114,13 +114,8 @@ def measure(setting: str, load: int, steps: int) -> Dict[str, List[float]]:
     for spinner in spinners:
         spinner.start()
     try:
-        out = subprocess.run(
-            [sys.executable, "-c", code],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        # The child's stderr goes through: a failure shows its traceback.
+        out = subprocess.check_output([sys.executable, "-c", code], env=env, text=True)
     finally:
         for spinner in spinners:
             spinner.terminate()

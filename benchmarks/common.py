@@ -48,7 +48,6 @@ Builder = Callable[[nn.Module, Optional[int]], Run]
 def random_minilm() -> nn.Module:
     r"""all-MiniLM-L6-v2's sizes (512 positions) with random weights, eager
     attention, in eval mode."""
-    torch.manual_seed(0)
     config = transformers.BertConfig(
         vocab_size=30522,
         hidden_size=384,
@@ -61,9 +60,7 @@ def random_minilm() -> nn.Module:
         cls_token_id=101,
         sep_token_id=102,
     )
-    return transformers.AutoModelForSequenceClassification.from_config(
-        config, attn_implementation="eager"
-    ).eval()
+    return _random_eager(transformers.AutoModelForSequenceClassification, config)
 
 
 def random_causal_lms(
@@ -87,13 +84,17 @@ def random_causal_lms(
     )
     if positions is not None:
         gpt2.n_positions = llama.max_position_embeddings = positions
-    models = {}
-    for name, config in (("gpt2 6x384", gpt2), ("llama 4x256", llama)):
-        torch.manual_seed(0)
-        models[name] = transformers.AutoModelForCausalLM.from_config(
-            config, attn_implementation="eager"
-        ).eval()
-    return models
+    return {
+        name: _random_eager(transformers.AutoModelForCausalLM, config)
+        for name, config in (("gpt2 6x384", gpt2), ("llama 4x256", llama))
+    }
+
+
+def _random_eager(auto_class: Any, config: transformers.PretrainedConfig) -> nn.Module:
+    r"""``auto_class``'s model for ``config``, random weights from seed 0, eager
+    attention, in eval mode."""
+    torch.manual_seed(0)
+    return auto_class.from_config(config, attn_implementation="eager").eval()
 
 
 def continuation(

@@ -539,8 +539,8 @@ def to_records(
     :func:`visualization_records`).
 
     Args:
-        tokenizer: the tokenizer that made ``input_ids`` (a Hugging Face
-            tokenizer: ``convert_ids_to_tokens``, ``all_special_ids``).
+        tokenizer (PreTrainedTokenizerBase): the tokenizer that made
+            ``input_ids`` (``convert_ids_to_tokens``, ``all_special_ids``).
         input_ids (Tensor): ``[batch, seq]`` token ids.
         attributions (Tensor): ``[batch, seq]`` scores, e.g. any captum_ext
             method's output.

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Typ
 import pytest
 import torch
 import transformers
-from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.data import LoadedExamples
 from torch import nn, Tensor
 
 VOCAB = 99
@@ -343,11 +343,12 @@ def embedding_decoders_in_registry() -> Iterator[None]:
         yield
 
 
-def tiny_data(n: int = 4, labels: bool = True, pairs: bool = False) -> TextData:
-    r"""The first ``n`` tiny texts as :class:`~captum_ext.evaluation.data.TextData`
-    (labels cycling over the three classes; pairs: the texts reversed)."""
+def tiny_data(n: int = 4, labels: bool = True, pairs: bool = False) -> LoadedExamples:
+    r"""The first ``n`` tiny texts as
+    :class:`~captum_ext.evaluation.data.LoadedExamples` (labels cycling over
+    the three classes; pairs: the texts reversed)."""
     texts = list(TINY_TEXTS[:n])
-    return TextData(
+    return LoadedExamples(
         "tiny",
         texts,
         text_pairs=list(reversed(texts)) if pairs else None,
@@ -417,3 +418,14 @@ def hub_dataset_cache(
     commit = "0" * 40
     target = home / "datasets" / folder / "default" / "0.0.0" / commit
     shutil.copytree(builder.cache_dir, target)
+
+
+def one_line_error(capsys: Any, code: int, expected: str) -> str:
+    r"""Asserts that a CLI call failed with exit code 2 and one line on stderr,
+    no traceback, holding ``expected``; returns that line."""
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert expected in lines[0], err
+    return lines[0]

@@ -18,7 +18,12 @@ from captum_ext.evaluation import registry
 from captum_ext.evaluation.names import METHOD_NAMES, METRIC_NAMES
 from captum_ext.evaluation.registry import METHODS, METRICS
 
-from tests.helpers import save_tiny_model, tiny_masked_lm, tiny_tokenizer
+from tests.helpers import (
+    one_line_error,
+    save_tiny_model,
+    tiny_masked_lm,
+    tiny_tokenizer,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = "the movie was <script> & fun"
@@ -30,15 +35,6 @@ pytestmark = pytest.mark.usefixtures("no_decoder_fitting")
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("tiny_model"))
-
-
-def one_line_error(capsys, code, expected):
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err and expected in lines[0], err
-    return lines[0]
 
 
 def run_cli(*args, **kwargs):

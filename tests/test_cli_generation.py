@@ -16,7 +16,12 @@ from captum_ext.evaluation.options import GenerationBenchmarkOptions
 from captum_ext.visualization import generation_text
 
 from tests.attr.llm_fixtures import tiny_lm_tokenizer
-from tests.helpers import save_tiny_model, tiny_causal_lm, tiny_recall_generator
+from tests.helpers import (
+    one_line_error,
+    save_tiny_model,
+    tiny_causal_lm,
+    tiny_recall_generator,
+)
 
 PROMPT = "the cat sat on a mat"
 
@@ -27,15 +32,6 @@ def lm_dir(tmp_path_factory):
     tiny_causal_lm("gpt2").save_pretrained(directory)
     tiny_lm_tokenizer().save_pretrained(directory)
     return directory
-
-
-def one_line_error(capsys, code, expected):
-    err = capsys.readouterr().err
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert expected in lines[0], err
-    return lines[0]
 
 
 def test_prints_the_python_calls_report(lm_dir, capsys):

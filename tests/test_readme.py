@@ -122,26 +122,30 @@ def test_the_readme_shows_the_two_commands_exactly():
     ]
 
 
-def test_markers_are_read_from_the_line_before_a_block(tmp_path):
-    page = tmp_path / "page.md"
-    page.write_text(
-        "<!-- docs-test: skip -- needs a GPU -->\n```bash\nnvidia-smi\n```\n\n"
-        "text\n```python\nprint(1)\n```\n"
-    )
-    blocks = markdown_blocks(page)
-    assert [(b.language, b.skip) for b in blocks] == [
-        ("bash", "needs a GPU"),
-        ("python", None),
-    ]
-    rst = tmp_path / "page.rst"
-    rst.write_text(
-        ".. docs-test: skip -- installs\n\n.. code-block:: bash\n\n   pip x\n"
-        "   pip y\n\nText.\n\n.. code-block:: python\n\n   print(2)\n"
-    )
-    blocks = rst_blocks(rst)
-    assert [(b.skip, b.code) for b in blocks] == [
-        ("installs", "pip x\npip y\n"),
-        (None, "print(2)\n"),
+@pytest.mark.parametrize(
+    "name, text, read",
+    [
+        (
+            "page.md",
+            "<!-- docs-test: skip -- needs a GPU -->\n```bash\nnvidia-smi\n"
+            "nvidia-smi -L\n```\n\ntext\n```python\nprint(1)\n```\n",
+            markdown_blocks,
+        ),
+        (
+            "page.rst",
+            ".. docs-test: skip -- needs a GPU\n\n.. code-block:: bash\n\n"
+            "   nvidia-smi\n   nvidia-smi -L\n\nText.\n\n"
+            ".. code-block:: python\n\n   print(1)\n",
+            rst_blocks,
+        ),
+    ],
+)
+def test_markers_are_read_from_the_line_before_a_block(tmp_path, name, text, read):
+    page = tmp_path / name
+    page.write_text(text)
+    assert [(b.language, b.code, b.skip) for b in read(page)] == [
+        ("bash", "nvidia-smi\nnvidia-smi -L\n", "needs a GPU"),
+        ("python", "print(1)\n", None),
     ]
 
 

@@ -44,11 +44,5 @@ def test_before_torch_is_imported_the_environment_carries_the_choice():
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("OMP_")}
     env["PYTHONPATH"] = str(ROOT)
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = subprocess.check_output([sys.executable, "-c", code], env=env, text=True)
     assert out.split() == ["1", "1", "PASSIVE"]

@@ -40,10 +40,11 @@ import weakref
 from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Tuple
 
+import torch
 from torch import nn, Tensor
 from torch.utils.hooks import RemovableHandle
 
-__all__ = ["HookSet", "eval_semantics", "model_lock"]
+__all__ = ["HookSet", "eval_semantics", "gradients_from", "model_lock"]
 
 
 class HookSet:
@@ -111,6 +112,17 @@ class HookSet:
             return None
 
         self.forward(module, hook)
+
+
+@contextmanager
+def gradients_from(module: nn.Module) -> Iterator[None]:
+    r"""Runs the block with autograd on and ``module``'s output in the graph
+    (:meth:`HookSet.make_output_require_grad`): frozen parameters before it
+    would leave the later hidden states out. The hook is removed on exit, also
+    when the block raises."""
+    with HookSet() as hooks, torch.enable_grad():
+        hooks.make_output_require_grad(module)
+        yield
 
 
 def _own_thread(hook: Callable[..., Any]) -> Callable[..., Any]:

@@ -44,7 +44,7 @@ __all__ = [
     "SOURCE_TRAIN_PER_CLASS",
     "SPLIT_SEED",
     "TASKS",
-    "TextDataset",
+    "TaskExamples",
     "label_names",
     "load_split",
 ]
@@ -83,8 +83,8 @@ _PIP_COMMAND = (
 
 
 @dataclass(frozen=True)
-class TextDataset:
-    r"""Texts with integer labels.
+class TaskExamples:
+    r"""A built-in task's split: texts with integer labels.
 
     Args:
         texts (list[str]): the snippets.
@@ -103,18 +103,18 @@ class TextDataset:
     def __getitem__(self, index: int) -> Tuple[str, int]: ...
 
     @overload
-    def __getitem__(self, index: slice) -> "TextDataset": ...
+    def __getitem__(self, index: slice) -> "TaskExamples": ...
 
     def __getitem__(
         self, index: Union[int, slice]
-    ) -> Union[Tuple[str, int], "TextDataset"]:
+    ) -> Union[Tuple[str, int], "TaskExamples"]:
         if isinstance(index, slice):
-            return TextDataset(
+            return TaskExamples(
                 self.texts[index], self.labels[index], list(self.label_names)
             )
         return self.texts[index], self.labels[index]
 
-    def head(self, n: int) -> "TextDataset":
+    def head(self, n: int) -> "TaskExamples":
         r"""The first ``n`` examples (the split order is already shuffled)."""
         return self[:n]
 
@@ -132,7 +132,7 @@ def label_names(task: str) -> List[str]:
     return list(_LABELS[task])
 
 
-def load_split(task: str, split: str = "test") -> TextDataset:
+def load_split(task: str, split: str = "test") -> TaskExamples:
     r"""Loads a fixed train or test split of a task (downloads the vaderSentiment
     sdist once, see the module docstring).
 
@@ -141,13 +141,13 @@ def load_split(task: str, split: str = "test") -> TextDataset:
         split (str, optional): ``"train"`` or ``"test"``. Default: ``"test"``.
 
     Returns:
-        TextDataset: the split, in a fixed shuffled order.
+        TaskExamples: the split, in a fixed shuffled order.
     """
     _check_task(task)
     if split not in _SPLITS:
         raise ValueError(f"split must be one of {_SPLITS}, got {split!r}")
     texts, labels = _splits(task)[split]
-    return TextDataset(list(texts), list(labels), label_names(task))
+    return TaskExamples(list(texts), list(labels), label_names(task))
 
 
 def _check_task(task: str) -> None:

@@ -143,8 +143,9 @@ def recall_accuracy(
     under teacher forcing), so one forward pass per batch decides it.
 
     Args:
-        model: a causal LM.
-        tokenizer: its tokenizer (:func:`load_default_generator`'s).
+        model (PreTrainedModel): a causal LM.
+        tokenizer (PreTrainedTokenizerBase): its tokenizer
+            (:func:`load_default_generator`'s).
         examples (Sequence[RecallExample]): prompts and continuations.
         batch_size (int, optional): examples per forward pass. Default: 256.
 

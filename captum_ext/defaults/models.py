@@ -28,8 +28,8 @@ from captum_ext.defaults.cache import cached_directory
 from captum_ext.defaults.data import (
     label_names,
     load_split,
+    TaskExamples,
     TASKS,
-    TextDataset,
     verify_sha256,
 )
 
@@ -128,7 +128,7 @@ def load_default_model(
 def evaluate_accuracy(
     model: torch.nn.Module,
     tokenizer: "PreTrainedTokenizerBase",
-    dataset: TextDataset,
+    dataset: TaskExamples,
     batch_size: int = 64,
 ) -> float:
     r"""Accuracy of ``model`` on ``dataset`` (texts truncated to
@@ -137,7 +137,7 @@ def evaluate_accuracy(
     Args:
         model (torch.nn.Module): a sequence classifier returning ``.logits``.
         tokenizer (PreTrainedTokenizerBase): its tokenizer.
-        dataset (TextDataset): texts and labels.
+        dataset (TaskExamples): texts and labels.
         batch_size (int, optional): texts per forward pass. Default: 64.
 
     Returns:
@@ -287,7 +287,7 @@ def _build(task: str, out: Path, device: torch.device) -> None:
 def _fine_tune(
     model: Any,
     tokenizer: Any,
-    train: TextDataset,
+    train: TaskExamples,
     recipe: _Recipe,
     description: str,
 ) -> None:

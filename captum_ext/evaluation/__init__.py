@@ -20,7 +20,7 @@ _WHERE = {
     "ManifestMismatchError": "attribute",
     "MethodResult": "results",
     "OutputLockedError": "attribute",
-    "TextData": "data",
+    "LoadedExamples": "data",
     "attribute_dataset": "attribute",
     "benchmark": "engine",
     "benchmark_default_tasks": "tasks",

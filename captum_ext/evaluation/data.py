@@ -29,7 +29,7 @@ import datasets.utils
 
 from captum_ext.evaluation.hub import is_hub_id
 
-__all__ = ["DataError", "TextData", "load_data"]
+__all__ = ["DataError", "LoadedExamples", "load_data"]
 
 # file suffix -> (datasets builder, its options)
 _BUILDERS: Dict[str, tuple] = {
@@ -52,8 +52,9 @@ class DataError(ValueError):
 
 
 @dataclass
-class TextData:
-    r"""Examples ready to tokenise.
+class LoadedExamples:
+    r"""Examples loaded from the user's file (:func:`load_data`), ready to
+    tokenise.
 
     ``rows[i]`` is example ``i``'s row index in the source (before any shuffle),
     the id under which its results are written; ``labels`` are class indices
@@ -97,11 +98,11 @@ class TextData:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def head(self, n: int) -> "TextData":
+    def head(self, n: int) -> "LoadedExamples":
         r"""The first ``n`` examples."""
         return self.select(range(min(n, len(self))))
 
-    def select(self, positions: Sequence[int]) -> "TextData":
+    def select(self, positions: Sequence[int]) -> "LoadedExamples":
         r"""The examples at ``positions``, in that order."""
         positions = list(positions)
 
@@ -132,7 +133,7 @@ def load_data(
     num_labels: Optional[int] = None,
     config_name: Optional[str] = None,
     continuation_column: Optional[str] = None,
-) -> TextData:
+) -> LoadedExamples:
     r"""Loads text examples (and optionally text pairs and labels) from a local
     file, a ``save_to_disk`` directory or a Hub dataset.
 
@@ -166,7 +167,7 @@ def load_data(
             None (the model generates it).
 
     Returns:
-        TextData: the examples, ``rows`` holding each one's source row index.
+        LoadedExamples: the examples, ``rows`` holding each one's source row index.
 
     Raises:
         DataError: missing or unreadable file, unknown format, a Hub id that
@@ -209,7 +210,7 @@ def load_data(
     if label_column is not None:
         raw = [table[label_column][i] for i in order]
         labels = _labels(path, label_column, raw, order, label2id, names, num_labels)
-    return TextData(
+    return LoadedExamples(
         str(path), texts, pairs, labels, order, names, continuations, columns
     )
 

@@ -53,7 +53,7 @@ from captum_ext.evaluation.tokenized_batches import bucketed_batches, EncodedBat
 from captum_ext.visualization import Explanation, special_token_mask
 
 __all__ = [
-    "ExampleData",
+    "Examples",
     "MethodShard",
     "SharedForward",
     "benchmark",
@@ -71,11 +71,12 @@ __all__ = [
 FALLBACK_MAX_LENGTH = 512
 
 
-class ExampleData(Protocol):
-    r"""What the engine reads from a dataset (``TextData`` of
-    :func:`captum_ext.evaluation.data.load_data`, or
-    :class:`captum_ext.defaults.data.TextDataset`): ``texts``, gold ``labels`` or
-    None, ``label_names`` or None, and optionally ``text_pairs``."""
+class Examples(Protocol):
+    r"""What the engine reads from any examples (the user's
+    :class:`~captum_ext.evaluation.data.LoadedExamples`, a built-in task's
+    :class:`~captum_ext.defaults.data.TaskExamples`, or a record of one's own):
+    ``texts``, gold ``labels`` or None, ``label_names`` or None, and optionally
+    ``text_pairs``."""
 
     @property
     def texts(self) -> Sequence[str]: ...
@@ -199,7 +200,7 @@ class _Batch:
 
 def _batches(
     tokenizer: Any,
-    data: ExampleData,
+    data: Examples,
     rows: List[int],
     *,
     batch_size: int,
@@ -415,7 +416,7 @@ class _Job:
 def _run_shard(
     model: nn.Module,
     tokenizer: Any,
-    data: ExampleData,
+    data: Examples,
     job: _Job,
     ctx: DistributedContext,
 ) -> _RankOutput:
@@ -507,7 +508,7 @@ def kept_scores(
     }
 
 
-def _label_names(model: nn.Module, data: ExampleData) -> List[str]:
+def _label_names(model: nn.Module, data: Examples) -> List[str]:
     r"""The data's class names, else the model's ``id2label``."""
     names = getattr(data, "label_names", None)
     if names:
@@ -531,7 +532,7 @@ def _attended(
 def _examples(
     model: nn.Module,
     tokenizer: Any,
-    data: ExampleData,
+    data: Examples,
     outputs: List[_RankOutput],
     kept: Dict[int, Tuple[List[int], Optional[List[int]]]],
 ) -> Dict[int, Explanation]:
@@ -592,7 +593,7 @@ def _layer_maps(
     return maps
 
 
-def _check_labels(metrics: Sequence[MetricSpec], data: ExampleData) -> None:
+def _check_labels(metrics: Sequence[MetricSpec], data: Examples) -> None:
     needing = [m.name for m in metrics if m.needs_labels]
     if needing and getattr(data, "labels", None) is None:
         raise ValueError(
@@ -601,7 +602,7 @@ def _check_labels(metrics: Sequence[MetricSpec], data: ExampleData) -> None:
         )
 
 
-def check_options(batch_size: int, n_examples: int, data: ExampleData) -> None:
+def check_options(batch_size: int, n_examples: int, data: Examples) -> None:
     r"""A positive batch size, ``n_examples >= 0`` and some data, before any
     work."""
     check_internal_batch_size(batch_size, "batch_size")
@@ -613,7 +614,7 @@ def check_options(batch_size: int, n_examples: int, data: ExampleData) -> None:
 
 def run_config(
     model: nn.Module,
-    data: ExampleData,
+    data: Examples,
     methods: Sequence[MethodSpec],
     options: BenchmarkOptions,
     max_length: int,
@@ -647,7 +648,7 @@ def run_config(
 def benchmark(
     model: nn.Module,
     tokenizer: Any,
-    data: ExampleData,
+    data: Examples,
     methods: Optional[Sequence[str]] = None,
     metrics: Optional[Sequence[str]] = None,
     *,
@@ -675,8 +676,8 @@ def benchmark(
         model (nn.Module): a Hugging Face sequence classifier (see
             :func:`captum_ext.evaluation.load_classifier`); it is moved to
             ``device``.
-        tokenizer: its tokenizer.
-        data: texts (and optional ``text_pairs``, gold ``labels`` and
+        tokenizer (PreTrainedTokenizerBase): its tokenizer.
+        data (Examples): texts (and optional ``text_pairs``, gold ``labels`` and
             ``label_names``), e.g. from :func:`captum_ext.evaluation.data.load_data`.
         methods (Sequence[str], optional): names in ``METHODS``. Default: all.
         metrics (Sequence[str], optional): names in ``METRICS``. Default: all.
@@ -715,7 +716,7 @@ def benchmark(
 def run_benchmark(
     model: nn.Module,
     tokenizer: Any,
-    data: ExampleData,
+    data: Examples,
     options: BenchmarkOptions,
     stacklevel: int = 2,
 ) -> BenchmarkResult:
@@ -724,8 +725,8 @@ def run_benchmark(
 
     Args:
         model (nn.Module): a Hugging Face sequence classifier.
-        tokenizer: its tokenizer.
-        data: texts (and optional ``text_pairs``, gold ``labels`` and
+        tokenizer (PreTrainedTokenizerBase): its tokenizer.
+        data (Examples): texts (and optional ``text_pairs``, gold ``labels`` and
             ``label_names``).
         options (BenchmarkOptions): the run's methods, metrics, batch size and
             the rest (see :class:`~captum_ext.evaluation.options.BenchmarkOptions`).
@@ -773,7 +774,7 @@ def run_benchmark(
 def _merge(
     model: nn.Module,
     tokenizer: Any,
-    data: ExampleData,
+    data: Examples,
     outputs: List[_RankOutput],
     *,
     job: _Job,

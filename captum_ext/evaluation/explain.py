@@ -69,7 +69,7 @@ def explain(
     Args:
         model (nn.Module): a Hugging Face sequence classifier in eval mode
             (e.g. from :func:`captum_ext.evaluation.load_classifier`).
-        tokenizer: its tokenizer.
+        tokenizer (PreTrainedTokenizerBase): its tokenizer.
         text (str): the input; must not be empty.
         methods (Sequence[str], optional): names in
             :data:`captum_ext.evaluation.registry.METHODS`. Default:

@@ -72,7 +72,7 @@ def explain_generation(
     Args:
         model (nn.Module): a Hugging Face causal LM in eval mode (e.g. from
             :func:`captum_ext.evaluation.models.load_causal_lm`).
-        tokenizer: its tokenizer.
+        tokenizer (PreTrainedTokenizerBase): its tokenizer.
         prompt (str): the prompt; must not be empty.
         methods (Sequence[str], optional): names in
             :data:`~captum_ext.evaluation.names.GENERATION_METHOD_NAMES`.

@@ -45,7 +45,7 @@ from captum_ext.attr._utils.continuations import (
     right_padded,
 )
 from captum_ext.evaluation.attribute.runner import encode_prompts
-from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.engine import (
     check_options,
@@ -119,7 +119,7 @@ class _Encoded:
 
 def _encoded(
     tokenizer: Any,
-    data: TextData,
+    data: LoadedExamples,
     max_length: int,
     options: GenerationBenchmarkOptions,
 ) -> _Encoded:
@@ -315,7 +315,7 @@ def _run_shard(
 
 
 def _examples(
-    tokenizer: Any, data: TextData, outputs: List[_RankOutput], generated: bool
+    tokenizer: Any, data: LoadedExamples, outputs: List[_RankOutput], generated: bool
 ) -> List[GenerationExplanation]:
     r"""The kept rows' target x prompt scores of every method, in row order."""
     kept = {row: ids for out in outputs for row, ids in out.kept.items()}
@@ -352,7 +352,7 @@ def _ranked(rows: List[MethodResult]) -> List[MethodResult]:
 
 def _merge(
     run: _Run,
-    data: TextData,
+    data: LoadedExamples,
     outputs: List[_RankOutput],
     methods: List[MethodSpec],
     columns: Dict[str, bool],
@@ -374,7 +374,7 @@ def _merge(
 def run_generation_benchmark(
     model: nn.Module,
     tokenizer: Any,
-    data: TextData,
+    data: LoadedExamples,
     options: GenerationBenchmarkOptions,
 ) -> BenchmarkResult:
     r"""Scores methods that explain generated text on ``data``'s prompts: the
@@ -391,7 +391,7 @@ def run_generation_benchmark(
             to ``options.device``.
         tokenizer: its tokenizer (prompts are encoded with its special tokens,
             BOS included where it adds one; continuations without).
-        data (TextData): prompts (``texts``), optional ``continuations``
+        data (LoadedExamples): prompts (``texts``), optional ``continuations``
             (None: greedy ones, ``options.max_new_tokens`` tokens at most) and
             optional ``evidence`` (needs continuations).
         options (GenerationBenchmarkOptions): methods (default: every entry of

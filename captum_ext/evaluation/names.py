@@ -32,19 +32,18 @@ METHOD_NAMES = (
     "FeatureAblation",
     "Random",
 )
-# The methods that also explain what a causal LM generates, in the same order.
-GENERATION_METHOD_NAMES = (
-    "NormXLogit",
-    "LogAt",
-    "AttCAT",
-    "CAT",
-    "GlobEnc",
-    "GlobEnc N_res",
-    "GlobEnc N",
-    "Decoded Grad-CAM",
-    "IntegratedGradients",
-    "FeatureAblation",
-    "Random",
+# The methods that explain classifiers only (attention maps and input
+# gradients of a class logit have no generation entry); the others also
+# explain what a causal LM generates, in the same order.
+CLASSIFIER_ONLY_METHOD_NAMES = (
+    "Attention",
+    "Attention rollout",
+    "Embedding norm",
+    "Saliency",
+    "InputXGradient",
+)
+GENERATION_METHOD_NAMES = tuple(
+    name for name in METHOD_NAMES if name not in CLASSIFIER_ONLY_METHOD_NAMES
 )
 METRIC_NAMES = ("aopc", "log_odds", "kendall_tau", "hiding_revealing", "sufficiency")
 # The metrics of explanations of generated text (the generation benchmark).

@@ -13,11 +13,11 @@ from typing import Any, List, Optional, Sequence
 
 from torch import nn
 
-from captum_ext.defaults.data import load_split, TASKS, TextDataset
+from captum_ext.defaults.data import load_split, TaskExamples, TASKS
 from captum_ext.defaults.generator import DEFAULT_RECIPE, load_default_generator
 from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 from captum_ext.defaults.recall import encode_examples
-from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.engine import run_benchmark
 from captum_ext.evaluation.generation_engine import run_generation_benchmark
 from captum_ext.evaluation.names import (
@@ -58,7 +58,7 @@ class DefaultTask:
     name: str
     model: nn.Module
     tokenizer: Any
-    data: TextDataset
+    data: TaskExamples
     max_length: int = MAX_LENGTH
 
 
@@ -78,7 +78,7 @@ def default_task(name: str, n: int, device: Any = None) -> DefaultTask:
     return DefaultTask(name, model, tokenizer, load_split(name).head(n))
 
 
-def recall_data(n: int, tokenizer: Any) -> TextData:
+def recall_data(n: int, tokenizer: Any) -> LoadedExamples:
     r"""``n`` key-value recall prompts of the default generator's task, drawn
     with its held-out test seed (``GeneratorRecipe.seeds()``: never a training
     or validation prompt), their continuations (the queried values) and each
@@ -91,7 +91,7 @@ def recall_data(n: int, tokenizer: Any) -> TextData:
     batch = encode_examples(examples, tokenizer)  # positions in the padded batch
     padding = batch.attention_mask.shape[1] - batch.attention_mask.sum(1)  # [n]
     evidence = batch.evidence - padding[:, None]
-    return TextData(
+    return LoadedExamples(
         source=f"key-value recall, held-out seed {seed}",
         texts=[e.prompt for e in examples],
         continuations=[e.continuation for e in examples],

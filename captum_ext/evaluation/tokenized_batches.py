@@ -48,7 +48,7 @@ def bucketed_batches(
     cuts them into batches of similar length.
 
     Args:
-        tokenizer: a Hugging Face tokenizer.
+        tokenizer (PreTrainedTokenizerBase): a Hugging Face tokenizer.
         texts (Sequence[str]): the inputs.
         text_pairs (Sequence[str], optional): second segments (NLI, paraphrase),
             tokenised as pairs with ``token_type_ids``.

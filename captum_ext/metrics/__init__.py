@@ -148,15 +148,17 @@ show_progress (bool, optional)
 
 .. rubric:: Soft erasure (generation_soft_nc, generation_soft_ns)
 
-Zhao & Aletras (2023, Sec. 3): every element of the word embedding of prompt
-token :math:`i` is kept or zeroed independently, :math:`x'_i = x_i \odot e_i`,
-:math:`e_i \in \{0, 1\}^d`, with :math:`s_i \in [0, 1]` the attribution of
+Zhao & Aletras, "Incorporating Attribution Importance for Improving Faithfulness
+Metrics", ACL 2023, Sec. 3, https://aclanthology.org/2023.acl-long.261/
+(https://arxiv.org/abs/2305.10496): every element of the word embedding of
+prompt token :math:`i` is kept or zeroed independently, :math:`x'_i = x_i \odot
+e_i`, :math:`e_i \in \{0, 1\}^d`, with :math:`s_i \in [0, 1]` the attribution of
 :math:`x_i` min-max normalised over the row's non-special prompt tokens (0.5 for
 all when they are equal). Special tokens (BOS, chat-template tokens:
 ``tokens``), the positions and the continuation :math:`y_{<t}` are never
-perturbed. Per target token :math:`y_t` the attribution row of :math:`y_t`
-gives :math:`s` (a ``[batch, P]`` attribution: one :math:`s` for all targets),
-and :math:`p(\cdot) = p(y_t \mid \cdot, y_{<t})` under teacher forcing.
+perturbed. Per target token :math:`y_t` the attribution row of :math:`y_t` gives
+:math:`s` (a ``[batch, P]`` attribution: one :math:`s` for all targets), and
+:math:`p(\cdot) = p(y_t \mid \cdot, y_{<t})` under teacher forcing.
 
 The normaliser is the sufficiency of the empty prompt, :math:`S(x, 0) = 1 -
 \max(0, p(x) - p(0))`, where :math:`0` is the prompt with every non-special word
@@ -167,7 +169,9 @@ prompt already explains the target: the normaliser is 0). ``score`` is the mean
 over ``n_samples`` draws (the paper takes one); draw ``j`` of ranking row ``r``
 (``r = b * R + t``, ``R`` = ``T`` or 1) uses ``torch.Generator`` seeded with
 ``hash((seed, r, j))``, so results do not depend on padding or
-``internal_batch_size``.
+``internal_batch_size``. ``forward_func`` must be
+:func:`captum_ext.causal_lm_forward` ``(model)``: the soft metrics perturb its
+word embeddings.
 """
 
 from captum_ext.metrics._core.aopc import aopc

@@ -23,8 +23,8 @@ from captum_ext.defaults.data import (
     load_split,
     parse_ground_truth,
     read_ground_truth,
+    TaskExamples,
     TASKS,
-    TextDataset,
     verify_sha256,
 )
 
@@ -54,7 +54,7 @@ SPLIT_DIGESTS = {
 }
 
 
-def _digest(data: TextDataset) -> str:
+def _digest(data: TaskExamples) -> str:
     lines = "\n".join(f"{y}\t{x}" for x, y in zip(data.texts, data.labels))
     return hashlib.sha256(lines.encode("utf-8")).hexdigest()
 
@@ -266,7 +266,7 @@ def test_splits_are_deterministic_across_processes(fake_vader):
 def test_text_dataset_slicing(fake_vader):
     data = load_split("sentiment", "train")
     head = data.head(5)
-    assert isinstance(head, TextDataset) and len(head) == 5
+    assert isinstance(head, TaskExamples) and len(head) == 5
     assert head.texts == data.texts[:5] and head.labels == data.labels[:5]
     assert data[2:4].texts == data.texts[2:4]
     assert data[0] == (data.texts[0], data.labels[0])

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from captum_ext.defaults import models
-from captum_ext.defaults.data import load_split, TextDataset
+from captum_ext.defaults.data import load_split, TaskExamples
 from captum_ext.defaults.models import evaluate_accuracy, load_default_model, MAX_LENGTH
 
 from tests.helpers import offline_pip_error
@@ -103,7 +103,7 @@ def test_evaluate_accuracy_counts_argmax_hits():
             return {"input_ids": [[101, len(t)] + [7] * len(t) for t in texts]}
 
     texts = ["a", "bb", "ccc", "dddd", "eeeee"]
-    data = TextDataset(texts, [1, 0, 0, 0, 1], ["even", "odd"])
+    data = TaskExamples(texts, [1, 0, 0, 0, 1], ["even", "odd"])
     model = FirstTokenParity().train()
     # Predictions 1, 0, 1, 0, 1: four hits.
     assert evaluate_accuracy(model, Tokenizer(), data, batch_size=2) == 0.8
@@ -170,7 +170,7 @@ def test_first_run_says_what_it_prepares_and_logs_plain_lines(
     from tests.helpers import tiny_classifier, tiny_tokenizer
 
     texts = ["the movie was fun", "a boring plot", "not very good", "i love it"]
-    train = TextDataset(texts, [1, 0, 0, 1], ["negative", "positive"])
+    train = TaskExamples(texts, [1, 0, 0, 1], ["negative", "positive"])
     monkeypatch.setattr(models, "load_split", lambda task, split: train)
     monkeypatch.setattr(models, "base_model_path", lambda: tmp_path)
     monkeypatch.setattr(

@@ -22,7 +22,7 @@ from captum_ext.evaluation.attribute import (
 )
 from captum_ext.evaluation.attribute.lock import LOCK
 from captum_ext.evaluation.attribute.manifest import MANIFEST
-from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import METHODS, MethodSpec, MetricContext, METRICS
 
@@ -36,7 +36,7 @@ from tests.helpers import (
 
 MORE = ["bad bad bad", "the film", "it was not fun and not good and very boring"]
 LABELS = [i % 3 for i in range(9)]
-DATA = TextData("tiny.csv", TINY_TEXTS + MORE, labels=LABELS)
+DATA = LoadedExamples("tiny.csv", TINY_TEXTS + MORE, labels=LABELS)
 METHOD_NAMES = ["NormXLogit", "AttCAT", "Saliency"]
 
 
@@ -105,7 +105,7 @@ def test_gold_label_targets(tmp_path: Path) -> None:
         assert torch.allclose(
             torch.tensor(table["Saliency"][index]), expected, atol=1e-6
         )
-    unlabelled = TextData("tiny.csv", DATA.texts)
+    unlabelled = LoadedExamples("tiny.csv", DATA.texts)
     with pytest.raises(ValueError, match="loaded without a label column"):
         run(tmp_path / "x", data=unlabelled, target="label")
 
@@ -128,7 +128,7 @@ def test_metric_values_equal_each_example_alone(tmp_path: Path) -> None:
 
 
 def test_metric_values_of_text_pairs_equal_the_benchmarks(tmp_path: Path) -> None:
-    data = TextData("pairs.csv", DATA.texts, text_pairs=DATA.texts[::-1])
+    data = LoadedExamples("pairs.csv", DATA.texts, text_pairs=DATA.texts[::-1])
     methods, metrics = ["NormXLogit", "Saliency"], ["aopc", "kendall_tau"]
     model = tiny_labelled_bert()
     table = pd.read_parquet(
@@ -196,7 +196,7 @@ def test_resume_after_interruption(tmp_path: Path, monkeypatch) -> None:
         (dict(shard_size=5), "arguments.shard_size"),
         (dict(max_length=8), "arguments.max_length"),
         (dict(data=DATA.head(8)), "data.examples"),
-        (dict(data=TextData("tiny.csv", DATA.texts)), "data.fingerprint"),
+        (dict(data=LoadedExamples("tiny.csv", DATA.texts)), "data.fingerprint"),
         (dict(model=tiny_labelled_bert()), None),
     ],
 )
@@ -260,7 +260,9 @@ def test_model_state_is_left_alone_also_on_error(tmp_path: Path, monkeypatch) ->
 
 def test_text_pairs(tmp_path: Path) -> None:
     model = tiny_labelled_bert()
-    pairs = TextData("pairs.csv", TINY_TEXTS[:4], ["good", "bad", "fun", "the plot"])
+    pairs = LoadedExamples(
+        "pairs.csv", TINY_TEXTS[:4], ["good", "bad", "fun", "the plot"]
+    )
     table = pd.read_parquet(run(tmp_path / "out", model, data=pairs))
     assert table["text_pair"].tolist() == pairs.text_pairs
     explain = METHODS["NormXLogit"].factory(model, tokenizer())
@@ -368,7 +370,7 @@ def test_the_same_model_under_another_path_resumes(tmp_path: Path) -> None:
 def test_max_length_above_the_models_positions_is_refused_before_any_work(
     tmp_path: Path,
 ) -> None:
-    long = TextData("long.csv", [" ".join(["fun"] * 80)] * 3)  # 64 positions
+    long = LoadedExamples("long.csv", [" ".join(["fun"] * 80)] * 3)  # 64 positions
     with pytest.raises(ValueError, match="max_length=65 is more than the 64 pos"):
         run(tmp_path / "out", data=long, methods=["NormXLogit"], max_length=65)
     assert not (tmp_path / "out").exists()

@@ -11,7 +11,7 @@ from pathlib import Path
 import datasets
 import pandas as pd
 import pytest
-from captum_ext.evaluation.data import DataError, load_data, TextData
+from captum_ext.evaluation.data import DataError, load_data, LoadedExamples
 
 TEXTS = ["a fine film", "dull and long", "not bad at all", "what a mess", "loved it"]
 PAIRS = ["it is good", "it is great", "it is fine", "it is bad", "it is good"]
@@ -109,7 +109,7 @@ def test_seeded_shuffle_then_limit_keeps_source_rows(tmp_path: Path) -> None:
 
 
 def test_select_keeps_every_column_aligned() -> None:
-    data = TextData("mem", TEXTS, PAIRS, LABELS, [10, 11, 12, 13, 14])
+    data = LoadedExamples("mem", TEXTS, PAIRS, LABELS, [10, 11, 12, 13, 14])
     picked = data.select([4, 1])
     assert picked.texts == [TEXTS[4], TEXTS[1]] and picked.text_pairs == [
         PAIRS[4],
@@ -117,7 +117,7 @@ def test_select_keeps_every_column_aligned() -> None:
     ]
     assert picked.labels == [1, 0] and picked.rows == [14, 11]
     with pytest.raises(ValueError, match="differ in length"):
-        TextData("mem", TEXTS, labels=[1])
+        LoadedExamples("mem", TEXTS, labels=[1])
 
 
 # ------------------------------------------------------------------ bad data

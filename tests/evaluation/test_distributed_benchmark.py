@@ -77,14 +77,14 @@ def test_two_ranks_equal_one_process(tmp_path):
 GENERATION_SCRIPT = """
 import json, sys
 import torch
-from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.generation_engine import run_generation_benchmark
 from captum_ext.evaluation.options import GenerationBenchmarkOptions
 from tests.attr.llm_fixtures import tiny_lm_tokenizer
 from tests.helpers import tiny_causal_lm
 
 torch.set_num_threads(1)
-data = TextData(
+data = LoadedExamples(
     "tiny", ["the cat sat on", "a mat", "the the cat sat on a", "on a mat", "a"],
     continuations=["a mat", "the cat sat", "mat", "the cat", "cat"],
     evidence=[[4, -1], [1, 2, -1], [5], [2, 3], [1]],

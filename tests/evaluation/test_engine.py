@@ -10,7 +10,7 @@ import torch
 from captum_ext import classifier_forward
 from captum_ext.attr import AttCAT
 from captum_ext.evaluation import engine, registry
-from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import (
     METHODS,
@@ -242,7 +242,7 @@ def test_layer_maps_of_text_pairs_keep_their_segments():
 
 
 def test_truncation_is_counted_and_warned():
-    long = TextData(
+    long = LoadedExamples(
         "long",
         [" ".join(["good"] * 40), "bad"],
         labels=[1, 0],

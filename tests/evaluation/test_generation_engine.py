@@ -12,7 +12,7 @@ import torch
 from captum_ext._utils.common import causal_lm_forward
 from captum_ext.attr._utils.continuations import left_padded, right_padded
 from captum_ext.evaluation import generation_engine
-from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.engine import run_benchmark
 from captum_ext.evaluation.generation_engine import run_generation_benchmark
 from captum_ext.evaluation.names import GENERATION_METRIC_NAMES
@@ -59,7 +59,7 @@ def tokenizer():
 
 
 def prompts(evidence=True, continuations=True):
-    return TextData(
+    return LoadedExamples(
         "tiny prompts",
         list(PROMPTS),
         continuations=list(CONTINUATIONS) if continuations else None,

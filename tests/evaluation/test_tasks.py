@@ -5,7 +5,7 @@ chosen method fits decoders; recall is the default generator on held-out
 prompts with their planted evidence."""
 
 import pytest
-from captum_ext.defaults.data import TextDataset
+from captum_ext.defaults.data import TaskExamples
 from captum_ext.defaults.generator import DEFAULT_RECIPE
 from captum_ext.evaluation import tasks
 from captum_ext.evaluation.options import BenchmarkOptions
@@ -25,7 +25,7 @@ def splits_read(monkeypatch, no_decoder_fitting):
 
     def load_split(task, split="test"):
         read.append((task, split))
-        return TextDataset(list(TINY_TEXTS), [0, 1, 2, 0, 1, 2], TINY_LABEL_NAMES)
+        return TaskExamples(list(TINY_TEXTS), [0, 1, 2, 0, 1, 2], TINY_LABEL_NAMES)
 
     monkeypatch.setattr(tasks, "load_split", load_split)
     monkeypatch.setattr(

@@ -17,13 +17,13 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 from captum_ext.evaluation.attribute import attribute_dataset
-from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.data import LoadedExamples
 from torch import nn
 
 from tests.helpers import tiny_labelled_bert, TINY_TEXTS, tiny_tokenizer
 
 # 9 examples in shards of 4: three shards, the last one short; two are cut.
-DATA = TextData(
+DATA = LoadedExamples(
     "faults.csv",
     TINY_TEXTS + ["bad bad bad", "the film", "it was not fun and not good at all"],
     labels=[i % 3 for i in range(9)],

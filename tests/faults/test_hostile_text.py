@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 from captum_ext.evaluation.attribute import attribute_dataset
-from captum_ext.evaluation.data import DataError, load_data, TextData
+from captum_ext.evaluation.data import DataError, load_data, LoadedExamples
 from captum_ext.evaluation.explain import explain
 from captum_ext.evaluation.registry import METHODS
 from captum_ext.visualization import explanation_html, explanation_text
@@ -30,7 +30,7 @@ HOSTILE = [
 
 
 def test_hostile_texts_are_attributed_as_each_alone(tmp_path: Path) -> None:
-    data = TextData("hostile.csv", HOSTILE)
+    data = LoadedExamples("hostile.csv", HOSTILE)
     out = attribute_dataset(
         model(), tokenizer(), data, ["NormXLogit"], tmp_path / "out",
         metrics=["aopc"], batch_size=3, progress=False,
@@ -50,7 +50,7 @@ def test_hostile_texts_are_attributed_as_each_alone(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("word", ["\x00\x07", "\u202e", "[SEP] [CLS]", "\u200b"])
 def test_texts_without_a_word_are_refused_by_row(tmp_path: Path, word) -> None:
-    data = TextData("hostile.csv", ["good movie", word, "fun"], rows=[10, 11, 12])
+    data = LoadedExamples("hostile.csv", ["good movie", word, "fun"], rows=[10, 11, 12])
     with pytest.raises(DataError, match=r"row\(s\) 11 have no word"):
         attribute_dataset(
             model(), tokenizer(), data, ["NormXLogit"], tmp_path / "out",

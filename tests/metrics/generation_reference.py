@@ -163,6 +163,24 @@ def check_scores(got: Any, expected: Tensor) -> None:
     )
 
 
+def check_hard_equals_naive(
+    metric: Callable,
+    keep_top: bool,
+    value: Callable[[float, float], float],
+    shared: bool = False,
+) -> "tuple[Any, Tensor]":
+    r"""A perturbation-curve metric with its protocol on :data:`LEVELS` equals
+    :func:`naive_hard` (``shared``: one ranking for all targets); returns its
+    result and the reference."""
+    case = bos_case()
+    attributions = case["attr"].sum(1) if shared else case["attr"]
+    preset = hard_protocol(metric.__name__)
+    got = run(metric, case, attributions=attributions, preset=preset)
+    expected = naive_hard(case, keep_top=keep_top, value=value, shared=shared)
+    check_scores(got, expected)
+    return got, expected
+
+
 def check_soft_equals_naive(
     metric: Callable,
     keep_important: bool,

@@ -7,14 +7,10 @@ from captum_ext.metrics import generation_aopc
 
 from tests.metrics.generation_reference import (
     bos_case,
-    check_scores,
-    hard_protocol,
+    check_hard_equals_naive,
     LEVELS,
-    naive_hard,
     run,
 )
-
-PROTOCOL = hard_protocol("generation_aopc")
 
 
 def _drop(base: float, perturbed: float) -> float:
@@ -23,11 +19,7 @@ def _drop(base: float, perturbed: float) -> float:
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_equals_naive_loop(shared) -> None:
-    case = bos_case()
-    attributions = case["attr"].sum(1) if shared else case["attr"]
-    got = run(generation_aopc, case, attributions=attributions, preset=PROTOCOL)
-    expected = naive_hard(case, keep_top=False, value=_drop, shared=shared)
-    check_scores(got, expected)
+    got, expected = check_hard_equals_naive(generation_aopc, False, _drop, shared)
     torch.testing.assert_close(
         got.sequence.double(), expected.nan_to_num().sum(1), rtol=0, atol=1e-6
     )

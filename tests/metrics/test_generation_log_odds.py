@@ -7,6 +7,7 @@ from captum_ext.metrics import generation_log_odds, TokenOptions
 
 from tests.metrics.generation_reference import (
     bos_case,
+    check_hard_equals_naive,
     check_scores,
     hard_protocol,
     naive_hard,
@@ -17,10 +18,7 @@ PROTOCOL = hard_protocol("generation_log_odds")
 
 
 def test_equals_naive_loop() -> None:
-    case = bos_case()
-    got = run(generation_log_odds, case, preset=PROTOCOL)
-    expected = naive_hard(case, keep_top=False, value=lambda base, cut: cut - base)
-    check_scores(got, expected)
+    check_hard_equals_naive(generation_log_odds, False, lambda base, cut: cut - base)
 
 
 def test_shared_ranking_sums_to_the_sequence_log_ratio() -> None:

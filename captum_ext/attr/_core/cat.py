@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 r"""CAT: class activation tokens, gradient times hidden state summed over layers."""
 
-from typing import Any, Literal, Optional, overload, Tuple, Union
+from functools import partial
+from typing import Any, Callable, Literal, Optional, overload, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -15,7 +16,7 @@ from captum_ext._utils.common import (
     run_model,
     TokenBatch,
 )
-from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.hooks import gradients_from
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
@@ -230,22 +231,11 @@ class CAT(GradientAttribution):
     ) -> Tuple[Tensor, Tensor]:
         r"""Weighted gradient x hidden state per layer, ``[batch, L, pos]``
         (float32), and the model's logits ``[batch, C]``."""
-        with HookSet() as hooks, torch.enable_grad():
-            # Frozen parameters would leave the hidden states out of the graph.
-            hooks.make_output_require_grad(self.adapter.embedding_output_module())
-            out = run_model(
-                self.adapter,
-                batch,
-                hidden_states=True,
-                attentions=self._uses_attention,
-            )
-            logits = out.logits  # [batch, C]
-            hidden = self._used_hidden_states(out.hidden_states)
-            with torch.no_grad():
-                weights = self._token_weights(batch, out)
-            # Only the weights outlive the forward pass: the L attention maps
-            # are freed with the graph once the backward pass is done.
-            del out
+        logits, hidden, weights = self._forward_to_hidden(
+            partial(run_model, self.adapter, batch),
+            partial(self._token_weights, batch),
+        )  # [batch, C], L x [batch, pos, d], [batch, L, pos] or None
+        with torch.enable_grad():
             index = resolve_target(target, logits)  # [batch]
             # Examples do not interact, so the gradient of the batch sum gives
             # every example its own gradient in a single backward pass.
@@ -262,25 +252,34 @@ class CAT(GradientAttribution):
         r"""Causal LMs: weighted gradient x hidden state per target and layer,
         ``[batch, T, L, P + T - 1]``, from one forward pass and one backward
         pass per target step through the retained graph."""
-        with HookSet() as hooks, torch.enable_grad():
-            hooks.make_output_require_grad(self.adapter.embedding_output_module())
-            out = run_teacher_forced(
-                self.adapter,
-                forced,
-                hidden_states=True,
-                attentions=self._uses_attention,
-                predicting_logits_only=True,
-            )
-            hidden = self._used_hidden_states(out.hidden_states)
-            with torch.no_grad():
-                weights = self._generated_token_weights(forced, out)
-            log_probs = predicted_log_probs(out.logits, forced.target, contrast)
-            del out
-            steps = target_gradients(log_probs, hidden, forced.target_mask)
-            with torch.no_grad():
-                rows = [_grad_times_hidden(hidden, grads) for grads in steps]
+        logits, hidden, weights = self._forward_to_hidden(
+            partial(
+                run_teacher_forced, self.adapter, forced, predicting_logits_only=True
+            ),
+            partial(self._generated_token_weights, forced),
+        )  # [batch, T, vocab], L x [batch, pos, d], [batch, T, L, pos] or None
+        with torch.enable_grad():
+            log_probs = predicted_log_probs(logits, forced.target, contrast)
+        steps = target_gradients(log_probs, hidden, forced.target_mask)
+        with torch.no_grad():
+            rows = [_grad_times_hidden(hidden, grads) for grads in steps]
         scores = torch.stack(rows, dim=1)  # [batch, T, L, pos]
         return scores if weights is None else scores * weights
+
+    def _forward_to_hidden(
+        self, run: Callable[..., Any], weigh: Callable[[Any], Optional[Tensor]]
+    ) -> Tuple[Tensor, Tuple[Tensor, ...], Optional[Tensor]]:
+        r"""One forward pass ``run(hidden_states=True, attentions=...)`` that
+        records the graph to the used hidden states: its logits, those hidden
+        states and the token weights ``weigh(output)``."""
+        with gradients_from(self.adapter.embedding_output_module()):
+            out = run(hidden_states=True, attentions=self._uses_attention)
+            hidden = self._used_hidden_states(out.hidden_states)
+            with torch.no_grad():
+                weights = weigh(out)
+        # Only these outlive the forward pass, not ``out``: the L attention maps
+        # are freed with the graph once the caller's backward pass is done.
+        return out.logits, hidden, weights
 
     def _generated_token_weights(
         self, forced: TeacherForcedBatch, out: Any

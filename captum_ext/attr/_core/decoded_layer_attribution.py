@@ -5,7 +5,7 @@ https://proceedings.mlr.press/v202/hou23a.html)."""
 
 import inspect
 from functools import partial
-from typing import Any, Callable, Dict, Optional, Tuple, Type, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Type, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -180,37 +180,6 @@ def aggregate(
     if relu == "outside":
         tokens = tokens.clamp(min=0)
     return tokens * batch.valid.to(tokens.dtype)
-
-
-def decode_rows(
-    decoder: Decoder,
-    hidden: Tensor,
-    forced: TeacherForcedBatch,
-    position_scores: Tensor,
-    tau: Optional[int],
-    relu: Optional[str],
-    vocab_size: int,
-) -> Tensor:
-    r"""Causal LMs: the decoded scores of every target row, ``[batch, T, pos]``.
-
-    ``D`` is decoded once from ``hidden`` ``[batch, pos, d]`` over the model's
-    input (``prompt + y_<T``); row ``t`` aggregates ``position_scores[:, t]``
-    (``a_{t,j}``, zero after ``y_t``'s predicting position) onto the tokens
-    before ``y_t``, which are the candidates of the top-tau mask, exactly as the
-    single-target run on ``prompt + y_<t`` does."""
-    input_ids, attention_mask = forced.model_inputs()
-    decoded = decoded_input_probabilities(
-        decoder, hidden, TokenBatch(input_ids, attention_mask), vocab_size
-    )  # [batch, pos_j, pos_i]
-    width = input_ids.shape[1]
-    visible = forced.score_mask(attribute_generated=True)[..., :width]  # [b, T, pos]
-    rows = [
-        aggregate(
-            decoded, position_scores[:, step], TokenBatch(input_ids, seen), tau, relu
-        )
-        for step, seen in enumerate(visible.unbind(1))
-    ]
-    return torch.stack(rows, dim=1)
 
 
 def _method_type(method: MethodSpec) -> type:
@@ -530,8 +499,8 @@ class DecodedLayerAttribution(LayerAttribution):
             contrast_target (Tensor, optional): causal LMs: foil ids
                 ``[batch, T]``; row ``t`` explains ``log p(y_t) - log p(y'_t)``.
                 Default: None.
-            **attribute_kwargs: passed to the wrapped method's ``attribute``
-                (e.g. ``baselines``, ``n_steps``).
+            **attribute_kwargs (Any, optional): passed to the wrapped method's
+                ``attribute`` (e.g. ``baselines``, ``n_steps``).
 
         Returns:
             Tensor ``[batch, pos]`` in float32 (float64 for a float64 model): one
@@ -609,15 +578,35 @@ class DecodedLayerAttribution(LayerAttribution):
             self._position_scores(module, batch, step, kwargs, forward_args)
             for step in range(forced.n_targets)
         ]  # [batch, pos] each
-        return decode_rows(
-            self.decoder,
-            hidden,
-            forced,
-            torch.stack(rows, dim=1),
-            tau,
-            relu,
-            self.vocab_size,
-        )
+        return self._decode_rows(hidden, forced, rows, tau, relu)
+
+    def _decode_rows(
+        self,
+        hidden: Tensor,
+        forced: TeacherForcedBatch,
+        rows: Sequence[Tensor],
+        tau: Optional[int],
+        relu: Optional[str],
+    ) -> Tensor:
+        r"""Causal LMs: the decoded scores of every target row, ``[batch, T, pos]``.
+
+        ``D`` is decoded once from ``hidden`` ``[batch, pos, d]`` over the model's
+        input (``prompt + y_<T``); row ``t`` aggregates ``rows[t]`` ``[batch,
+        pos]`` (``a_{t,j}``, zero after ``y_t``'s predicting position) onto the
+        tokens before ``y_t``, which are the candidates of the top-tau mask,
+        exactly as the single-target run on ``prompt + y_<t`` does."""
+        input_ids, attention_mask = forced.model_inputs()
+        decoded = decoded_input_probabilities(
+            self.decoder, hidden, TokenBatch(input_ids, attention_mask), self.vocab_size
+        )  # [batch, pos_j, pos_i]
+        width = input_ids.shape[1]
+        # [batch, T, pos]: the positions before each target.
+        visible = forced.score_mask(attribute_generated=True)[..., :width]
+        decoded_rows = [
+            aggregate(decoded, scores, TokenBatch(input_ids, seen), tau, relu)
+            for scores, seen in zip(rows, visible.unbind(1))
+        ]
+        return torch.stack(decoded_rows, dim=1)
 
     def _chunk_scores(
         self,

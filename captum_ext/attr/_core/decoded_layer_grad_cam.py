@@ -18,12 +18,11 @@ from captum_ext._utils.common import (
     run_model,
     TokenBatch,
 )
-from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.hooks import gradients_from
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext.attr._core.decoded_layer_attribution import (
     aggregate,
     check_options,
-    decode_rows,
     decoded_input_probabilities,
     DecodedLayerAttribution,
     Decoder,
@@ -105,9 +104,7 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
         r"""One forward and one backward pass: ``hidden_states[0..L]`` and the
         target logit's gradient w.r.t. each, all ``[batch, pos, d]``, and the
         logits ``[batch, C]``."""
-        with HookSet() as hooks, torch.enable_grad():
-            # Frozen parameters would leave the hidden states out of the graph.
-            hooks.make_output_require_grad(self.adapter.embedding_output_module())
+        with gradients_from(self.adapter.embedding_output_module()):
             output = run_model(self.adapter, batch, hidden_states=True)
             logits = output.logits.detach()
             index = resolve_target(target, logits)
@@ -132,9 +129,7 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             return super()._generated_scores(
                 forced, contrast, tau, relu, internal_batch_size, attribute_kwargs
             )
-        with HookSet() as hooks, torch.enable_grad():
-            # Frozen parameters would leave the hidden states out of the graph.
-            hooks.make_output_require_grad(self.adapter.embedding_output_module())
+        with gradients_from(self.adapter.embedding_output_module()):
             hidden, out, _ = self._captured(
                 lambda: run_teacher_forced(
                     self.adapter, forced, predicting_logits_only=True
@@ -145,15 +140,7 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             steps = target_gradients(log_probs, (hidden,), forced.target_mask)
             with torch.no_grad():
                 rows = [self._activation_scores(hidden, g) for (g,) in steps]
-        return decode_rows(
-            self.decoder,
-            hidden.detach(),
-            forced,
-            torch.stack(rows, dim=1),
-            tau,
-            relu,
-            self.vocab_size,
-        )
+        return self._decode_rows(hidden.detach(), forced, rows, tau, relu)
 
     def _activation_scores(self, hidden: Tensor, gradient: Tensor) -> Tensor:
         r"""``a_j = sum_k alpha[j, k]``, ``[batch, pos]``, with ``alpha = (dy/dh_l)

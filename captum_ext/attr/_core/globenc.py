@@ -2,7 +2,7 @@
 r"""GlobEnc: global token attribution from norms of the decomposed transformer
 blocks (post-LN encoders; pre-LN decoders explaining generated tokens)."""
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any, Callable, List, Optional, Tuple, Union
 
@@ -87,12 +87,10 @@ def _factors(layer: _LayerInputs, parts: BlockParts, variant: str) -> Factors:
     batch, pos, d = layer.value.shape
     heads = layer.attention.shape[1]
     value = layer.value.view(batch, pos, heads, d // heads)
-    weight = parts.attention_output.weight.to(value.dtype)  # [d, d], b_O left out
-    w_out = weight.view(d, heads, d // heads).permute(1, 2, 0)  # [heads, dh, d]
-    factors = Factors(layer.attention, value, w_out, None, value.new_ones(batch, pos))
+    weight = parts.attention_output.weight  # [d, d]
     depth = VARIANTS.index(variant)
-    if depth >= 1:
-        factors = replace(factors, residual=layer.hidden)
+    residual = layer.hidden if depth >= 1 else None
+    factors = Factors.of_attention(layer.attention, value, weight, residual)
     if depth >= 2:
         factors = _through_layernorm(factors, layer.pre_ln1, parts.layernorm1)
     if depth >= 3:

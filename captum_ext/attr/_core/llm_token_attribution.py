@@ -83,11 +83,12 @@ class LLMTokenAttribution(Attribution):
 
     Args:
 
-        method: a captum_ext method built on a causal LM (``AttCAT(model)``,
-                ``LogAt(model)``, ...), following the contract of
+        method (Attribution): a captum_ext method built on a causal LM
+                (``AttCAT(model)``, ``LogAt(model)``, ...), following the contract of
                 ``method.attribute(input_ids, target=[batch, T] ids, ...)``;
                 its ``.model`` is the model that generates.
-        tokenizer: the model's Hugging Face tokenizer.
+        tokenizer (PreTrainedTokenizerBase): the model's Hugging Face
+                tokenizer.
     """
 
     def __init__(self, method: Any, tokenizer: Any) -> None:
@@ -121,7 +122,8 @@ class LLMTokenAttribution(Attribution):
         r"""
         Args:
 
-            inp: the prompt: Captum's ``TextTokenInput`` or ``TextTemplateInput``,
+            inp (TextTokenInput, TextTemplateInput, str or list): the prompt:
+                        Captum's ``TextTokenInput`` or ``TextTemplateInput``,
                         a string (tokenised as ``TextTokenInput(inp, tokenizer,
                         skip_tokens=skip_tokens)``), or a chat (a list of
                         ``{"role", "content"}`` messages); or a list of those
@@ -149,7 +151,7 @@ class LLMTokenAttribution(Attribution):
                         Default: None
             internal_batch_size (int, optional): prompts per chunk of the
                         method. Default: None (the whole batch)
-            **kwargs: further keywords of the method's ``attribute``.
+            **kwargs (Any, optional): further keywords of the method's ``attribute``.
 
         Returns:
             LLMAttributionResult or list: Captum's result (a list for a list of

@@ -18,7 +18,7 @@ last block), which maps every ``z_ij`` linearly once the receiving position's
 statistics are fixed.
 """
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import List, Tuple
 
 import torch
@@ -135,16 +135,12 @@ def decoder_factors(
 ) -> Factors:
     r"""The factored decomposition of one block for ``variant`` (one of
     :data:`DECODER_VARIANTS`), in ``layer``'s dtype."""
-    batch, pos, _ = layer.hidden.shape
     heads = layer.attention.shape[1]
-    weight = parts.output_weight.to(layer.value.dtype)  # [d, heads * head_dim]
-    d, width = weight.shape
-    value = _query_head_values(layer.value, heads, width)
-    w_out = weight.view(d, heads, width // heads).permute(1, 2, 0)  # [h, dh, d]
-    factors = Factors(layer.attention, value, w_out, None, value.new_ones(batch, pos))
+    weight = parts.output_weight  # [d, heads * head_dim]
+    value = _query_head_values(layer.value, heads, weight.shape[1])
     depth = DECODER_VARIANTS.index(variant)
-    if depth >= 1:
-        factors = replace(factors, residual=layer.hidden)
+    residual = layer.hidden if depth >= 1 else None
+    factors = Factors.of_attention(layer.attention, value, weight, residual)
     if depth >= 2:
         factors = through_norm(
             factors, layer.output, next_norm.weight, next_norm.eps, next_norm.centred

@@ -31,6 +31,23 @@ class Factors:
     residual: Optional[Tensor]  # [batch, pos, d]; None for variant "N"
     scale: Tensor  # [batch, pos]
 
+    @classmethod
+    def of_attention(
+        cls,
+        attention: Tensor,
+        value: Tensor,
+        output_weight: Tensor,
+        residual: Optional[Tensor],
+    ) -> "Factors":
+        r"""The attention sublayer before any norm, ``W_O``'s bias left out,
+        plus ``residual`` if given: ``value`` ``[batch, pos, heads, head_dim]``
+        (one per query head), ``output_weight`` ``W_O`` ``[d, heads *
+        head_dim]``."""
+        batch, pos, heads, head_dim = value.shape
+        weight = output_weight.to(value.dtype).view(-1, heads, head_dim)
+        w_out = weight.permute(1, 2, 0)  # [heads, head_dim, d]
+        return cls(attention, value, w_out, residual, value.new_ones(batch, pos))
+
     def _heads(self) -> Tuple[Tensor, Tensor]:
         r"""Mixing weights ``[batch, j, i, k]`` and sources ``[batch, j, k, d]``
         of ``vector_ij = scale[i] * sum_k weights[j, i, k] * sources[j, k]``. The

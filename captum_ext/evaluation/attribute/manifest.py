@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from captum_ext._utils.atomic import write_text_atomically
-from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.models import ModelSource
 
 __all__ = [
@@ -42,7 +42,7 @@ class ManifestMismatchError(ValueError):
 
 
 def run_manifest(
-    arguments: Dict[str, Any], model: nn.Module, tokenizer: Any, data: TextData
+    arguments: Dict[str, Any], model: nn.Module, tokenizer: Any, data: LoadedExamples
 ) -> Dict[str, Any]:
     r"""The manifest of a run of ``arguments`` (mode, methods, max_length,
     shard_size; for a classifier metrics and target, for a causal LM where its
@@ -135,7 +135,7 @@ def _entry(manifest: Dict[str, Any], key: str) -> Dict[str, Any]:
     return entry if isinstance(entry, dict) else {}
 
 
-def data_fingerprint(data: TextData) -> str:
+def data_fingerprint(data: LoadedExamples) -> str:
     r"""SHA-256 of the texts, pairs, labels, source rows and, when given,
     the continuations."""
     content = [data.texts, data.text_pairs, data.labels, data.rows]

@@ -56,7 +56,7 @@ from captum_ext.evaluation.attribute.shards import (
     shard_problem,
     write_shard,
 )
-from captum_ext.evaluation.data import DataError, TextData
+from captum_ext.evaluation.data import DataError, LoadedExamples
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.engine import (
     checked_max_length,
@@ -83,7 +83,7 @@ Explain = Callable[..., Tensor]
 def attribute_dataset(
     model: nn.Module,
     tokenizer: Any,
-    data: TextData,
+    data: LoadedExamples,
     methods: Sequence[str],
     out_dir: Any,
     *,
@@ -113,8 +113,8 @@ def attribute_dataset(
     Args:
         model (nn.Module): a Hugging Face sequence classifier or causal LM in
             eval mode.
-        tokenizer: its tokenizer (with a pad token).
-        data (TextData): the examples (see :func:`load_data`).
+        tokenizer (PreTrainedTokenizerBase): its tokenizer (with a pad token).
+        data (LoadedExamples): the examples (see :func:`load_data`).
         methods (Sequence[str]): method names of the registry, e.g.
             ``["NormXLogit", "AttCAT"]``.
         out_dir (str or Path): where shards and manifest go; shared by all
@@ -160,14 +160,16 @@ def attribute_dataset(
     # The one place the run branches on the kind of model (the adapter's call).
     make_plan = _generation_plan if _is_causal_lm(model) else _classifier_plan
     plan = make_plan(
-        model,
-        tokenizer,
-        data,
-        method_specs,
-        metric_specs,
-        length,
-        target,
-        max_new_tokens,
+        _RunInputs(
+            model,
+            tokenizer,
+            data,
+            method_specs,
+            metric_specs,
+            length,
+            target,
+            max_new_tokens,
+        )
     )
     arguments.update(plan.arguments)
     with distributed_context(device) as context, ExitStack() as held:
@@ -224,68 +226,62 @@ class _Plan(NamedTuple):
     job: Callable[[], "_Job"]
 
 
-def _classifier_plan(
-    model: nn.Module,
-    tokenizer: Any,
-    data: TextData,
-    method_specs: Sequence[Any],
-    metric_specs: Sequence[Any],
-    length: int,
-    target: str,
-    max_new_tokens: Optional[int],
-) -> _Plan:
-    _check_target(target, data)
-    if data.continuations is not None or max_new_tokens is not None:
+class _RunInputs(NamedTuple):
+    r"""The checked arguments of :func:`attribute_dataset` a plan is made from."""
+
+    model: nn.Module
+    tokenizer: Any
+    data: LoadedExamples
+    method_specs: Sequence[Any]
+    metric_specs: Sequence[Any]
+    length: int  # tokens per example
+    target: str
+    max_new_tokens: Optional[int]
+
+
+def _classifier_plan(run: _RunInputs) -> _Plan:
+    _check_target(run.target, run.data)
+    if run.data.continuations is not None or run.max_new_tokens is not None:
         raise ValueError(
             f"continuations and max_new_tokens are for a causal LM's prompts; "
-            f"{type(model).__name__} is not a causal LM (it has no LM head, or "
+            f"{type(run.model).__name__} is not a causal LM (it has no LM head, or "
             "has a classification head)"
         )
-    names = [spec.name for spec in method_specs]
-    type_ids = _gives_type_ids(tokenizer, data)
+    names = [spec.name for spec in run.method_specs]
+    type_ids = _gives_type_ids(run.tokenizer, run.data)
     return _Plan(
         {
             # No "mode" entry: a classifier run's arguments stay as they were,
             # so output written by an earlier version still resumes.
-            "metrics": [spec.name for spec in metric_specs],
-            "target": target,
+            "metrics": [spec.name for spec in run.metric_specs],
+            "target": run.target,
         },
-        run_schema(data, names, metric_specs, type_ids),
-        lambda: _ClassifierJob(
-            model, tokenizer, method_specs, metric_specs, length, target
-        ),
+        run_schema(run.data, names, run.metric_specs, type_ids),
+        lambda: _ClassifierJob(run),
     )
 
 
-def _generation_plan(
-    model: nn.Module,
-    tokenizer: Any,
-    data: TextData,
-    method_specs: Sequence[Any],
-    metric_specs: Sequence[Any],
-    length: int,
-    target: str,
-    max_new_tokens: Optional[int],
-) -> _Plan:
-    unsupported = [spec.name for spec in method_specs if not spec.causal_lm]
+def _generation_plan(run: _RunInputs) -> _Plan:
+    unsupported = [spec.name for spec in run.method_specs if not spec.causal_lm]
     if unsupported:
         able = [name for name, spec in METHODS.items() if spec.causal_lm]
         raise ValueError(
             f"{', '.join(unsupported)} cannot explain a causal LM's text; "
             f"methods that can: {', '.join(able)}"
         )
-    if metric_specs:
+    if run.metric_specs:
         raise ValueError(
             "metrics are written for classifiers only; drop --metrics for a "
             "causal LM's prompts"
         )
-    if target != "predicted" or data.labels is not None or data.text_pairs:
+    if run.target != "predicted" or run.data.labels is not None or run.data.text_pairs:
         raise ValueError(
             "a causal LM's prompts take no label, text pair or target class: "
             "give prompts and, optionally, their continuations"
         )
-    names = [spec.name for spec in method_specs]
-    encoded = encode_prompts(tokenizer, data, length, max_new_tokens)  # checked now
+    names = [spec.name for spec in run.method_specs]
+    # Checked now, before any shard is written.
+    encoded = encode_prompts(run.tokenizer, run.data, run.length, run.max_new_tokens)
     return _Plan(
         {
             "mode": "causal_lm",
@@ -293,7 +289,9 @@ def _generation_plan(
             "max_new_tokens": encoded[2],
         },
         generation_schema(names),
-        lambda: _GenerationJob(model, tokenizer, method_specs, data, *encoded),
+        lambda: _GenerationJob(
+            run.model, run.tokenizer, run.method_specs, run.data, *encoded
+        ),
     )
 
 
@@ -310,7 +308,7 @@ def _check_names(
     ]
 
 
-def _check_target(target: str, data: TextData) -> None:
+def _check_target(target: str, data: LoadedExamples) -> None:
     if target not in _TARGETS:
         raise ValueError(f"target must be one of {_TARGETS}, got {target!r}")
     if target == "label" and data.labels is None:
@@ -320,7 +318,7 @@ def _check_target(target: str, data: TextData) -> None:
         )
 
 
-def _check_words(tokenizer: Any, data: TextData) -> None:
+def _check_words(tokenizer: Any, data: LoadedExamples) -> None:
     empty = texts_without_words(tokenizer, data.texts, data.text_pairs)
     if empty:
         rows = ", ".join(str(data.rows[i]) for i in empty[:10])
@@ -332,7 +330,7 @@ def _check_words(tokenizer: Any, data: TextData) -> None:
         )
 
 
-def _gives_type_ids(tokenizer: Any, data: TextData) -> bool:
+def _gives_type_ids(tokenizer: Any, data: LoadedExamples) -> bool:
     r"""Whether the tokenizer gives segment ids for ``data``'s pairs (BERT
     does; RoBERTa-like tokenizers mark pairs with separators only)."""
     if data.text_pairs is None or not len(data):
@@ -347,7 +345,7 @@ class _Run(NamedTuple):
     out: Path
     arguments: Dict[str, Any]
     schema: pa.Schema
-    data: TextData
+    data: LoadedExamples
 
 
 def _agreed_missing_shards(
@@ -404,7 +402,7 @@ class _Job:
 
     def shard_table(
         self,
-        data: TextData,
+        data: LoadedExamples,
         schema: pa.Schema,
         batch_size: int,
         device: torch.device,
@@ -431,12 +429,12 @@ class _Job:
         return pa.Table.from_pydict(columns, schema=schema)
 
     def batches(
-        self, data: TextData, batch_size: int, device: torch.device
+        self, data: LoadedExamples, batch_size: int, device: torch.device
     ) -> Iterator[Tuple[List[int], Iterator[Tuple[str, List[Any]]]]]:
         r"""Per batch: its data positions and its output columns."""
         raise NotImplementedError
 
-    def source_columns(self, data: TextData) -> Dict[str, List[Any]]:
+    def source_columns(self, data: LoadedExamples) -> Dict[str, List[Any]]:
         r"""The columns copied from ``data``."""
         raise NotImplementedError
 
@@ -448,27 +446,20 @@ class _Job:
 class _ClassifierJob(_Job):
     r"""A classifier's batch: prediction, each method's scores, metric values."""
 
-    def __init__(
-        self,
-        model: nn.Module,
-        tokenizer: Any,
-        method_specs: Sequence[Any],
-        metric_specs: Sequence[Any],
-        max_length: int,
-        target: str,
-    ) -> None:
+    def __init__(self, run: _RunInputs) -> None:
+        model, tokenizer = run.model, run.tokenizer
         self.model = model
         self.tokenizer = tokenizer
         self.forward = classifier_forward(model)
-        self.names = [spec.name for spec in method_specs]
-        self.families = [spec.family for spec in method_specs]
-        self.explainers = [spec.factory(model, tokenizer) for spec in method_specs]
-        self.metric_specs = list(metric_specs)
-        self.max_length = max_length
-        self.target = target
+        self.names = [spec.name for spec in run.method_specs]
+        self.families = [spec.family for spec in run.method_specs]
+        self.explainers = [spec.factory(model, tokenizer) for spec in run.method_specs]
+        self.metric_specs = list(run.metric_specs)
+        self.max_length = run.length
+        self.target = run.target
 
     def batches(
-        self, data: TextData, batch_size: int, device: torch.device
+        self, data: LoadedExamples, batch_size: int, device: torch.device
     ) -> Iterator[Tuple[List[int], Iterator[Tuple[str, List[Any]]]]]:
         gold = data.labels if self.target == "label" else None
         for batch in bucketed_batches(
@@ -481,7 +472,7 @@ class _ClassifierJob(_Job):
             classes = None if gold is None else [gold[i] for i in batch.rows]
             yield batch.rows, self.batch_columns(batch.to(device), classes)
 
-    def source_columns(self, data: TextData) -> Dict[str, List[Any]]:
+    def source_columns(self, data: LoadedExamples) -> Dict[str, List[Any]]:
         return source_columns(data)
 
     def truncated(self, table: pa.Table) -> int:
@@ -565,7 +556,7 @@ class _GenerationJob(_Job):
         model: nn.Module,
         tokenizer: Any,
         method_specs: Sequence[Any],
-        data: TextData,
+        data: LoadedExamples,
         prompts: List[List[int]],
         given: Optional[List[List[int]]],
         max_new_tokens: Optional[int],
@@ -582,7 +573,7 @@ class _GenerationJob(_Job):
         self._position = {row: i for i, row in enumerate(data.rows)}
 
     def batches(
-        self, data: TextData, batch_size: int, device: torch.device
+        self, data: LoadedExamples, batch_size: int, device: torch.device
     ) -> Iterator[Tuple[List[int], Iterator[Tuple[str, List[Any]]]]]:
         positions = [self._position[row] for row in data.rows]
 
@@ -628,7 +619,7 @@ class _GenerationJob(_Job):
             scores = explain(ids, mask, target)  # [batch, T, P]
             yield name, _matrices(scores, prompt_ids, target_ids, name)
 
-    def source_columns(self, data: TextData) -> Dict[str, List[Any]]:
+    def source_columns(self, data: LoadedExamples) -> Dict[str, List[Any]]:
         return generation_source_columns(data)
 
     def truncated(self, table: pa.Table) -> int:
@@ -668,7 +659,7 @@ def _matrices(
 
 
 def encode_prompts(
-    tokenizer: Any, data: TextData, max_length: int, max_new_tokens: Optional[int]
+    tokenizer: Any, data: LoadedExamples, max_length: int, max_new_tokens: Optional[int]
 ) -> Tuple[List[List[int]], Optional[List[List[int]]], Optional[int]]:
     r"""Token ids of the prompts (with the tokenizer's special tokens, BOS
     where it adds one) and of the given continuations (none added: no BOS

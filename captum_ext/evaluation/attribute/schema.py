@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Sequence
 
 import pyarrow as pa
 
-from captum_ext.evaluation.data import TextData
+from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.registry import MetricSpec
 
 __all__ = [
@@ -47,7 +47,7 @@ _TYPES = {
 }
 
 
-def source_columns(data: TextData) -> Dict[str, List[Any]]:
+def source_columns(data: LoadedExamples) -> Dict[str, List[Any]]:
     r"""The columns copied from ``data``: ids, texts, pairs, labels."""
     columns: Dict[str, List[Any]] = {"id": list(data.rows), "text": list(data.texts)}
     if data.text_pairs is not None:
@@ -58,7 +58,7 @@ def source_columns(data: TextData) -> Dict[str, List[Any]]:
 
 
 def run_schema(
-    data: TextData,
+    data: LoadedExamples,
     methods: Sequence[str],
     metrics: Sequence[MetricSpec],
     token_type_ids: bool,
@@ -82,7 +82,7 @@ def run_schema(
     return pa.schema(fields)
 
 
-def generation_source_columns(data: TextData) -> Dict[str, List[Any]]:
+def generation_source_columns(data: LoadedExamples) -> Dict[str, List[Any]]:
     r"""The columns a causal LM's run copies from ``data``: ids, prompts and
     the given continuations."""
     columns: Dict[str, List[Any]] = {"id": list(data.rows), "prompt": list(data.texts)}

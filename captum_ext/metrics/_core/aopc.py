@@ -79,7 +79,7 @@ def aopc(
         keep_top=(False,),
         desc="AOPC",
     )
-    drop = curves.target_base().exp()[:, None] - curves.target_curve().exp()
+    drop = curves.probability_drop()
     if curves.protocol.absolute:
         drop = drop.abs()
     return curves.result(drop, curves.mean(drop))

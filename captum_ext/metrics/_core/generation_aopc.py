@@ -83,4 +83,4 @@ def generation_aopc(
         keep_top=False,
         desc="generation AOPC",
     )
-    return curves.result(curves.base.exp()[..., None] - curves.curve.exp())
+    return curves.result(curves.probability_drop())

@@ -70,4 +70,4 @@ def generation_log_odds(
         keep_top=False,
         desc="generation log-odds",
     )
-    return curves.result(curves.curve - curves.base[..., None])
+    return curves.result(curves.log_ratio())

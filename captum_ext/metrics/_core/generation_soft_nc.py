@@ -45,21 +45,11 @@ def generation_soft_nc(
     Higher is more faithful (erasing the important tokens more strongly
     lowers :math:`p` more).
 
-    :math:`s_i` is the attribution of prompt token :math:`i`, min-max
-    normalised; :math:`S(x, 0)` the sufficiency of the empty prompt; the
-    element-wise draws, the clipping and the seeding are the :ref:`soft erasure
-    <soft-erasure>` both soft metrics share (:mod:`captum_ext.metrics`).
-
-    Zhao & Aletras, "Incorporating Attribution Importance for Improving
-    Faithfulness Metrics", ACL 2023, https://aclanthology.org/2023.acl-long.261/
-    (https://arxiv.org/abs/2305.10496).
-
-    ``forward_func`` must be :func:`captum_ext.causal_lm_forward` ``(model)``
-    (the metric perturbs its word embeddings); ``inputs``, ``attributions``,
-    ``target``, ``additional_forward_args``, ``tokens``,
-    ``internal_batch_size`` and ``show_progress`` are the :ref:`arguments
-    every generation metric shares <generation-metric-arguments>`
-    (:mod:`captum_ext.metrics`).
+    :math:`s_i` is the min-max normalised attribution of prompt token
+    :math:`i` and :math:`S(x, 0)` the sufficiency of the empty prompt; the
+    draws, the normaliser, the paper and ``forward_func``: :ref:`soft erasure
+    <soft-erasure>`; the other arguments: :ref:`arguments every generation
+    metric shares <generation-metric-arguments>` (:mod:`captum_ext.metrics`).
 
     Args:
 
@@ -79,8 +69,5 @@ def generation_soft_nc(
         seed=seed,
         desc="Soft-NC",
     )
-    p_x, p_empty = soft.base.exp()[..., None], soft.empty.exp()[..., None]
-    comprehensiveness = (p_x - soft.samples.exp()).clamp(min=0)
-    normaliser = (p_x - p_empty).clamp(min=0)  # 1 - S(x, 0)
-    soft_nc = (comprehensiveness / normaliser).clamp(0, 1)
-    return soft.result(soft_nc.masked_fill(normaliser == 0, float("nan")))
+    ratio = soft.comprehensiveness_ratio()
+    return soft.result(ratio.clamp(0, 1))

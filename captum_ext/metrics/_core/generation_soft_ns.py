@@ -44,21 +44,11 @@ def generation_soft_ns(
 
     Higher is more faithful (the important tokens alone keep :math:`p`).
 
-    :math:`s_i` is the attribution of prompt token :math:`i`, min-max
-    normalised; :math:`S(x, 0)` the sufficiency of the empty prompt; the
-    element-wise draws, the clipping and the seeding are the :ref:`soft erasure
-    <soft-erasure>` both soft metrics share (:mod:`captum_ext.metrics`).
-
-    Zhao & Aletras, "Incorporating Attribution Importance for Improving
-    Faithfulness Metrics", ACL 2023, https://aclanthology.org/2023.acl-long.261/
-    (https://arxiv.org/abs/2305.10496).
-
-    ``forward_func`` must be :func:`captum_ext.causal_lm_forward` ``(model)``
-    (the metric perturbs its word embeddings); ``inputs``, ``attributions``,
-    ``target``, ``additional_forward_args``, ``tokens``,
-    ``internal_batch_size`` and ``show_progress`` are the :ref:`arguments
-    every generation metric shares <generation-metric-arguments>`
-    (:mod:`captum_ext.metrics`).
+    :math:`s_i` is the min-max normalised attribution of prompt token
+    :math:`i` and :math:`S(x, 0)` the sufficiency of the empty prompt; the
+    draws, the normaliser, the paper and ``forward_func``: :ref:`soft erasure
+    <soft-erasure>`; the other arguments: :ref:`arguments every generation
+    metric shares <generation-metric-arguments>` (:mod:`captum_ext.metrics`).
 
     Args:
 
@@ -78,9 +68,5 @@ def generation_soft_ns(
         seed=seed,
         desc="Soft-NS",
     )
-    p_x, p_empty = soft.base.exp()[..., None], soft.empty.exp()[..., None]
-    sufficiency = 1 - (p_x - soft.samples.exp()).clamp(min=0)
-    empty_sufficiency = 1 - (p_x - p_empty).clamp(min=0)  # S(x, 0)
-    normaliser = 1 - empty_sufficiency
-    soft_ns = ((sufficiency - empty_sufficiency) / normaliser).clamp(0, 1)
-    return soft.result(soft_ns.masked_fill(normaliser == 0, float("nan")))
+    ratio = soft.comprehensiveness_ratio()
+    return soft.result((1 - ratio).clamp(0, 1))

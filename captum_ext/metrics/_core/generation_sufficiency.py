@@ -73,4 +73,4 @@ def generation_sufficiency(
         keep_top=True,
         desc="generation sufficiency",
     )
-    return curves.result(curves.base.exp()[..., None] - curves.curve.exp())
+    return curves.result(curves.probability_drop())

@@ -69,5 +69,5 @@ def log_odds(
         keep_top=(False,),
         desc="log-odds",
     )
-    ratio = curves.target_curve() - curves.target_base()[:, None]
+    ratio = curves.log_ratio()
     return curves.result(ratio, curves.mean(ratio))

@@ -70,5 +70,5 @@ def sufficiency(
         keep_top=(True,),
         desc="sufficiency",
     )
-    drop = curves.target_base().exp()[:, None] - curves.target_curve().exp()
+    drop = curves.probability_drop()
     return curves.result(drop, curves.mean(drop))

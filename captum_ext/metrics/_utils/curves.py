@@ -49,6 +49,16 @@ class Curves:
         gather_index = self.target[:, None, None].expand(-1, curve.shape[1], 1)
         return curve.gather(2, gather_index)[..., 0]
 
+    def probability_drop(self) -> Tensor:
+        r"""``[batch, levels]``: :math:`p(y \mid x) - p(y \mid \tilde{x})` at each
+        level (AOPC, sufficiency)."""
+        return self.target_base().exp()[:, None] - self.target_curve().exp()
+
+    def log_ratio(self) -> Tensor:
+        r"""``[batch, levels]``: :math:`\log p(y \mid \tilde{x}) - \log p(y \mid
+        x)` at each level (log-odds)."""
+        return self.target_curve() - self.target_base()[:, None]
+
     def result(self, curve: Tensor, score: Tensor) -> MetricResult:
         levels = torch.tensor(self.protocol.levels, device=curve.device)
         return MetricResult(score.float(), curve.float(), levels.float())

@@ -317,6 +317,16 @@ class HardCurves:
     target: Tensor
     protocol: PerturbationProtocol
 
+    def probability_drop(self) -> Tensor:
+        r"""``[batch, T, levels]``: :math:`p(y_t \mid x, y_{<t}) - p(y_t \mid
+        \tilde{x}, y_{<t})` at each level (AOPC, sufficiency)."""
+        return self.base.exp()[..., None] - self.curve.exp()
+
+    def log_ratio(self) -> Tensor:
+        r"""``[batch, T, levels]``: :math:`\log p(y_t \mid \tilde{x}, y_{<t}) -
+        \log p(y_t \mid x, y_{<t})` at each level (log-odds)."""
+        return self.curve - self.base[..., None]
+
     def result(self, curve: Tensor) -> GenerationMetricResult:
         r"""The mean of ``curve`` over the active levels (the protocol's
         ``empty_score`` when none is, NaN without one)."""
@@ -431,6 +441,17 @@ class SoftErasure:
         r"""Mean over the draws of ``values`` ``[batch, T, n_samples]``."""
         values = values.float()
         return per_target_result(values.mean(-1), values, self.target, None)
+
+    def comprehensiveness_ratio(self) -> Tensor:
+        r"""``[batch, T, n_samples]``: the soft comprehensiveness relative to the
+        empty prompt's, :math:`r = \max(0, p(x) - p(x')) / \max(0, p(x) - p(0))`
+        (Soft-NC is :math:`r`, Soft-NS :math:`1 - r`, both clipped to [0, 1]);
+        NaN where the normaliser :math:`1 - S(x, 0)` is 0."""
+        p_x, p_empty = self.base.exp()[..., None], self.empty.exp()[..., None]
+        comprehensiveness = (p_x - self.samples.exp()).clamp(min=0)
+        normaliser = (p_x - p_empty).clamp(min=0)  # 1 - S(x, 0)
+        ratio = comprehensiveness / normaliser
+        return ratio.masked_fill(normaliser == 0, float("nan"))
 
 
 def evaluate_soft_erasure(
