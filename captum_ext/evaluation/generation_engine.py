@@ -389,8 +389,9 @@ def run_generation_benchmark(
         model (nn.Module): a Hugging Face causal LM (e.g. from
             :func:`captum_ext.evaluation.models.load_causal_lm`); it is moved
             to ``options.device``.
-        tokenizer: its tokenizer (prompts are encoded with its special tokens,
-            BOS included where it adds one; continuations without).
+        tokenizer (PreTrainedTokenizerBase): its tokenizer (prompts are encoded
+            with its special tokens, BOS included where it adds one;
+            continuations without).
         data (LoadedExamples): prompts (``texts``), optional ``continuations``
             (None: greedy ones, ``options.max_new_tokens`` tokens at most) and
             optional ``evidence`` (needs continuations).
