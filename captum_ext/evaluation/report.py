@@ -606,8 +606,14 @@ def _definitions_html(result: BenchmarkResult) -> str:
         '<h2>how to read this page</h2><dl class="config">'
         f'{items}</dl><p class="note">* best per column (Random excluded); '
         "↑/↓ give the better direction. Scores explain the model's predicted "
-        "class.</p>"
+        f"class{_GENERATED_NOTE if result.generation_tasks else ''}.</p>"
     )
+
+
+_GENERATED_NOTE = (
+    "; for generated text, each continuation token's log-probability given the "
+    "prompt and the tokens before it (one heatmap row per token)"
+)
 
 
 def _example_text(example: Explanation) -> str:
