@@ -430,15 +430,24 @@ def _write_page(path: Path, title: str, body: str) -> None:
     print(f"wrote {path}")
 
 
-def _explain(args: argparse.Namespace) -> int:
-    check_names(args.methods, METHOD_NAMES, "method")
+def _check_explain_flags(
+    args: argparse.Namespace, known: Sequence[str], kind: str, length: str
+) -> None:
+    r"""What ``explain`` and ``explain-generation`` check before loading
+    anything: method names, model flags, the positive ``length`` flag, a
+    writable ``--html`` and a ``--model`` that exists."""
+    check_names(args.methods, known, kind)
     _check_model_flags(args)
-    _check_positive(args, "max_length")
-    if not args.text.strip():
-        raise ValueError("the text is empty: give some words to explain")
+    _check_positive(args, length)
     if args.html is not None:
         _check_writable_file(args.html)
     _check_model(args)
+
+
+def _explain(args: argparse.Namespace) -> int:
+    if not args.text.strip():
+        raise ValueError("the text is empty: give some words to explain")
+    _check_explain_flags(args, METHOD_NAMES, "method", "max_length")
     from captum_ext.evaluation.explain import explain
     from captum_ext.evaluation.models import resolve_device
     from captum_ext.visualization import (
@@ -480,14 +489,11 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _explain_generation(args: argparse.Namespace) -> int:
-    check_names(args.methods, GENERATION_METHOD_NAMES, "method for generated text")
-    _check_model_flags(args)
-    _check_positive(args, "max_new_tokens")
     if not args.prompt.strip():
         raise ValueError("the prompt is empty: give some words to continue")
-    if args.html is not None:
-        _check_writable_file(args.html)
-    _check_model(args)
+    _check_explain_flags(
+        args, GENERATION_METHOD_NAMES, "method for generated text", "max_new_tokens"
+    )
     from captum_ext.evaluation.explain_generation import explain_generation
     from captum_ext.evaluation.models import resolve_device
     from captum_ext.visualization import generation_html, generation_text
