@@ -4,8 +4,10 @@ metric against cost with the Pareto front, the per-level curves of a metric,
 and a method's per-layer heatmap. Each is drawn on a
 :class:`matplotlib.figure.Figure` (no pyplot, no backend switch), so importing
 this module changes no global state and figures are drawn headless; each PNG
-is written atomically. Where the report puts them is
-:mod:`captum_ext.evaluation.result_views`' job."""
+is written atomically, under the names of
+:mod:`captum_ext.evaluation.result_views`. This module does not import
+:mod:`captum_ext.evaluation.results`: a result imports it when a notebook
+shows it."""
 
 import math
 from pathlib import Path
@@ -128,11 +130,11 @@ def layer_figure(
 
 
 def frontier_figure(table: TaskRows, path: Path) -> bool:
-    r"""One panel per metric of the task (:func:`~captum_ext.evaluation.frontier.
-    frontier_metrics`): every method at (time ratio, value), x on a log scale,
-    the Pareto front joined; the y axis of a lower-is-better metric is
-    inverted, so up and left is better in every panel. False (and no file)
-    where no metric has a point."""
+    r"""One panel per metric of the task with a point
+    (:func:`~captum_ext.evaluation.frontier.frontier_metrics`): every method at
+    (time ratio, value), x on a log scale, the Pareto front joined; the y axis
+    of a lower-is-better metric is inverted, so up and left is better in every
+    panel. False (and no file) where no metric has a point."""
     panels = frontier_metrics(table)
     if not panels:
         return False
