@@ -18,7 +18,7 @@ _WHERE = {
     "BenchmarkResult": "results",
     "DataError": "data",
     "ManifestMismatchError": "attribute",
-    "MethodResult": "results",
+    "MethodResult": "result_rows",
     "OutputLockedError": "attribute",
     "LoadedExamples": "data",
     "attribute_dataset": "attribute",

@@ -2,12 +2,17 @@
 r"""What a benchmark run returns: one row per (task, method) with mean metric
 values, per-example values, mean curves and paired timings, plus the examples and
 per-layer maps the report draws. A task of the generation benchmark (a causal
-LM) has its own columns and keeps :class:`GenerationExplanation` examples."""
+LM) has its own columns and keeps :class:`GenerationExplanation` examples.
+
+A result shows itself: its ``repr`` is each task's faithfulness-cost front in
+a few terminal lines, and in a notebook it is the report's frontier, tables
+and highlighted examples (built by :mod:`~captum_ext.evaluation.result_views`
+and :mod:`~captum_ext.evaluation.figures`, which the report's files share)."""
 
 import csv
 import json
 import math
-import statistics
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple, Union
@@ -15,58 +20,26 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 from torch import Tensor
 
 from captum_ext._utils.atomic import write_text_atomically
-from captum_ext.evaluation.timing import SPREAD_BOUND
-from captum_ext.visualization import Explanation, GenerationExplanation
+from captum_ext.evaluation.frontier import frontier_points, pareto_front
+from captum_ext.evaluation.result_rows import MethodResult, TaskRows
+from captum_ext.evaluation.result_views import (
+    column_header,
+    examples_html,
+    frontier_html,
+    frontier_path,
+    html_table,
+    table_cells,
+)
+from captum_ext.visualization import (
+    Explanation,
+    fit_line,
+    GenerationExplanation,
+    html_safe,
+    notebook_html,
+    terminal_safe,
+)
 
-__all__ = ["BenchmarkResult", "MethodResult", "SUSPECT_RATIO"]
-
-# A method that runs a forward pass cannot cost less than one; a measured ratio
-# below this says the timing was disturbed, not that the method is cheap.
-SUSPECT_RATIO = 0.9
-
-
-@dataclass
-class MethodResult:
-    r"""One (task, method) row: mean metric values, mean curves and timings.
-
-    ``ratios`` holds one ``t_method / t_forward`` per batch and ``spreads``
-    how far that batch's repetitions were apart
-    (:class:`~captum_ext.evaluation.timing.PairedTiming`);
-    ``per_example[column]`` is aligned with ``rows`` (positions in the data)."""
-
-    task: str
-    method: str
-    family: str
-    n: int
-    metrics: Dict[str, float]
-    curves: Dict[str, Tuple[List[float], List[float]]]
-    seconds: float
-    forward_seconds: float
-    ratios: List[float] = field(default_factory=list)
-    spreads: List[float] = field(default_factory=list)
-    rows: List[int] = field(default_factory=list)
-    per_example: Dict[str, List[float]] = field(default_factory=dict)
-    class_agnostic: bool = False  # scores ignore the target: Kendall-tau n/a
-
-    @property
-    def time_ratio(self) -> float:
-        r"""Median over batches of method time / paired forward time (total
-        over total when no per-batch ratio was recorded)."""
-        if self.ratios:
-            return float(statistics.median(self.ratios))
-        return self.seconds / max(self.forward_seconds, 1e-9)
-
-    @property
-    def timing_suspect(self) -> bool:
-        r"""True when a method that runs a forward pass (every family but
-        ``"control"``) measured below :data:`SUSPECT_RATIO` forward passes: the
-        report flags the number instead of printing it as a cost. A ratio that
-        is not a number is suspect too, and so is one whose repetitions were
-        more than :data:`~captum_ext.evaluation.timing.SPREAD_BOUND` apart on
-        some batch (a disturbed machine)."""
-        if any(spread > SPREAD_BOUND for spread in self.spreads):
-            return True
-        return self.family != "control" and not self.time_ratio >= SUSPECT_RATIO
+__all__ = ["BenchmarkResult"]
 
 
 @dataclass
@@ -93,23 +66,69 @@ class BenchmarkResult:
         return self.columns.get(task, list(self.metrics))
 
     @property
+    def tasks(self) -> List[str]:
+        r"""The tasks of the rows, in the order they first appear."""
+        return list(dict.fromkeys(row.task for row in self.rows))
+
+    def task_rows(self, task: str) -> TaskRows:
+        r"""``task``'s rows with its metric columns and their directions."""
+        rows = [row for row in self.rows if row.task == task]
+        columns = {m: self.metrics[m] for m in self.task_columns(task)}
+        return TaskRows(task, rows, columns)
+
+    @property
     def generation_tasks(self) -> List[str]:
         r"""The tasks that explain what a causal LM generates."""
         return list(self.generation_examples)
 
     def __repr__(self) -> str:
-        r"""A few terminal lines: the run and each task's faithfulness-cost
-        front (:func:`captum_ext.report.result_text`)."""
-        from captum_ext.evaluation.report import result_text
-
-        return result_text(self)
+        r"""A few lines of at most 100 columns for a terminal: the run, then per
+        task the faithfulness-cost front of its first metric (value @ time
+        ratio, cheapest first)."""
+        methods = len(dict.fromkeys(row.method for row in self.rows))
+        columns = " ".join(column_header(m, up) for m, up in self.metrics.items())
+        lines = [
+            f"BenchmarkResult: {len(self.tasks)} task(s), {methods} method(s), "
+            f"{columns}; {self.wall_seconds:.0f} s"
+        ]
+        for table in map(self.task_rows, self.tasks):
+            if not table.columns:  # no metric: no front to show
+                continue
+            metric, up = next(iter(table.columns.items()))
+            front = pareto_front(frontier_points(table.rows, metric), up)
+            points = ", ".join(
+                f"{p.method} {p.value:.3f} @{p.cost:.1f}x" for p in front
+            )
+            lines.append(
+                f"  {table.task} (n={table.rows[0].n}) {metric} front: "
+                f"{points or 'none'}"
+            )
+        lines.append("  .table(), .to_csv(path); report.write_report(result, dir)")
+        return "\n".join(fit_line(terminal_safe(line)) for line in lines)
 
     def _repr_html_(self) -> str:
         r"""In a notebook: the report's frontier, tables and highlighted
-        examples (:func:`captum_ext.report.result_html`)."""
-        from captum_ext.evaluation.report import result_html
+        examples as one HTML fragment with the figures embedded and the styles
+        scoped."""
+        # Drawing needs matplotlib: imported when a notebook shows a result.
+        from captum_ext.evaluation.figures import frontier_figure
 
-        return result_html(self)
+        tables = [self.task_rows(task) for task in self.tasks]
+        with tempfile.TemporaryDirectory(prefix="captum_ext_report_") as scratch:
+            out = Path(scratch)
+            for table in tables:
+                frontier_figure(table, frontier_path(out, table.task))
+            body = frontier_html(tables, out)
+        for table in tables:
+            body += [
+                f"<h2>{html_safe(table.task)}</h2>",
+                html_table(table_cells(table)),
+            ]
+            body += examples_html(
+                self.examples.get(table.task, []),
+                self.generation_examples.get(table.task, []),
+            )
+        return notebook_html("\n".join(body))
 
     @classmethod
     def combine(cls, results: Sequence["BenchmarkResult"]) -> "BenchmarkResult":

@@ -8,7 +8,7 @@ import re
 
 import pytest
 import torch
-from captum_ext.evaluation import report
+from captum_ext.evaluation import figures, frontier, report, result_views
 from captum_ext.evaluation.report import markdown_table, write_report
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
 from captum_ext.visualization import Explanation
@@ -75,7 +75,9 @@ def test_examples_a_metric_cannot_score_are_counted_as_n_a():
     attcat.per_example = {"AOPC": [0.5, math.nan, 0.3, math.nan], "LOdds": [-1.25]}
     lines = markdown_table(result).splitlines()
     assert lines[4] == "| AttCAT | captum_ext | 0.400* (2 n/a) | -1.250* | 2.0 |"
-    page = report._html_table(report._cells(result, "sentiment"))
+    page = result_views.html_table(
+        result_views.table_cells(result.task_rows("sentiment"))
+    )
     assert 'title="2 of 4 examples have no token the metric can perturb' in page
 
 
@@ -227,13 +229,14 @@ def test_importing_the_report_switches_no_matplotlib_backend(monkeypatch):
         raise AssertionError("matplotlib.use called at import")
 
     monkeypatch.setattr(matplotlib, "use", refuse)
+    importlib.reload(figures)  # where the report's figures are drawn
     importlib.reload(report)
 
 
 def test_every_method_gets_a_distinct_colour_and_marker():
     rows = [_row(f"m{i}", "captum_ext", 0.1, 0.1) for i in range(15)]
     rows.append(_row("Random", "control", 0.1, 0.1))
-    styles = report._styles(rows)
+    styles = figures._styles(rows)
     pairs = {(str(s["color"]), s["marker"]) for s in styles}
     assert len(pairs) == 16
     assert styles[-1] == {"color": "black", "marker": "x", "linestyle": ":"}
@@ -246,14 +249,14 @@ def test_disturbed_repetitions_flag_the_time_and_the_note_says_how_it_was_taken(
     attcat.spreads = [1.1, 2.5]  # one batch's repetitions 2.5x apart
     assert attcat.timing_suspect
     table = markdown_table(result)
-    assert f"{report.TIMING_FLAG} 2.0" in table
+    assert f"{result_views.TIMING_FLAG} 2.0" in table
     assert "fastest run divided by the fastest forward pass" in table
 
 
 def test_heatmap_axis_joins_word_pieces_to_their_words():
     tokens = ["[CLS]", "hope", "##less", "##ly", "bad", "$5", "[SEP]"]
     specials = [True, False, False, False, False, False, True]
-    assert report._ticks(tokens, specials) == [
+    assert figures._ticks(tokens, specials) == [
         "[CLS]",
         "hope·",
         "·less·",
@@ -294,7 +297,7 @@ def _frontier_result() -> BenchmarkResult:
 
 
 def test_pareto_front_on_a_hand_made_table():
-    FrontPoint, front = report.FrontPoint, report.pareto_front
+    FrontPoint, front = frontier.FrontPoint, frontier.pareto_front
     points = [
         FrontPoint("a", 1.0, 0.3),
         FrontPoint("b", 2.0, 0.5),
@@ -312,18 +315,18 @@ def test_pareto_front_on_a_hand_made_table():
 
 def test_frontier_leaves_out_the_control_flagged_timings_and_na_cells():
     result = _frontier_result()
-    aopc = report.pareto_front(
-        report.frontier_points(result, "sentiment", "AOPC"), True
-    )
+    rows = result.task_rows("sentiment").rows
+    aopc = frontier.pareto_front(frontier.frontier_points(rows, "AOPC"), True)
     assert [p.method for p in aopc] == ["Cheap", "Mid", "Twin", "Costly"]
-    tau_points = report.frontier_points(result, "sentiment", "Kendall-tau")
+    tau_points = frontier.frontier_points(rows, "Kendall-tau")
     assert "Costly" not in [p.method for p in tau_points]
-    tau = report.pareto_front(tau_points, False)
+    tau = frontier.pareto_front(tau_points, False)
     assert [p.method for p in tau] == ["Cheap", "Mid"]
 
 
 def test_frontier_sentence_names_each_method_with_its_budget():
-    sentence = report.frontier_sentence(_frontier_result(), "sentiment", "AOPC")
+    table = _frontier_result().task_rows("sentiment")
+    sentence = result_views.frontier_sentence(table, "AOPC")
     assert sentence == (
         "On sentiment, the best AOPC (higher is better) for a budget in forward "
         "passes: Cheap (0.300) from 1.0×, Mid (0.500) from 2.0×, Twin (0.500) "
@@ -340,7 +343,8 @@ def test_frontier_is_at_the_top_of_the_report_and_in_results_md(tmp_path):
     assert (tmp_path / "sentiment_frontier.png").read_bytes()[:4] == b"\x89PNG"
     text = paths["markdown"].read_text()
     assert "![sentiment: each metric against cost](sentiment_frontier.png)" in text
-    assert report.frontier_sentence(_frontier_result(), "sentiment", "AOPC") in text
+    table = _frontier_result().task_rows("sentiment")
+    assert result_views.frontier_sentence(table, "AOPC") in text
 
 
 # ---------------------------------------------------------------- reprs
