@@ -385,33 +385,35 @@ def _user_model(args: argparse.Namespace, causal_lm: bool = False) -> Tuple[Any,
     )
 
 
-def _user_prompts(args: argparse.Namespace) -> Any:
+def _user_file(args: argparse.Namespace, **columns: Any) -> Any:
+    r"""``--data`` with the rows every command selects the same way
+    (``--split``, ``--config-name``, ``--limit``, ``--seed``) and the
+    command's ``columns`` keywords of ``load_data``."""
     from captum_ext.evaluation.data import load_data
 
     return load_data(
         args.data,
-        text_column=args.prompt_column,
-        continuation_column=args.target_column,
         split=args.split,
         config_name=args.config_name,
         limit=args.limit,
         seed=args.seed,
+        **columns,
+    )
+
+
+def _user_prompts(args: argparse.Namespace) -> Any:
+    return _user_file(
+        args, text_column=args.prompt_column, continuation_column=args.target_column
     )
 
 
 def _user_data(args: argparse.Namespace, model: Any) -> Any:
-    from captum_ext.evaluation.data import load_data
-
     config = model.config
-    return load_data(
-        args.data,
+    return _user_file(
+        args,
         text_column=args.text_column,
         text_pair_column=args.text_pair_column,
         label_column=args.label_column,
-        split=args.split,
-        config_name=args.config_name,
-        limit=args.limit,
-        seed=args.seed,
         label2id=getattr(config, "label2id", None),
         num_labels=getattr(config, "num_labels", None),
     )
