@@ -2,6 +2,8 @@
 r"""Tiny random-init models of every supported family, built from configs in code
 (no files, well under a second each), and small token batches for them."""
 
+import json
+import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
@@ -429,3 +431,24 @@ def one_line_error(capsys: Any, code: int, expected: str) -> str:
     assert len(lines) == 1 and "Traceback" not in err, err
     assert expected in lines[0], err
     return lines[0]
+
+
+def dump_rank_zero_result(
+    result: Any, examples: Sequence[Any], tokens: str, path: str
+) -> None:
+    r"""What a torchrun benchmark script writes for the one-process vs
+    two-ranks comparison (rank 0 only): the rows with their per-example values,
+    and each highlighted example's ``tokens`` attribute and AttCAT scores."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    record = {
+        "world": result.config["world_size"],
+        "rows": [
+            [r.method, r.n, r.rows, r.metrics, r.per_example, len(r.ratios)]
+            for r in result.rows
+        ],
+        "examples": [getattr(e, tokens) for e in examples],
+        "scores": [e.scores["AttCAT"].tolist() for e in examples],
+    }
+    with open(path, "w") as handle:
+        json.dump(record, handle)

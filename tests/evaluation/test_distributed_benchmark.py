@@ -13,11 +13,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = """
-import json, sys
+import sys
 import torch
 from captum_ext.evaluation.engine import benchmark
 from tests.helpers import tiny_data
-from tests.helpers import tiny_labelled_bert, tiny_tokenizer
+from tests.helpers import dump_rank_zero_result, tiny_labelled_bert, tiny_tokenizer
 
 torch.set_num_threads(1)
 result = benchmark(
@@ -25,14 +25,7 @@ result = benchmark(
     ["AttCAT", "NormXLogit", "Random"], ["aopc", "kendall_tau"],
     task="tiny", batch_size=2, max_length=16, progress=False,
 )
-if int(__import__("os").environ.get("RANK", "0")) == 0:
-    json.dump({
-        "world": result.config["world_size"],
-        "rows": [[r.method, r.n, r.rows, r.metrics, r.per_example, len(r.ratios)]
-                 for r in result.rows],
-        "examples": [e.tokens for e in result.examples["tiny"]],
-        "scores": [e.scores["AttCAT"].tolist() for e in result.examples["tiny"]],
-    }, open(sys.argv[1], "w"))
+dump_rank_zero_result(result, result.examples["tiny"], "tokens", sys.argv[1])
 """
 
 
@@ -75,13 +68,13 @@ def test_two_ranks_equal_one_process(tmp_path):
 
 
 GENERATION_SCRIPT = """
-import json, sys
+import sys
 import torch
 from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.generation_engine import run_generation_benchmark
 from captum_ext.evaluation.options import GenerationBenchmarkOptions
 from tests.attr.llm_fixtures import tiny_lm_tokenizer
-from tests.helpers import tiny_causal_lm
+from tests.helpers import dump_rank_zero_result, tiny_causal_lm
 
 torch.set_num_threads(1)
 data = LoadedExamples(
@@ -96,15 +89,9 @@ options = GenerationBenchmarkOptions(
 result = run_generation_benchmark(
     tiny_causal_lm("gpt2", dtype=torch.float64), tiny_lm_tokenizer(), data, options
 )
-if int(__import__("os").environ.get("RANK", "0")) == 0:
-    json.dump({
-        "world": result.config["world_size"],
-        "rows": [[r.method, r.n, r.rows, r.metrics, r.per_example, len(r.ratios)]
-                 for r in result.rows],
-        "examples": [e.prompt_tokens for e in result.generation_examples["tiny"]],
-        "scores": [e.scores["AttCAT"].tolist()
-                   for e in result.generation_examples["tiny"]],
-    }, open(sys.argv[1], "w"))
+dump_rank_zero_result(
+    result, result.generation_examples["tiny"], "prompt_tokens", sys.argv[1]
+)
 """
 
 
