@@ -49,13 +49,10 @@ LIBRARY = {
 
 
 @pytest.fixture(scope="module")
-def model():
-    return tiny_causal_lm("gpt2", dtype=torch.float64)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return tiny_lm_tokenizer()
+def lm():
+    r"""``(model, tokenizer)``: a tiny random GPT-2 in float64 (exact
+    equalities) and its word-level tokenizer."""
+    return tiny_causal_lm("gpt2", dtype=torch.float64), tiny_lm_tokenizer()
 
 
 def prompts(evidence=True, continuations=True):
@@ -67,14 +64,12 @@ def prompts(evidence=True, continuations=True):
     )
 
 
-def run(model, tokenizer, data, **options):
+def run(lm, data, **options):
     options = {"methods": METHOD_SET, "progress": False, "task": "tiny", **options}
-    return run_generation_benchmark(
-        model, tokenizer, data, GenerationBenchmarkOptions(**options)
-    )
+    return run_generation_benchmark(*lm, data, GenerationBenchmarkOptions(**options))
 
 
-def one_example(model, tokenizer, row):
+def one_example(tokenizer, row):
     r"""Example ``row`` alone: ids ``[1, P]``, mask, target ``[1, T]``."""
     prompt = torch.tensor(tokenizer(PROMPTS[row])["input_ids"])
     ids, mask = left_padded([prompt], tokenizer.pad_token_id, torch.device("cpu"))
@@ -84,17 +79,18 @@ def one_example(model, tokenizer, row):
 
 
 @pytest.fixture(scope="module")
-def result(model, tokenizer):
-    return run(model, tokenizer, prompts(), batch_size=4)
+def result(lm):
+    return run(lm, prompts(), batch_size=4)
 
 
-def test_values_are_the_library_metrics_and_evidence_accuracy(model, tokenizer, result):
+def test_values_are_the_library_metrics_and_evidence_accuracy(lm, result):
+    model, tokenizer = lm
     forward = causal_lm_forward(model)
     tokens = TokenOptions.from_tokenizer(tokenizer)
     for row_result in result.rows:
         explain = METHODS[row_result.method].build_generation(model, tokenizer)
         for position, row in enumerate(row_result.rows):
-            ids, mask, target = one_example(model, tokenizer, row)
+            ids, mask, target = one_example(tokenizer, row)
             scores = explain(ids, mask, target)  # [1, T, P]
             for column, metric in LIBRARY.items():
                 options = {}
@@ -134,8 +130,8 @@ def test_columns_directions_and_ranking(result):
     assert {row.method for row in result.rows} == set(METHOD_SET)
 
 
-def test_batch_of_one_equals_batch_of_four(model, tokenizer, result):
-    alone = run(model, tokenizer, prompts(), batch_size=1)
+def test_batch_of_one_equals_batch_of_four(lm, result):
+    alone = run(lm, prompts(), batch_size=1)
     by_method = {row.method: row for row in result.rows}
     for row in alone.rows:
         batched = by_method[row.method]
@@ -147,17 +143,15 @@ def test_batch_of_one_equals_batch_of_four(model, tokenizer, result):
         assert len(row.ratios) == 4 and len(batched.ratios) == 1
 
 
-def test_kept_examples_are_each_methods_target_by_prompt_scores(
-    model, tokenizer, result
-):
+def test_kept_examples_are_each_methods_target_by_prompt_scores(lm, result):
     examples = result.generation_examples["tiny"]
     assert len(examples) == 3  # n_examples default
     first = examples[0]
     assert first.prompt_tokens == ["<s>", "the", "cat", "sat", "on"]
     assert first.target_tokens == ["a", "mat"] and not first.generated
-    ids, mask, target = one_example(model, tokenizer, 0)
+    ids, mask, target = one_example(lm[1], 0)
     for name in METHOD_SET:
-        explain = METHODS[name].build_generation(model, tokenizer)
+        explain = METHODS[name].build_generation(*lm)
         torch.testing.assert_close(
             first.scores[name], explain(ids, mask, target)[0].float()
         )
@@ -166,9 +160,7 @@ def test_kept_examples_are_each_methods_target_by_prompt_scores(
     assert document["config"]["generation"]["tiny"]["continuations"] == "given"
 
 
-def test_greedy_continuations_are_generated_once_for_every_method(
-    model, tokenizer, monkeypatch
-):
+def test_greedy_continuations_are_generated_once_for_every_method(lm, monkeypatch):
     calls = []
     generate = generation_engine.generate_continuations
 
@@ -178,7 +170,7 @@ def test_greedy_continuations_are_generated_once_for_every_method(
 
     monkeypatch.setattr(generation_engine, "generate_continuations", counted)
     data = prompts(evidence=False, continuations=False)
-    result = run(model, tokenizer, data, batch_size=2, max_new_tokens=2, n_examples=4)
+    result = run(lm, data, batch_size=2, max_new_tokens=2, n_examples=4)
     assert len(calls) == 2  # one per batch of 2 prompts, not one per method
     assert "Evidence@1" not in result.metrics
     for example in result.generation_examples["tiny"]:
@@ -200,21 +192,21 @@ def test_greedy_continuations_are_generated_once_for_every_method(
         ({"batch_size": 0}, {}, "batch_size"),
     ],
 )
-def test_bad_choices_get_clear_errors(model, tokenizer, options, data, message):
+def test_bad_choices_get_clear_errors(lm, options, data, message):
     with pytest.raises(ValueError, match=message):
-        run(model, tokenizer, prompts(**data), **options)
+        run(lm, prompts(**data), **options)
 
 
-def test_evidence_outside_the_prompt_is_refused(model, tokenizer):
+def test_evidence_outside_the_prompt_is_refused(lm):
     data = prompts()
     data.evidence[1] = [9, 1, 1]
     with pytest.raises(ValueError, match="row 1's evidence positions"):
-        run(model, tokenizer, data)
+        run(lm, data)
 
 
-def test_a_classifier_is_refused(tokenizer):
+def test_a_classifier_is_refused(lm):
     with pytest.raises(Exception, match="causal"):
-        run(tiny_labelled_bert(), tokenizer, prompts(evidence=False))
+        run((tiny_labelled_bert(), lm[1]), prompts(evidence=False))
 
 
 def test_registry_metric_names_are_the_cli_names():
@@ -223,9 +215,7 @@ def test_registry_metric_names_are_the_cli_names():
     assert columns == ["AOPC", "Sufficiency", "LOdds", "Soft-NC", "Soft-NS"]
 
 
-def test_combined_with_a_classifier_each_task_keeps_its_table(
-    model, tokenizer, result, tmp_path
-):
+def test_combined_with_a_classifier_each_task_keeps_its_table(result, tmp_path):
     classifier = run_benchmark(
         tiny_labelled_bert(),
         tiny_tokenizer(),
