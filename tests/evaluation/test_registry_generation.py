@@ -26,13 +26,10 @@ from tests.helpers import continuation_batch, tiny_causal_lm, tiny_classifier
 
 
 @pytest.fixture(scope="module")
-def model():
-    return tiny_causal_lm("gpt2", dtype=torch.float64)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return tiny_lm_tokenizer()
+def lm():
+    r"""``(model, tokenizer)``: a tiny random GPT-2 in float64 (exact
+    equalities) and its word-level tokenizer."""
+    return tiny_causal_lm("gpt2", dtype=torch.float64), tiny_lm_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +37,8 @@ def batch():
     return continuation_batch((5, 3, 7), (3, 1, 2), seed=3)
 
 
-def _explain(name, model, tokenizer, batch):
-    explain = METHODS[name].build_generation(model, tokenizer)
+def _explain(name, lm, batch):
+    explain = METHODS[name].build_generation(*lm)
     return explain(batch["input_ids"], batch["attention_mask"], batch["target"])
 
 
@@ -56,8 +53,8 @@ def test_generation_entries_are_the_named_ones_and_only_they_build():
 
 
 @pytest.mark.parametrize("name", GENERATION_METHOD_NAMES)
-def test_scores_are_target_by_prompt_zero_on_padding(name, model, tokenizer, batch):
-    scores = _explain(name, model, tokenizer, batch)
+def test_scores_are_target_by_prompt_zero_on_padding(name, lm, batch):
+    scores = _explain(name, lm, batch)
     mask, target = batch["attention_mask"].bool(), batch["target"] != -100
     assert scores.shape == (3, 3, 7)
     assert scores.dtype == torch.float64
@@ -68,8 +65,8 @@ def test_scores_are_target_by_prompt_zero_on_padding(name, model, tokenizer, bat
 
 
 @pytest.mark.parametrize("name", GENERATION_METHOD_NAMES)
-def test_batch_equals_one_prompt_at_a_time(name, model, tokenizer, batch):
-    batched = _explain(name, model, tokenizer, batch)
+def test_batch_equals_one_prompt_at_a_time(name, lm, batch):
+    batched = _explain(name, lm, batch)
     for row in range(3):
         kept = batch["attention_mask"][row].bool()
         steps = batch["target"][row] != -100
@@ -78,7 +75,7 @@ def test_batch_equals_one_prompt_at_a_time(name, model, tokenizer, batch):
             attention_mask=batch["attention_mask"][row][kept][None],
             target=batch["target"][row][steps][None],
         )
-        single = _explain(name, model, tokenizer, alone)[0]
+        single = _explain(name, lm, alone)[0]
         torch.testing.assert_close(
             batched[row][steps][:, kept], single, rtol=1e-9, atol=1e-10
         )
@@ -90,10 +87,9 @@ def _log_prob(model, ids, next_id):
     return logits.double().log_softmax(-1)[next_id]
 
 
-def test_feature_ablation_is_the_hand_loop_of_ablated_prompt_tokens(
-    model, tokenizer, batch
-):
-    scores = _explain("FeatureAblation", model, tokenizer, batch)
+def test_feature_ablation_is_the_hand_loop_of_ablated_prompt_tokens(lm, batch):
+    model, tokenizer = lm
+    scores = _explain("FeatureAblation", lm, batch)
     baseline = baseline_token_id(tokenizer)
     for row in range(3):
         prompt = batch["input_ids"][row][batch["attention_mask"][row].bool()]
@@ -110,9 +106,10 @@ def test_feature_ablation_is_the_hand_loop_of_ablated_prompt_tokens(
 
 
 @pytest.mark.parametrize("name", ["FeatureAblation", "IntegratedGradients"])
-def test_captum_entries_equal_captum_users_script(name, model, tokenizer):
+def test_captum_entries_equal_captum_users_script(name, lm):
     r"""A Captum user's ``TextTokenInput`` of the prompt text (BOS included, as
     the tokenizer encodes it) gives the same rows as the entry fed its ids."""
+    model, tokenizer = lm
     baseline = baseline_token_id(tokenizer)
     inp = TextTokenInput("the cat sat on a mat", tokenizer, baselines=baseline)
     target = torch.tensor(tokenizer.encode("it was big", add_special_tokens=False))
@@ -130,8 +127,8 @@ def test_captum_entries_equal_captum_users_script(name, model, tokenizer):
     torch.testing.assert_close(scores[0], expected.token_attr.double())
 
 
-def test_a_classifier_gets_a_clear_error(tokenizer):
-    explain = METHODS["LogAt"].build_generation(tiny_classifier("gpt2"), tokenizer)
+def test_a_classifier_gets_a_clear_error(lm):
+    explain = METHODS["LogAt"].build_generation(tiny_classifier("gpt2"), lm[1])
     batch = continuation_batch((3,), (1,))
     with pytest.raises(Exception, match="causal"):
         explain(batch["input_ids"], batch["attention_mask"], batch["target"])
