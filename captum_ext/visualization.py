@@ -399,6 +399,7 @@ mark.special { background: none; color: #999; font-size: 0.85em; }
 img { max-width: 100%; }
 figure { margin: 1em 0; }
 figcaption, .note { color: #555; font-size: 0.9em; }
+div.wide { overflow-x: auto; }
 dl.config { display: grid; grid-template-columns: max-content auto; gap: 0.1em 1em; }
 dl.config dt { font-weight: 600; } dl.config dd { margin: 0; }
 """
@@ -704,9 +705,9 @@ def generation_html(explanation: GenerationExplanation) -> str:
             + "</tr>"
             for t, target in enumerate(targets)
         ]
+        # A long prompt scrolls inside its own box, not the whole page.
         parts.append(
-            f"<h2>{html_safe(name)}</h2><table><tr><th></th>{header}</tr>"
-            + "".join(rows)
-            + "</table>"
+            f'<h2>{html_safe(name)}</h2><div class="wide"><table><tr><th></th>'
+            f"{header}</tr>" + "".join(rows) + "</table></div>"
         )
     return "\n".join(parts)
