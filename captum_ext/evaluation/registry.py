@@ -861,9 +861,10 @@ def _generation_metric(
     metric: Callable[..., GenerationMetricResult], column: str
 ) -> GenerationMetricCompute:
     r"""THE one place the engine calls a metric of generated text: its default
-    protocol on the teacher-forced continuation; each example's value is the
-    mean of ``score`` over its target tokens (NaN ones, which the protocol
-    skips, left out), so prompts with longer continuations weigh the same."""
+    protocol on the teacher-forced continuation; each example's value (and
+    per-level curve) is the mean of ``score`` (``curve``) over its target
+    tokens (NaN ones, which the protocol skips, left out), so prompts with
+    longer continuations weigh the same."""
 
     def compute(
         context: GenerationMetricContext, scores: Tensor
@@ -877,7 +878,11 @@ def _generation_metric(
             tokens=context.tokens,
             internal_batch_size=METRIC_ROWS,
         )
-        return {column: MetricValue(result.score.double().nanmean(1))}
+        value = MetricValue(result.score.double().nanmean(1))
+        if result.levels is not None:  # a curve over the protocol's levels
+            value.curve = result.curve.double().nanmean(1)  # [batch, levels]
+            value.grid = result.levels.tolist()
+        return {column: value}
 
     return compute
 

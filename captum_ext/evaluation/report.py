@@ -112,6 +112,16 @@ CURVE_AXES = {
     "Hide": ("accuracy", "fraction of tokens hidden"),
     "Reveal": ("accuracy", "fraction of tokens revealed"),
 }
+# A generation task's curves: the same levels over the prompt's non-special
+# tokens, the probability of each target token y_t (mean over its targets).
+GENERATION_CURVE_AXES = {
+    "AOPC": ("drop in p(y_t) at this level", "fraction of prompt tokens deleted"),
+    "LOdds": (
+        "log p(y_t | deleted) - log p(y_t)",
+        "fraction of prompt tokens deleted",
+    ),
+    "Sufficiency": ("drop in p(y_t) at this level", "fraction of prompt tokens kept"),
+}
 AREAS = ("Hide", "Reveal")  # summarised by the area under the curve
 
 
@@ -203,7 +213,8 @@ def plot_all(result: BenchmarkResult, out_dir: Path) -> List[Path]:
             rows = curve_rows(table.rows, metric)
             if rows:
                 path = curve_path(out_dir, task, metric)
-                curve_figure(task, rows, metric, _curve_axes(metric), path)
+                axes = _curve_axes(result, task, metric)
+                curve_figure(task, rows, metric, axes, path)
                 paths.append(path)
         for name, (tokens, scores) in result.layer_maps.get(task, {}).items():
             example = _example_for(result, task, tokens)
@@ -276,13 +287,16 @@ def _layer_caption(result: BenchmarkResult, task: str, name: str) -> str:
     )
 
 
-def _curve_axes(metric: str) -> Tuple[str, str]:
-    r"""The (y, x) labels of ``metric``'s per-level curve."""
-    return CURVE_AXES.get(metric, (metric, "fraction of tokens"))
+def _curve_axes(result: BenchmarkResult, task: str, metric: str) -> Tuple[str, str]:
+    r"""The (y, x) labels of ``metric``'s per-level curve on ``task``."""
+    axes = CURVE_AXES
+    if task in result.generation_tasks:
+        axes = GENERATION_CURVE_AXES
+    return axes.get(metric, (metric, "fraction of tokens"))
 
 
-def _curve_caption(metric: str) -> str:
-    y_label, x_label = _curve_axes(metric)
+def _curve_caption(result: BenchmarkResult, task: str, metric: str) -> str:
+    y_label, x_label = _curve_axes(result, task, metric)
     summary = "area under this curve" if metric in AREAS else "mean over the levels"
     return html_safe(
         f"{metric} per level: {y_label} (y) against the {x_label} (x), mean "
@@ -298,7 +312,7 @@ def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
         # plot of a metric without a curve now must not be shown.
         if curve_rows(table.rows, metric):
             path = curve_path(out_dir, task, metric)
-            body.append(figure_html(path, _curve_caption(metric)))
+            body.append(figure_html(path, _curve_caption(result, task, metric)))
     for name in result.layer_maps.get(task, {}):
         path = layer_path(out_dir, task, name)
         body.append(figure_html(path, _layer_caption(result, task, name)))

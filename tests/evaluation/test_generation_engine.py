@@ -114,6 +114,27 @@ def test_values_are_the_library_metrics_and_evidence_accuracy(lm, result):
         assert row_result.n == len(PROMPTS) and sorted(row_result.rows) == [0, 1, 2, 3]
 
 
+def test_curves_are_the_mean_of_the_library_curves(lm, result):
+    model, tokenizer = lm
+    forward = causal_lm_forward(model)
+    tokens = TokenOptions.from_tokenizer(tokenizer)
+    hard = {c: m for c, m in LIBRARY.items() if not c.startswith("Soft")}
+    for row_result in result.rows:
+        explain = METHODS[row_result.method].build_generation(model, tokenizer)
+        for column, metric in hard.items():
+            per_example = []  # each example's curve: mean over its targets
+            for row in row_result.rows:
+                ids, mask, target = one_example(tokenizer, row)
+                scores = explain(ids, mask, target)
+                direct = metric(forward, ids, scores, target, (mask,), tokens=tokens)
+                per_example.append(direct.curve.double().nanmean(1)[0])
+            grid, mean = row_result.curves[column]
+            assert grid == pytest.approx(direct.levels.tolist())
+            expected = torch.stack(per_example).nanmean(0).tolist()
+            assert mean == pytest.approx(expected, abs=1e-6, nan_ok=True), column
+        assert not {"Soft-NC", "Soft-NS"} & set(row_result.curves)  # no levels
+
+
 def test_columns_directions_and_ranking(result):
     assert result.metrics == {
         "Evidence@1": True,
@@ -238,6 +259,10 @@ def test_combined_with_a_classifier_each_task_keeps_its_table(result, tmp_path):
     assert "Classifiers: area over the perturbation curve" in page
     assert "Generated text: comprehensiveness" in page
     assert "planted-evidence accuracy" in page
+    # The generation task's curves, labelled with p(y_t), not p(class).
+    assert (tmp_path / "tiny_AOPC_curve.png").exists()
+    assert "drop in p(y_t) at this level (y) against the fraction of prompt" in page
+    assert "drop in p(class) at this level" in page  # the classifier's, apart
 
 
 @pytest.mark.integration
