@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from captum_ext._utils.threads import configure_threads, free_cores
+from captum_ext._utils import threads
+from captum_ext._utils.threads import busy_elsewhere, configure_threads, free_cores
 
 ROOT = Path(__file__).resolve().parents[1]
 CORES = len(os.sched_getaffinity(0))
@@ -20,6 +21,25 @@ CORES = len(os.sched_getaffinity(0))
 )
 def test_free_cores_is_the_cores_other_work_leaves_at_least_one(load, threads):
     assert free_cores(load) == threads
+
+
+@pytest.mark.parametrize(
+    "load, loadavg, busy",
+    [
+        (1.0, "1.00 0.60 0.30 1/180 42\n", 0.0),  # pip just ended: idle now
+        (1.0, "1.00 0.60 0.30 2/180 42\n", 1.0),  # one other job, then and now
+        (0.2, "0.20 0.10 0.05 3/180 42\n", 0.2),  # a burst now: not a minute
+        (1.5, "garbled", 1.5),  # no runnable count: the load average alone
+    ],
+)
+def test_busy_elsewhere_is_busy_for_the_last_minute_and_now(
+    load, loadavg, busy, monkeypatch, tmp_path
+):
+    path = tmp_path / "loadavg"
+    path.write_text(loadavg)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    assert busy_elsewhere(str(path)) == busy
+    assert busy_elsewhere(str(tmp_path / "missing")) == load
 
 
 def test_torch_already_imported_gets_the_count_and_user_settings_stay(monkeypatch):

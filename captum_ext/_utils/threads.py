@@ -12,7 +12,11 @@ Two settings:
   OpenMP reads it once, when torch is first imported: it only takes effect when
   set before that.
 - the thread count: one per core this process may run on, less the cores other
-  processes keep busy (the 1-minute load average), at least one.
+  processes keep busy, at least one. Busy means busy for the last minute and
+  now: the smaller of the 1-minute load average and the tasks runnable right
+  now besides this one (``/proc/loadavg``). The load average alone lags: the
+  ``pip install`` just before the README's ``captum-ext benchmark`` kept it
+  near 1 on an idle 2-core machine, and the whole job ran on one thread.
 
 A setting the user gave (``OMP_WAIT_POLICY``, ``OMP_NUM_THREADS``) is kept.
 """
@@ -21,22 +25,33 @@ import os
 import sys
 from typing import Optional
 
-__all__ = ["configure_threads", "free_cores"]
+__all__ = ["busy_elsewhere", "configure_threads", "free_cores"]
 
 
 def free_cores(load: Optional[float] = None) -> int:
     r"""The cores this process may run on that other work leaves free: the
-    affinity set's size less the 1-minute load average (``load``; default: the
-    system's), rounded, at least 1.
-
-    The load average counts runnable processes, this one included when it was
-    already busy; the count is a hint, not a reservation.
+    affinity set's size less ``load`` (default: :func:`busy_elsewhere`),
+    rounded, at least 1. The count is a hint, not a reservation.
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     cores = cores or os.cpu_count() or 1
     if load is None:
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        load = busy_elsewhere()
     return max(1, min(cores, round(cores - load)))
+
+
+def busy_elsewhere(loadavg_path: str = "/proc/loadavg") -> float:
+    r"""How many cores other work keeps busy: the smaller of the 1-minute load
+    average and the tasks runnable right now less this one (the fourth field of
+    ``loadavg_path``, ``running/total``); the load average alone where the
+    system gives no such file, 0 where it gives neither."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    try:
+        with open(loadavg_path) as handle:
+            running = int(handle.read().split()[3].split("/")[0])
+    except (OSError, IndexError, ValueError):
+        return load
+    return min(load, max(0, running - 1))
 
 
 def configure_threads(load: Optional[float] = None) -> int:
