@@ -60,7 +60,8 @@ def configure_threads(load: Optional[float] = None) -> int:
     ``OMP_WAIT_POLICY`` or ``OMP_NUM_THREADS``.
 
     Call it at the start of a job: the command line's ``main`` does before it
-    imports torch; the default models' fine-tuning before its first step.
+    imports torch (its default models' fine-tuning runs in that process); a
+    script that fine-tunes in its own process should too.
 
     Args:
         load (float, optional): the load average to plan for. Default: the
