@@ -42,15 +42,15 @@ def free_cores(load: Optional[float] = None) -> int:
 
 def busy_elsewhere(loadavg_path: str = "/proc/loadavg") -> float:
     r"""How many cores other work keeps busy: the smaller of the 1-minute load
-    average and the tasks runnable right now less this one (the fourth field of
-    ``loadavg_path``, ``running/total``); the load average alone where the
-    system gives no such file, 0 where it gives neither."""
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    average and the tasks runnable right now less this one, both from one read
+    of ``loadavg_path`` (fields 1 and 4, ``running/total``); where the system
+    gives no such file, :func:`os.getloadavg` alone, 0 without it either."""
     try:
         with open(loadavg_path) as handle:
-            running = int(handle.read().split()[3].split("/")[0])
+            fields = handle.read().split()
+        load, running = float(fields[0]), int(fields[3].split("/")[0])
     except (OSError, IndexError, ValueError):
-        return load
+        return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     return min(load, max(0, running - 1))
 
 
