@@ -37,6 +37,7 @@ which the methods hook and run (uncompiled, on its own device), so attributions
 equal those of the unwrapped model.
 """
 
+from captum_ext.adapters.attention import AttentionCapture, AttentionInputs
 from captum_ext.adapters.errors import UnsupportedModelError
 from captum_ext.adapters.families import BlockParts, supported_families
 from captum_ext.adapters.layout import TokenLayout
@@ -49,6 +50,8 @@ from captum_ext.adapters.pre_norm import NormParams, PreNormParts
 from captum_ext.adapters.wrappers import unwrap_model
 
 __all__ = [
+    "AttentionCapture",
+    "AttentionInputs",
     "BlockParts",
     "NormParams",
     "PreNormParts",

@@ -7,6 +7,7 @@ from typing import Any, List, Optional
 import torch
 from torch import nn, Tensor
 
+from captum_ext.adapters.attention import AttentionCapture
 from captum_ext.adapters.errors import UnsupportedModelError
 from captum_ext.adapters.families import (
     _block_parts,
@@ -245,6 +246,14 @@ class ModelAdapter:
     def require_attention_weights(self, method: str) -> None:
         r"""Raises if the model's attention implementation returns no weights."""
         _check_attention_weights(self.config, method)
+
+    def attention_capture(self, method: str) -> AttentionCapture:
+        r"""An :class:`~captum_ext.adapters.attention.AttentionCapture` of this
+        model's blocks for one forward pass: every block's attention
+        probabilities, from eager attention maps or from the query and key of
+        any implementation of transformers' attention interface (sdpa, flash),
+        without changing the model."""
+        return AttentionCapture(self.model, self.num_layers, method)
 
 
 def _causal_lm_families() -> List[str]:

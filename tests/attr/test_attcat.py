@@ -58,12 +58,6 @@ def test_one_forward_and_one_backward_per_batch(monkeypatch):
     assert (len(forwards), len(backwards)) == (1, 1)
 
 
-def test_sdpa_model_is_rejected():
-    model = tiny_classifier("bert", attn_implementation="sdpa")
-    with pytest.raises(ValueError, match="AttCAT needs attention weights.*eager"):
-        attribute(AttCAT(model), token_batch())
-
-
 def test_bad_arguments():
     with pytest.raises(ValueError, match="layers must be one of"):
         AttCAT(tiny_classifier("bert"), layers="all")

@@ -41,9 +41,3 @@ def test_is_a_probability_distribution_over_real_tokens(family):
 
 def test_target_validated_but_ignored():
     assert_target_validated_but_ignored(LastLayerAttention, "bert")
-
-
-def test_sdpa_raises():
-    model = tiny_classifier("bert", attn_implementation="sdpa")
-    with pytest.raises(ValueError, match="attn_implementation='eager'"):
-        attribute(LastLayerAttention(model), token_batch())

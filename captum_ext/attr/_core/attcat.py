@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
 r"""AttCAT: class activation tokens weighted by the attention each token receives."""
 
-from typing import Any
+from typing import List
 
 import torch
 from torch import Tensor
 
 from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
+from captum_ext.adapters import AttentionInputs
 from captum_ext.attr._core.cat import CAT
+from captum_ext.attr._utils.attention_statistics import (
+    attention_received,
+    attention_received_until,
+)
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 
 __all__ = ["AttCAT"]
@@ -68,11 +73,15 @@ class AttCAT(CAT):
     ``prompt + y_<t`` (the consistency law); queries before :math:`i` give it
     zero attention (causal mask) and would only dilute the mean.
 
-    Needs attention weights: load the model with ``attn_implementation="eager"``
-    (a clear error is raised otherwise). One forward and one backward pass per
-    chunk of ``internal_batch_size`` examples; works with frozen parameters and
-    leaves every ``.grad`` untouched. Of the attention maps only the column
-    means, ``[batch, L, pos]`` in float32, are kept past the forward pass.
+    Any attention implementation works (eager, sdpa, flash): with sdpa and
+    flash :math:`\alpha` is recomputed from the model's own query and key, a
+    block of query rows at a time without gradients
+    (:class:`~captum_ext.adapters.AttentionCapture`), while the model's forward
+    and backward passes keep their memory-efficient kernel. One forward and one
+    backward pass per chunk of ``internal_batch_size`` examples; works with
+    frozen parameters and leaves every ``.grad`` untouched. Of the attention
+    only the column means, ``[batch, L, pos]`` in float32, are kept past the
+    forward pass.
 
     More details can be found in the original paper (Qiang et al., "AttCAT:
     Explaining Transformers via Attentive Class Activation Tokens", NeurIPS
@@ -83,38 +92,30 @@ class AttCAT(CAT):
 
     _uses_attention = True
 
-    def _token_weights(self, batch: TokenBatch, out: Any) -> Tensor:
+    def _token_weights(
+        self, batch: TokenBatch, layers: List[AttentionInputs]
+    ) -> Tensor:
         r"""Attention received per block and token, :math:`\alpha`:
-        ``[batch, L, pos]`` in float32."""
-        work = result_dtype(out.attentions[0].dtype)  # float32 or float64
+        ``[batch, L, pos]`` in float32 (float64 for a float64 model)."""
+        work = result_dtype(layers[0].dtype)
         valid = batch.valid.to(work)  # [batch, q]
         row_weights = valid / valid.sum(-1, keepdim=True)  # mean over valid rows
-        heads = out.attentions[0].shape[1]
-        # attentions[k]: [batch, heads, q, k] of block k + 1, converted one layer
-        # at a time (a mean of many small probabilities)
-        return torch.stack(
-            [
-                torch.einsum("bhqk,bq->bk", attention.to(work), row_weights) / heads
-                for attention in out.attentions
-            ],
-            dim=1,
-        )
+        return attention_received(layers, row_weights)
 
-    def _generated_token_weights(self, forced: TeacherForcedBatch, out: Any) -> Tensor:
+    def _generated_token_weights(
+        self, forced: TeacherForcedBatch, layers: List[AttentionInputs]
+    ) -> Tensor:
         r"""Causal LMs: :math:`\alpha_{t,i}^l`, ``[batch, T, L, pos]`` in float32:
         a cumulative sum over queries read at each predicting position."""
-        work = result_dtype(out.attentions[0].dtype)
-        queries = forced.model_inputs()[1].to(work)[:, :, None]  # [batch, q, 1]
+        work = result_dtype(layers[0].dtype)
+        # Left-padding rows attend nothing real: they are left out.
+        queries = forced.model_inputs()[1].to(work)  # [batch, q]
         predicting = forced.predicting_positions()  # [T]
         keys = torch.arange(queries.shape[1], device=predicting.device)
         # p_t - i + 1 queries see key i and predict y_t (clamped where i > p_t,
         # whose sums are zero anyway).
         counts = (predicting[:, None] - keys[None, :] + 1).clamp(min=1).to(work)
-        layers = []
-        for attention in out.attentions:  # [batch, heads, q, k] per block
-            # Left-padding rows attend nothing real: they are left out.
-            received = attention.to(work).mean(1) * queries  # [batch, q, k]
-            # Causal: A[q, i] = 0 for q < i, so the sum over q <= p_t is the
-            # sum over i <= q <= p_t.
-            layers.append(received.cumsum(1)[:, predicting] / counts)
-        return torch.stack(layers, dim=2)  # [batch, T, L, k]
+        # Causal: A[q, i] = 0 for q < i, so the sum over q <= p_t is the sum
+        # over i <= q <= p_t.
+        received = attention_received_until(layers, queries, predicting)
+        return received / counts[:, None]  # [batch, T, L, k]

@@ -2,10 +2,9 @@
 r"""Raw attention rollout: the plain product of every layer's head-averaged
 attention, read at the classification position (the GlobEnc paper's baseline)."""
 
-from typing import List
+from typing import List, Sequence
 
-from torch import Tensor
-
+from captum_ext.adapters import AttentionInputs
 from captum_ext.attr._core.last_layer_attention import LastLayerAttention
 
 __all__ = ["AttentionRollout"]
@@ -35,8 +34,13 @@ class AttentionRollout(LastLayerAttention):
     the result. Scores are non-negative, computed from one forward pass (per
     chunk of ``internal_batch_size`` examples, see
     :meth:`LastLayerAttention.attribute`) without gradients in float32 (float64
-    for a float64 model), and are exactly zero on padding. The model must return
-    attention weights (``attn_implementation="eager"``).
+    for a float64 model), and are exactly zero on padding. Any attention
+    implementation works; with sdpa and flash each layer is multiplied in a
+    block of rows at a time from the model's own query and key, so no
+    ``[pos, pos]`` matrix is formed and memory stays linear in the length.
+
+    **Causal LMs**: row :math:`t` is row :math:`p_t` (the predicting position of
+    :math:`y_t`) of the product, as in :class:`LastLayerAttention`.
 
     More details can be found in the GlobEnc paper (Modarressi et al., NAACL
     2022): https://aclanthology.org/2022.naacl-main.19/ and, for attention
@@ -44,6 +48,6 @@ class AttentionRollout(LastLayerAttention):
     https://aclanthology.org/2020.acl-main.385/
     """
 
-    def _rolled_out(self, attentions: List[Tensor]) -> List[Tensor]:
-        r"""Every layer's attention, first layer first."""
-        return attentions
+    def _rolled_out(self, layers: Sequence[AttentionInputs]) -> List[AttentionInputs]:
+        r"""Every layer, first layer first."""
+        return list(layers)

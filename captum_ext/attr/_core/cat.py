@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 r"""CAT: class activation tokens, gradient times hidden state summed over layers."""
 
+from contextlib import nullcontext
 from functools import partial
-from typing import Any, Callable, Literal, Optional, overload, Tuple, Union
+from typing import Any, Callable, List, Literal, Optional, overload, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -18,7 +19,7 @@ from captum_ext._utils.common import (
 )
 from captum_ext._utils.hooks import gradients_from
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
-from captum_ext.adapters import get_adapter
+from captum_ext.adapters import AttentionInputs, get_adapter
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.generation import (
     attribute_generation,
@@ -198,8 +199,6 @@ class CAT(GradientAttribution):
         if explains_generation(
             self.adapter, target, contrast_target, attribute_generated, name
         ):
-            if self._uses_attention:
-                self.adapter.require_attention_weights(name)
             scores = attribute_generation(
                 self.adapter,
                 inputs,
@@ -213,8 +212,6 @@ class CAT(GradientAttribution):
             )  # [batch, T, L, width]
             return scores if return_layers else scores.sum(2)
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
-        if self._uses_attention:
-            self.adapter.require_attention_weights(type(self).__name__)
         scores = attribute_in_chunks(
             self.model,
             batch,
@@ -267,22 +264,34 @@ class CAT(GradientAttribution):
         return scores if weights is None else scores * weights
 
     def _forward_to_hidden(
-        self, run: Callable[..., Any], weigh: Callable[[Any], Optional[Tensor]]
+        self,
+        run: Callable[..., Any],
+        weigh: Callable[[List[AttentionInputs]], Optional[Tensor]],
     ) -> Tuple[Tensor, Tuple[Tensor, ...], Optional[Tensor]]:
         r"""One forward pass ``run(hidden_states=True, attentions=...)`` that
         records the graph to the used hidden states: its logits, those hidden
-        states and the token weights ``weigh(output)``."""
+        states and the token weights ``weigh(layers)`` of the blocks'
+        attention (when the method reads it)."""
+        capture = (
+            self.adapter.attention_capture(type(self).__name__)
+            if self._uses_attention
+            else None
+        )
         with gradients_from(self.adapter.embedding_output_module()):
-            out = run(hidden_states=True, attentions=self._uses_attention)
+            with capture or nullcontext():
+                out = run(
+                    hidden_states=True,
+                    attentions=capture is not None and capture.output_attentions,
+                )
             hidden = self._used_hidden_states(out.hidden_states)
-            with torch.no_grad():
-                weights = weigh(out)
-        # Only these outlive the forward pass, not ``out``: the L attention maps
+        with torch.no_grad():
+            weights = None if capture is None else weigh(capture.layers(out))
+        # Only these outlive the forward pass, not ``out``: eager attention maps
         # are freed with the graph once the caller's backward pass is done.
         return out.logits, hidden, weights
 
     def _generated_token_weights(
-        self, forced: TeacherForcedBatch, out: Any
+        self, forced: TeacherForcedBatch, layers: List[AttentionInputs]
     ) -> Optional[Tensor]:
         r"""Causal LMs: per-target, per-layer token weights ``[batch, T, L, pos]``
         in float32; CAT has none."""
@@ -295,7 +304,9 @@ class CAT(GradientAttribution):
             return tuple(hidden_states[:-1])
         return tuple(hidden_states[1:])
 
-    def _token_weights(self, batch: TokenBatch, out: Any) -> Optional[Tensor]:
+    def _token_weights(
+        self, batch: TokenBatch, layers: List[AttentionInputs]
+    ) -> Optional[Tensor]:
         r"""Per-layer token weights ``[batch, L, pos]`` in float32, reduced from
         the forward pass's output before the backward pass; CAT has none."""
         return None

@@ -2,15 +2,18 @@
 r"""Last-layer attention: the classification position's row of the last layer's
 head-averaged attention (the AttCAT paper's "Attention" baseline)."""
 
-from typing import List, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from captum._utils.typing import TargetType
 from torch import Tensor
 
 from captum_ext._utils.common import resolve_target, run_model, TokenBatch
+from captum_ext._utils.teacher_forcing import TeacherForcedBatch
+from captum_ext.adapters import AttentionInputs
+from captum_ext.attr._utils.attention_statistics import rolled_out_attention_rows
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.forward_only_attribution import ForwardOnlyAttribution
-from captum_ext.attr._utils.rollout import rollout_row
+from captum_ext.attr._utils.generation import run_teacher_forced
 
 __all__ = ["LastLayerAttention"]
 
@@ -33,8 +36,18 @@ class LastLayerAttention(ForwardOnlyAttribution):
     the result. Scores are non-negative, sum to 1 over the real tokens, are
     computed from one forward pass (per chunk of ``internal_batch_size``
     examples) without gradients in float32 (float64 for a float64 model), and
-    are exactly zero on padding. The model must return attention weights
-    (``attn_implementation="eager"``).
+    are exactly zero on padding. Any attention implementation works (eager,
+    sdpa, flash): with sdpa and flash the rows are recomputed from the model's
+    own query and key, a block of rows at a time
+    (:class:`~captum_ext.adapters.AttentionCapture`), so memory stays linear in
+    the length.
+
+    **Causal LMs**: row :math:`t` is the predicting position :math:`p_t` of
+    :math:`y_t`, :math:`\bar{A}^L[p_t, i]` (the attention the position that
+    predicts :math:`y_t` pays to token :math:`i`; row :math:`t` equals the
+    single-target run on ``prompt + y_<t``, as causal attention reads no later
+    token). Scores of one row sum to 1 over the prompt and the generated tokens
+    before :math:`y_t`.
 
     This is the "Attention" baseline of the AttCAT paper (Qiang et al.,
     "AttCAT: Explaining Transformers via Attentive Class Activation Tokens",
@@ -42,24 +55,44 @@ class LastLayerAttention(ForwardOnlyAttribution):
     https://papers.nips.cc/paper_files/paper/2022/hash/20e45668fefa793bd9f2edf19be12c4b-Abstract-Conference.html
     """
 
-    _uses_attention = True
+    _explains_generation = True
 
     def _chunk_scores(
         self, batch: TokenBatch, target: TargetType
     ) -> Tuple[Tensor, Tensor]:
-        out = run_model(self.adapter, batch, attentions=True)
+        with self.adapter.attention_capture(type(self).__name__) as capture:
+            out = run_model(self.adapter, batch, attentions=capture.output_attentions)
         resolve_target(target, out.logits)  # validated only: class-agnostic
-        # the head average is taken in float32 at least: bfloat16 sums of
-        # probabilities lose the small weights
-        rolled_out = self._rolled_out(list(out.attentions))
-        dtype = result_dtype(rolled_out[0].dtype)
-        weights = [layer.to(dtype).mean(1) for layer in rolled_out]
         position = self.adapter.tokens.classification_position(
             batch.input_ids, batch.attention_mask
         )  # [batch]
-        return rollout_row(weights, position), out.logits
+        rows = self._rows(capture.layers(out), position[:, None])  # [batch, 1, pos]
+        return rows[:, 0], out.logits
 
-    def _rolled_out(self, attentions: List[Tensor]) -> List[Tensor]:
-        r"""The layers whose attentions ``[batch, heads, query, key]`` (first
-        layer first) are head-averaged and multiplied: the last one alone."""
-        return attentions[-1:]
+    def _generated_scores(
+        self, forced: TeacherForcedBatch, contrast: Optional[Tensor]
+    ) -> Tensor:
+        r"""Rows of the predicting positions, ``[batch, T, P + T - 1]``; the
+        scores read no logit, so ``contrast`` changes nothing."""
+        with self.adapter.attention_capture(type(self).__name__) as capture:
+            out = run_teacher_forced(
+                self.adapter,
+                forced,
+                attentions=capture.output_attentions,
+                predicting_logits_only=True,
+            )
+        predicting = forced.predicting_positions()  # [T]
+        positions = predicting[None].expand(len(forced.target), -1)  # [batch, T]
+        return self._rows(capture.layers(out), positions)
+
+    def _rows(self, layers: List[AttentionInputs], positions: Tensor) -> Tensor:
+        r"""Rows ``positions`` ``[batch, rows]`` of the rolled-out layers'
+        head-averaged attention, in float32 at least: bfloat16 sums of
+        probabilities lose the small weights."""
+        dtype = result_dtype(layers[0].dtype)
+        return rolled_out_attention_rows(self._rolled_out(layers), positions, dtype)
+
+    def _rolled_out(self, layers: Sequence[AttentionInputs]) -> List[AttentionInputs]:
+        r"""The layers (first layer first) whose head-averaged attentions are
+        multiplied: the last one alone."""
+        return list(layers[-1:])

@@ -29,8 +29,6 @@ class ForwardOnlyAttribution(Attribution):
     (holding the model's lock) and zeroes the scores on padding.
     """
 
-    # Methods that read the attention probabilities need an eager-attention model.
-    _uses_attention = False
     # Methods that explain generated text implement _generated_scores.
     _explains_generation = False
 
@@ -104,17 +102,14 @@ class ForwardOnlyAttribution(Attribution):
 
         Examples::
 
-            >>> # eager attention: the attention methods read its probabilities
-            >>> model = AutoModelForSequenceClassification.from_pretrained(
-            ...     name, attn_implementation="eager")
+            >>> # any attention implementation (sdpa by default, eager, flash)
+            >>> model = AutoModelForSequenceClassification.from_pretrained(name)
             >>> enc = tokenizer(texts, padding=True, return_tensors="pt")
             >>> for method in (LogAt(model), EmbeddingNorm(model),
             ...                AttentionRollout(model)):
             ...     attr = method.attribute(enc["input_ids"],
             ...         additional_forward_args=(enc["attention_mask"],))
         """
-        if self._uses_attention:
-            self.adapter.require_attention_weights(type(self).__name__)
         name = type(self).__name__
         if self._explains_generation and explains_generation(
             self.adapter, target, contrast_target, attribute_generated, name

@@ -12,12 +12,22 @@ with no residual added and no renormalisation: callers decide what the
 per-layer matrices contain (GlobEnc's norms already hold the residual).
 """
 
-from typing import List, Sequence
+from functools import partial
+from typing import Callable, Iterator, List, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-__all__ = ["rollout_products", "rollout_row", "rollout_rows"]
+__all__ = [
+    "rollout_products",
+    "rollout_row",
+    "rollout_rows",
+    "rollout_rows_in_blocks",
+    "RowBlocks",
+]
+
+# A layer's matrix a block of rows at a time: (first row, [batch, rows, pos]).
+RowBlocks = Callable[[], Iterator[Tuple[int, Tensor]]]
 
 
 def _check_matrices(matrices: Sequence[Tensor]) -> None:
@@ -80,8 +90,54 @@ def rollout_rows(matrices: Sequence[Tensor], positions: Tensor) -> Tensor:
         ``G^L``.
     """
     _check_matrices(matrices)
-    examples = torch.arange(len(positions), device=positions.device)[:, None]
-    rows = matrices[-1][examples, positions]  # [batch, rows, pos]
-    for matrix in reversed(matrices[:-1]):
-        rows = torch.einsum("bri,bij->brj", rows, matrix)
+    return rollout_rows_in_blocks(
+        [partial(_one_block, matrix) for matrix in matrices], positions
+    )
+
+
+def _one_block(matrix: Tensor) -> Iterator[Tuple[int, Tensor]]:
+    yield 0, matrix
+
+
+def rollout_rows_in_blocks(layers: Sequence[RowBlocks], positions: Tensor) -> Tensor:
+    r"""Rows ``positions`` of ``G^L`` as :func:`rollout_rows`, from matrices
+    given a block of rows at a time, so no layer's whole ``[pos, pos]`` matrix
+    needs to exist: the rows are read from the last layer's blocks, then each
+    lower layer's blocks are multiplied in as they come,
+    ``r <- sum_blocks r[:, :, block] M^l[block, :]``. Memory: the rows and one
+    block.
+
+    Args:
+        layers (sequence of callable): for ``M^1 .. M^L``, first layer first, a
+            callable returning an iterator of ``(first row, [batch, rows,
+            pos])`` blocks that together cover the matrix.
+        positions (Tensor): ``[batch, rows]``, the rows to read in each example.
+
+    Returns:
+        Tensor: ``[batch, rows, pos]``: row ``r`` is row ``positions[:, r]`` of
+        ``G^L``.
+    """
+    if len(layers) == 0:
+        raise ValueError("rollout needs at least one layer's matrix, got none")
+    rows = _read_rows(layers[-1](), positions)  # [batch, rows, pos]
+    for blocks in reversed(layers[:-1]):
+        product = None
+        for start, block in blocks():
+            part = torch.einsum(
+                "bri,bij->brj", rows[:, :, start : start + block.shape[1]], block
+            )
+            product = part if product is None else product + part
+        rows = product  # type: ignore[assignment]
+    return rows
+
+
+def _read_rows(blocks: Iterator[Tuple[int, Tensor]], positions: Tensor) -> Tensor:
+    r"""Rows ``positions`` ``[batch, rows]`` of a matrix given in blocks."""
+    rows = None
+    for start, block in blocks:  # [batch, block rows, pos]
+        inside = (positions >= start) & (positions < start + block.shape[1])
+        index = (positions - start).clamp(0, block.shape[1] - 1)
+        picked = block.gather(1, index[..., None].expand(-1, -1, block.shape[2]))
+        rows = picked if rows is None else torch.where(inside[..., None], picked, rows)
+    assert rows is not None
     return rows

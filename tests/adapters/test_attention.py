@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+r"""Attention read from the query and key of sdpa models equals the eager maps:
+every attention-reading method, every family, padding, blocks, sliding windows;
+the model and transformers' registry are left as they were."""
+
+import threading
+from functools import partial
+
+import pytest
+import torch
+import transformers
+from captum_ext.adapters import attention as attention_module, UnsupportedModelError
+from captum_ext.adapters.attention import AttentionInputs
+from captum_ext.attr import AttCAT, AttentionRollout, CAT, LastLayerAttention
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from tests.helpers import (
+    ALL_FAMILIES,
+    CAUSAL_LM_FAMILIES,
+    continuation_batch,
+    is_causal,
+    tiny_causal_lm,
+    tiny_classifier,
+    token_batch,
+)
+
+METHODS = (AttCAT, LastLayerAttention, AttentionRollout)
+SDPA_FAMILIES = tuple(f for f in ALL_FAMILIES if f != "deberta-v2")  # no sdpa in HF
+
+
+def _classifier_scores(method, model, batch):
+    return method(model).attribute(
+        batch["input_ids"], additional_forward_args=(batch["attention_mask"],)
+    )
+
+
+def _generation_scores(method, model, batch):
+    return method(model).attribute(
+        batch["input_ids"],
+        target=batch["target"],
+        additional_forward_args=(batch["attention_mask"],),
+    )
+
+
+def _pair(family, causal_lm):
+    build = tiny_causal_lm if causal_lm else tiny_classifier
+    return (
+        build(family, dtype=torch.float64, attn_implementation="sdpa"),
+        build(family, dtype=torch.float64, attn_implementation="eager"),
+    )
+
+
+def _eager_one_at_a_time(scores, batch):
+    r"""The reference: each example alone, unpadded (Llama-style eager attention
+    gives NaN on left-padded rows in float64), placed at its real positions of
+    the padded batch's result (``scores(one_example_batch)``)."""
+    rows = []
+    for index, real in enumerate(batch["attention_mask"].bool()):
+        one = {"input_ids": batch["input_ids"][index, real][None]}
+        one["attention_mask"] = torch.ones_like(one["input_ids"])
+        if "target" in batch:
+            steps = batch["target"][index] != -100
+            one["target"] = batch["target"][index, steps][None]
+        alone = scores(one)[0]
+        row = alone.new_zeros(*alone.shape[:-1], real.shape[0])
+        row[..., real] = alone
+        if "target" in batch:
+            row = torch.cat([row, row.new_zeros(len(steps) - len(row), *row.shape[1:])])
+        rows.append(row)
+    return torch.stack(rows)
+
+
+@pytest.fixture(params=[None, 1, 40], ids=["one-block", "row-blocks", "few-rows"])
+def block_elements(request, monkeypatch):
+    if request.param is not None:
+        monkeypatch.setattr(attention_module, "BLOCK_ELEMENTS", request.param)
+    return request.param
+
+
+def _float32_softmax(family, method):
+    r"""Llama-style eager attention takes its softmax in float32 even in a
+    float64 model, so its gradients (not its probabilities) are float32-precise:
+    AttCAT is checked per layer as CAT x alpha instead (test below)."""
+    return method is AttCAT and family not in ("gpt2",) + SDPA_FAMILIES[:5]
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.__name__)
+@pytest.mark.parametrize("family", SDPA_FAMILIES)
+def test_classifier_sdpa_equals_eager(family, method, block_elements):
+    if _float32_softmax(family, method):
+        pytest.skip("float32 softmax in the eager model: see test_attcat_alpha_*")
+    sdpa, eager = _pair(family, causal_lm=False)
+    pad_side = "left" if is_causal(family) else "right"
+    batch = token_batch((7, 4, 9), pad_side=pad_side, causal=is_causal(family))
+    expected = _eager_one_at_a_time(partial(_classifier_scores, method, eager), batch)
+    torch.testing.assert_close(
+        _classifier_scores(method, sdpa, batch), expected, rtol=1e-6, atol=1e-12
+    )
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda m: m.__name__)
+@pytest.mark.parametrize("family", CAUSAL_LM_FAMILIES)
+def test_causal_lm_sdpa_equals_eager(family, method, block_elements):
+    if _float32_softmax(family, method):
+        pytest.skip("float32 softmax in the eager model: see test_attcat_alpha_*")
+    sdpa, eager = _pair(family, causal_lm=True)
+    batch = continuation_batch((5, 3, 7), (3, 1, 2))
+    expected = _eager_one_at_a_time(partial(_generation_scores, method, eager), batch)
+    torch.testing.assert_close(
+        _generation_scores(method, sdpa, batch), expected, rtol=1e-6, atol=1e-12
+    )
+
+
+def _eager_alpha(model, batch):
+    r"""AttCAT's alpha from the eager maps, one unpadded example at a time:
+    ``[1, T, L, width]`` (mean over heads and the queries i <= q <= p_t)."""
+    ids = torch.cat([batch["input_ids"], batch["target"][:, :-1]], dim=1)
+    maps = model(input_ids=ids, output_attentions=True).attentions
+    prompt, steps = batch["input_ids"].shape[1], batch["target"].shape[1]
+    rows = []
+    for t in range(steps):
+        p = prompt - 1 + t
+        layers = [a[0].mean(0)[: p + 1, : ids.shape[1]] for a in maps]  # [q, k]
+        counts = (p - torch.arange(ids.shape[1]) + 1).clamp(min=1)
+        rows.append(torch.stack([a.sum(0) / counts for a in layers]))
+    return torch.stack(rows)[None]  # [1, T, L, width]
+
+
+@pytest.mark.parametrize("family", CAUSAL_LM_FAMILIES)
+def test_attcat_alpha_from_sdpa_equals_eager(family, block_elements):
+    r"""Per layer, AttCAT on sdpa is CAT on sdpa times alpha of the eager maps."""
+    sdpa, eager = _pair(family, causal_lm=True)
+    batch = continuation_batch((5, 3, 7), (3, 1, 2))
+
+    def per_layer(method, one):
+        return method(sdpa).attribute(
+            one["input_ids"],
+            target=one["target"],
+            additional_forward_args=(one["attention_mask"],),
+            return_layers=True,
+        )  # [batch, T, L, P]
+
+    def weighted(one):
+        prompt = one["input_ids"].shape[1]
+        return per_layer(CAT, one) * _eager_alpha(eager, one)[..., :prompt]
+
+    torch.testing.assert_close(
+        per_layer(AttCAT, batch),
+        _eager_one_at_a_time(weighted, batch),
+        rtol=1e-6,
+        atol=1e-12,
+    )
+
+
+def _sliding_window_model(implementation):
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(
+        vocab_size=99,
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        sliding_window=3,
+        pad_token_id=0,
+    )
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, attn_implementation=implementation
+    )
+    return model.double().eval()
+
+
+@pytest.mark.parametrize("method", METHODS[1:], ids=lambda m: m.__name__)
+def test_sliding_window_sdpa_equals_eager(method, block_elements):
+    models = [_sliding_window_model(i) for i in ("sdpa", "eager")]
+    batch = continuation_batch((9, 4, 7), (3, 2, 3))
+    sdpa = _generation_scores(method, models[0], batch)
+    eager = _eager_one_at_a_time(partial(_generation_scores, method, models[1]), batch)
+    torch.testing.assert_close(sdpa, eager, rtol=1e-6, atol=1e-12)
+    # The window bites: keys more than 3 positions back get no attention.
+    if method is LastLayerAttention:
+        assert bool((sdpa[0, 0, :-3] == 0).all())
+
+
+def test_registry_and_model_restored_also_when_the_forward_raises():
+    model = tiny_causal_lm("llama", attn_implementation="sdpa")
+    original = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    local_before = dict(ALL_ATTENTION_FUNCTIONS._local_mapping)
+    batch = continuation_batch()
+    _generation_scores(AttCAT, model, batch)
+    assert ALL_ATTENTION_FUNCTIONS["sdpa"] is original
+    assert ALL_ATTENTION_FUNCTIONS._local_mapping == local_before
+    assert model.config._attn_implementation == "sdpa"
+
+    def fail(*args):
+        raise RuntimeError("planted failure")
+
+    handle = model.model.layers[1].register_forward_hook(fail)
+    try:
+        with pytest.raises(RuntimeError, match="planted failure"):
+            _generation_scores(AttCAT, model, batch)
+    finally:
+        handle.remove()
+    assert ALL_ATTENTION_FUNCTIONS["sdpa"] is original
+    assert ALL_ATTENTION_FUNCTIONS._local_mapping == local_before
+
+
+def test_threads_share_the_registry_wrapper():
+    models = [
+        tiny_causal_lm("llama", seed=s, attn_implementation="sdpa") for s in (0, 1)
+    ]
+    batch = continuation_batch()
+    alone = [_generation_scores(AttCAT, m, batch) for m in models]
+    results = {}
+
+    def run(index):
+        for _ in range(3):
+            results[index] = _generation_scores(AttCAT, models[index], batch)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index in (0, 1):
+        torch.testing.assert_close(results[index], alone[index], rtol=0, atol=0)
+    assert ALL_ATTENTION_FUNCTIONS["sdpa"] is attention_module._registry()["sdpa"]
+    assert "sdpa" not in ALL_ATTENTION_FUNCTIONS._local_mapping
+
+
+def test_key_padding_mask_of_flash_kernels_equals_the_4d_mask():
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(2, 4, 5, 8, generator=generator, dtype=torch.float64)
+    key = torch.randn(2, 2, 5, 8, generator=generator, dtype=torch.float64)
+    padding = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    four_d = (causal[None, None] & padding.bool()[:, None, None, :]).expand(2, 1, 5, 5)
+    flash = AttentionInputs(query=query, key=key, mask=padding, causal=True)
+    sdpa = AttentionInputs(query=query, key=key, mask=four_d)
+    (_, a), (_, b) = (next(x.probability_blocks(torch.float64)) for x in (flash, sdpa))
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert bool((a[0, :, :2] == 0).all())  # padded query rows read nothing
+    torch.testing.assert_close(a[0, :, 2:].sum(-1), torch.ones(4, 3, dtype=a.dtype))
+
+
+def test_attention_outside_the_interface_is_named():
+    model = tiny_classifier("deberta-v2")
+    model.config._attn_implementation = "sdpa"  # DeBERTa computes attention itself
+    with pytest.raises(UnsupportedModelError, match="0 of this model's 2 blocks"):
+        _classifier_scores(AttCAT, model, token_batch())
