@@ -25,6 +25,7 @@ from captum_ext.attr import (
     LogAt,
     NormXLogit,
 )
+from captum_ext.evaluation.explain_generation import explain_generation
 from captum_ext.metrics import (
     generation_aopc,
     generation_log_odds,
@@ -226,3 +227,15 @@ def test_meta_weight_without_hook_is_an_error() -> None:
         norm = nn.LayerNorm(4)
     with pytest.raises(UnsupportedModelError, match="meta device"):
         read_parameter(norm, "weight")
+
+
+def test_explain_generation_on_an_offloaded_model(tmp_path) -> None:
+    model, tokenizer = tiny_causal_lm("llama"), tiny_lm_tokenizer()
+
+    def run(model: nn.Module) -> Tensor:
+        explanation = explain_generation(
+            model, tokenizer, "the cat sat . on a mat", ["AttCAT"], sources="sentences"
+        )
+        return explanation.scores["AttCAT"]
+
+    _same_on_placed(model, _cpu_offload, tmp_path, run)

@@ -107,8 +107,9 @@ def explain_generation(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if not prompt.strip():
         raise ValueError("the prompt is empty: give some words to continue")
-    get_adapter(model).require_causal_lm("explain-generation")
-    device = next(model.parameters()).device
+    adapter = get_adapter(model)
+    adapter.require_causal_lm("explain-generation")
+    device = adapter.input_device()  # a model placed by accelerate too
     prepared = prepare_prompt(prompt, tokenizer, chat=chat)
     grouped = _sources(prepared, prompt, tokenizer, sources, chat)
     ids = prepared.ids.to(device)[None]  # [1, P]
