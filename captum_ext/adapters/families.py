@@ -48,11 +48,15 @@ class BlockParts:
 
     @property
     def norm1(self) -> NormParams:
-        return NormParams(self.layernorm1, float(self.layernorm1.eps), centred=True)
+        return _layer_norm_params(self.layernorm1)
 
     @property
     def norm2(self) -> NormParams:
-        return NormParams(self.layernorm2, float(self.layernorm2.eps), centred=True)
+        return _layer_norm_params(self.layernorm2)
+
+
+def _layer_norm_params(norm: nn.LayerNorm) -> NormParams:
+    return NormParams(norm, float(norm.eps), centred=True)
 
 
 @dataclass(frozen=True, kw_only=True)
