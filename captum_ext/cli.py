@@ -33,6 +33,7 @@ from captum_ext.evaluation.names import (
     GENERATION_METRIC_NAMES,
     METHOD_NAMES,
     METRIC_NAMES,
+    SOURCE_NAMES,
 )
 
 __all__ = ["main"]
@@ -219,6 +220,7 @@ def _parser() -> argparse.ArgumentParser:
         "--label-column); default: predicted",
     )
     _prompt_options(attribute)
+    _sources_option(attribute, "with --prompt-column: ")
     _common(attribute)
     return parser
 
@@ -238,6 +240,17 @@ def _prompt_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         help="tokens the causal LM generates without --target-column "
         "(ending at its first EOS); default: 25",
+    )
+
+
+def _sources_option(parser: argparse.ArgumentParser, scope: str = "") -> None:
+    parser.add_argument(
+        "--sources",
+        choices=SOURCE_NAMES,
+        default="tokens",
+        help=f"{scope}score the prompt's tokens, or its sentences or lines "
+        "(each the sum of its tokens' scores; docs/generation.rst); "
+        "default: tokens",
     )
 
 
@@ -286,6 +299,7 @@ def _generation_parser(commands: Any) -> None:
         action="store_true",
         help="the prompt is a user message of the tokenizer's chat template",
     )
+    _sources_option(generation)
     generation.add_argument(
         "--html", type=Path, help="also write target x prompt heatmaps here"
     )
@@ -493,6 +507,8 @@ def _explain(args: argparse.Namespace) -> int:
 def _explain_generation(args: argparse.Namespace) -> int:
     if not args.prompt.strip():
         raise ValueError("the prompt is empty: give some words to continue")
+    if args.chat and args.sources != "tokens":
+        raise ValueError("--sources applies to a plain prompt, not to --chat")
     _check_explain_flags(
         args, GENERATION_METHOD_NAMES, "method for generated text", "max_new_tokens"
     )
@@ -515,6 +531,7 @@ def _explain_generation(args: argparse.Namespace) -> int:
         target=args.target,
         max_new_tokens=args.max_new_tokens,
         chat=args.chat,
+        sources=args.sources,
     )
     print(generation_text(explanation))
     if args.html is not None:
@@ -613,6 +630,11 @@ def _check_prompt_flags(args: argparse.Namespace) -> None:
     r"""The flags of a causal LM's prompts (``attribute`` and ``benchmark``) go
     together, with ``--model``, and not with a classifier's."""
     if args.prompt_column is None:
+        if getattr(args, "sources", "tokens") != "tokens":
+            raise ValueError(
+                "--sources applies to a causal LM's prompts: give --prompt-column "
+                "too"
+            )
         for flag in ("target_column", "max_new_tokens"):
             if getattr(args, flag) is not None:
                 raise ValueError(
@@ -681,6 +703,7 @@ def _attribute(args: argparse.Namespace) -> int:
         shard_size=args.shard_size,
         target=args.target,
         max_new_tokens=args.max_new_tokens,
+        sources=args.sources,
     )
     if os.environ.get("RANK", "0") == "0":  # one line per job, not per rank
         print(f"wrote {path}")

@@ -602,6 +602,10 @@ class GenerationExplanation:
         special_mask (list[bool], optional): ``True`` at the prompt's special
             tokens (BOS, a chat template's markers); greyed and kept out of
             the colour scale. Default: no token is special.
+        prompt_unit (str, optional): what a prompt column is: ``"token"``, or
+            a source (``"sentence"``, ``"line"``) whose text ``prompt_tokens``
+            holds as written and whose score sums its tokens'. Default:
+            ``"token"``
     """
 
     prompt_tokens: List[str]
@@ -611,10 +615,18 @@ class GenerationExplanation:
     continuation: str
     generated: bool
     special_mask: Optional[List[bool]] = None
+    prompt_unit: str = "token"
 
     def specials(self) -> List[bool]:
         r"""One flag per prompt token, ``True`` for special tokens."""
         return _mask_or_none(self.special_mask, len(self.prompt_tokens))
+
+    def prompt_texts(self) -> List[str]:
+        r"""Each prompt column as it reads: a token in its word
+        (:func:`display_texts`), a source's own text."""
+        if self.prompt_unit != "token":
+            return list(self.prompt_tokens)
+        return display_texts(self.prompt_tokens, self.specials())
 
     def __repr__(self) -> str:
         r"""The head of :func:`generation_text` (prompt, continuation, the
@@ -647,14 +659,15 @@ def generation_text(explanation: GenerationExplanation, k: int = 3) -> str:
     continuation, then per method each target token with its ``k`` top prompt
     tokens and their raw scores. Every string is terminal-safe."""
     specials = explanation.specials()
-    prompt = display_texts(explanation.prompt_tokens, specials)
+    prompt = explanation.prompt_texts()
     targets = [terminal_safe(t) for t in display_texts(explanation.target_tokens)]
     width = max([len(t) for t in targets] + [1])
     kind = "generated" if explanation.generated else "given"
     lines = [
         f"prompt: {terminal_safe(explanation.prompt)}",
         f"{kind}: {terminal_safe(explanation.continuation)}",
-        "each target token: its top prompt tokens (score for log p of the token)",
+        f"each target token: its top prompt {explanation.prompt_unit}s (score for "
+        "log p of the token)",
     ]
     for name, scores in explanation.scores.items():
         lines.append(f"{terminal_safe(name)}:")
@@ -684,7 +697,7 @@ def generation_html(explanation: GenerationExplanation) -> str:
     prompt tokens; each method's matrix scaled by its largest magnitude over
     real tokens, raw scores in the tooltips). Every string is escaped."""
     specials = explanation.specials()
-    prompt = display_texts(explanation.prompt_tokens, specials)
+    prompt = explanation.prompt_texts()
     targets = display_texts(explanation.target_tokens)
     header = "".join(f"<th>{html_safe(token)}</th>" for token in prompt)
     kind = "generated" if explanation.generated else "given"

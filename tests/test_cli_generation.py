@@ -85,6 +85,32 @@ def test_a_chat_prompt_goes_through_the_template(lm_dir, capsys):
     assert not torch.equal(chat.scores["LogAt"][:, 1:3], explanation.scores["LogAt"])
 
 
+@pytest.mark.parametrize("kind", ["sentences", "lines"])
+def test_sources_sum_the_token_scores(lm_dir, capsys, kind):
+    prompt = "the cat sat . on a mat\nit was big ."
+    argv = ["explain-generation", prompt, "--model", str(lm_dir), "--sources", kind]
+    assert main(argv + ["--target", "blue", "--methods", "LogAt", "AttCAT"]) == 0
+    model, tokenizer = tiny_causal_lm("gpt2"), tiny_lm_tokenizer()
+    by_source = explain_generation(
+        model, tokenizer, prompt, ["LogAt", "AttCAT"], "blue", sources=kind
+    )
+    assert capsys.readouterr().out == generation_text(by_source) + "\n"
+    assert f"its top prompt {kind[:-1]}s" in generation_text(by_source)
+    tokens = explain_generation(model, tokenizer, prompt, ["LogAt", "AttCAT"], "blue")
+    # <s>, then one token per word: sentences of 4, 3 and 4 words; lines of 7, 4.
+    sizes = [4, 3, 4] if kind == "sentences" else [7, 4]
+    assert by_source.prompt_tokens == (
+        ["the cat sat .", "on a mat", "it was big ."]
+        if kind == "sentences"
+        else ["the cat sat . on a mat", "it was big ."]
+    )
+    for name, scores in tokens.scores.items():
+        expected = torch.stack(
+            [part.sum(1) for part in scores[:, 1:].split(sizes, 1)], 1
+        )
+        torch.testing.assert_close(by_source.scores[name], expected)
+
+
 @pytest.mark.parametrize(
     "extra, expected",
     [
@@ -93,6 +119,8 @@ def test_a_chat_prompt_goes_through_the_template(lm_dir, capsys):
         (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
         (["--target", " "], "the target is empty"),
         (["--target", "a", "--max-new-tokens", "2"], "not allowed with argument"),
+        (["--chat", "--sources", "lines"], "--sources applies to a plain prompt"),
+        (["--sources", "words"], "invalid choice: 'words'"),
     ],
 )
 def test_bad_options_end_in_one_line(lm_dir, capsys, extra, expected):

@@ -25,7 +25,9 @@ unknown family gets a :class:`UnsupportedModelError` naming what is missing.
 The package: :mod:`~captum_ext.adapters.families` (the family table and heads),
 :mod:`~captum_ext.adapters.wrappers` (peft / compile / DDP unwrapping),
 :mod:`~captum_ext.adapters.layout` (:class:`TokenLayout`),
-:mod:`~captum_ext.adapters.pre_norm` (pre-LayerNorm decoder blocks, for GlobEnc) and
+:mod:`~captum_ext.adapters.pre_norm` (pre-LayerNorm decoder blocks, for GlobEnc),
+:mod:`~captum_ext.adapters.placement` (models placed by accelerate: where a
+module runs, its weights read through accelerate's hooks) and
 :mod:`~captum_ext.adapters.model_adapter` (:class:`ModelAdapter`,
 :func:`get_adapter`).
 
@@ -46,6 +48,7 @@ from captum_ext.adapters.model_adapter import (
     get_adapter,
     ModelAdapter,
 )
+from captum_ext.adapters.placement import execution_device, read_parameter
 from captum_ext.adapters.pre_norm import NormParams, PreNormParts
 from captum_ext.adapters.wrappers import unwrap_model
 
@@ -58,8 +61,10 @@ __all__ = [
     "ModelAdapter",
     "TokenLayout",
     "check_head_reproduces",
+    "execution_device",
     "UnsupportedModelError",
     "get_adapter",
+    "read_parameter",
     "supported_families",
     "unwrap_model",
 ]

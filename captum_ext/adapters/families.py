@@ -12,7 +12,13 @@ import torch
 from torch import nn, Tensor
 
 from captum_ext.adapters.errors import UnsupportedModelError
-from captum_ext.adapters.pre_norm import _GPT2_PRE_NORM, _LLAMA_PRE_NORM, _PreNormPaths
+from captum_ext.adapters.placement import read_parameter
+from captum_ext.adapters.pre_norm import (
+    _GPT2_PRE_NORM,
+    _LLAMA_PRE_NORM,
+    _PreNormPaths,
+    NormParams,
+)
 from captum_ext.adapters.wrappers import _effective_layer, _typed
 
 
@@ -24,13 +30,33 @@ class BlockParts:
     (bias included; a LoRA-wrapped projection stays wrapped, since only its output
     is used); ``attention_output`` is the projection after the heads (``W_O``,
     ``b_O``), whose weight is read; ``layernorm1`` follows attention + residual,
-    ``layernorm2`` follows feed-forward + residual.
+    ``layernorm2`` follows feed-forward + residual. Weights are read through
+    ``output_weight``, ``norm1`` and ``norm2``, which load them through
+    accelerate's hook where the module is offloaded.
     """
 
     value: nn.Module
     attention_output: nn.Linear
     layernorm1: nn.LayerNorm
     layernorm2: nn.LayerNorm
+
+    @property
+    def output_weight(self) -> Tensor:  # [d, heads * head_dim]
+        weight = read_parameter(self.attention_output, "weight")
+        assert weight is not None  # an nn.Linear (_block_parts)
+        return weight
+
+    @property
+    def norm1(self) -> NormParams:
+        return _layer_norm_params(self.layernorm1)
+
+    @property
+    def norm2(self) -> NormParams:
+        return _layer_norm_params(self.layernorm2)
+
+
+def _layer_norm_params(norm: nn.LayerNorm) -> NormParams:
+    return NormParams(norm, float(norm.eps), centred=True)
 
 
 @dataclass(frozen=True, kw_only=True)

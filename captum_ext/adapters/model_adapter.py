@@ -26,6 +26,7 @@ from captum_ext.adapters.families import (
     supported_families,
 )
 from captum_ext.adapters.layout import _token_layout
+from captum_ext.adapters.placement import execution_device
 from captum_ext.adapters.pre_norm import (
     _named_part,
     _pre_norm_parts,
@@ -138,6 +139,12 @@ class ModelAdapter:
     def word_embeddings(self) -> nn.Embedding:
         r"""The input word-embedding table (``get_input_embeddings()``)."""
         return getattr(self.model, "get_input_embeddings")()
+
+    def input_device(self) -> torch.device:
+        r"""Where token ids go: the device that embeds them, i.e. the execution
+        device of the word embeddings (accelerate's hook on a model placed with
+        ``device_map`` or offloaded, whose parameters may be on ``meta``)."""
+        return execution_device(self.word_embeddings())
 
     def check_layer(self, layer: int) -> int:
         r"""Validates a ``hidden_states`` index; negative indices count from L."""

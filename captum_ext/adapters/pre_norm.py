@@ -15,6 +15,7 @@ from torch import nn, Tensor
 from transformers.pytorch_utils import Conv1D
 
 from captum_ext.adapters.errors import UnsupportedModelError
+from captum_ext.adapters.placement import read_parameter
 from captum_ext.adapters.wrappers import _effective_layer, _typed
 
 
@@ -24,13 +25,24 @@ class NormParams:
     ``y = weight * (x - c(x)) / sqrt(mean_d((x - c(x))^2) + eps) + bias``:
     a LayerNorm (``centred``: ``c(x)`` is the mean over the hidden dimension) or
     an RMSNorm (``c(x) = 0``, no bias). ``module`` is the norm itself, whose
-    real input gives each position's statistics."""
+    real input gives each position's statistics; its ``weight`` and ``bias`` are
+    read when used, through accelerate's hook where the norm is offloaded
+    (:func:`~captum_ext.adapters.placement.read_parameter`)."""
 
     module: nn.Module
-    weight: Tensor  # [d]
-    bias: Optional[Tensor]  # [d]; None for RMSNorm
     eps: float
     centred: bool
+
+    @property
+    def weight(self) -> Tensor:  # [d]
+        weight = read_parameter(self.module, "weight")
+        if weight is None:  # a LayerNorm with elementwise_affine=False
+            return torch.ones(getattr(self.module, "normalized_shape"))
+        return weight
+
+    @property
+    def bias(self) -> Optional[Tensor]:  # [d]; None for RMSNorm
+        return read_parameter(self.module, "bias") if self.centred else None
 
 
 @dataclass(frozen=True)
@@ -43,19 +55,31 @@ class PreNormParts:
     dimension (GPT-2's fused ``c_attn`` = q | k | v: ``(2, 3)``), with
     ``kv_heads * head_dim`` features (grouped key/value heads: fewer than the
     query heads); ``attention_output``'s output is the attention sublayer's
-    output before the residual, ``output_weight`` its ``W_O``
+    output before the residual, ``output_projection`` the layer whose weights
+    compute it (a LoRA wrapper's base layer), ``output_weight`` its ``W_O``
     ``[d, heads * head_dim]`` in ``nn.Linear`` layout and ``output_bias`` its
-    ``b_O`` (or None); ``mlp``'s output is the MLP sublayer's.
+    ``b_O`` (or None), read when used (through accelerate's hook where the
+    projection is offloaded); ``mlp``'s output is the MLP sublayer's.
     """
 
     norm1: NormParams
     value: nn.Module
     value_chunk: Tuple[int, int]
     attention_output: nn.Module
-    output_weight: Tensor
-    output_bias: Optional[Tensor]
+    output_projection: nn.Module  # nn.Linear or GPT-2's Conv1D
     norm2: NormParams
     mlp: nn.Module
+
+    @property
+    def output_weight(self) -> Tensor:  # [d, heads * head_dim]
+        weight = read_parameter(self.output_projection, "weight")
+        assert weight is not None  # checked by _projection
+        # GPT-2's Conv1D stores its weight as [in, out].
+        return weight.T if isinstance(self.output_projection, Conv1D) else weight
+
+    @property
+    def output_bias(self) -> Optional[Tensor]:  # [d]
+        return read_parameter(self.output_projection, "bias")
 
     def values(self, value_output: Tensor) -> Tensor:
         r"""The value vectors ``[..., kv_heads * head_dim]`` in ``value``'s
@@ -66,10 +90,7 @@ class PreNormParts:
 
 def _layer_norm(module: nn.Module, what: str) -> NormParams:
     norm = _typed(_effective_layer(module, what), nn.LayerNorm, what)
-    weight = norm.weight
-    if weight is None:  # elementwise_affine=False
-        weight = torch.ones(norm.normalized_shape)
-    return NormParams(norm, weight, norm.bias, float(norm.eps), centred=True)
+    return NormParams(norm, float(norm.eps), centred=True)
 
 
 def _rms_norm(module: nn.Module, what: str) -> NormParams:
@@ -81,17 +102,14 @@ def _rms_norm(module: nn.Module, what: str) -> NormParams:
             f"the {what} is a {type(module).__name__}, not an RMSNorm with "
             "weight and variance_epsilon"
         )
-    return NormParams(module, weight, None, eps, centred=False)
+    return NormParams(module, eps, centred=False)
 
 
-def _projection(module: nn.Module, what: str) -> Tuple[Tensor, Optional[Tensor]]:
-    r"""``(weight [out, in], bias)`` of a Linear or of GPT-2's Conv1D, which
-    stores its weight as ``[in, out]``."""
+def _projection(module: nn.Module, what: str) -> nn.Module:
+    r"""The Linear or GPT-2 Conv1D whose weights compute ``module``'s output."""
     layer = _effective_layer(module, what)
-    if isinstance(layer, nn.Linear):
-        return layer.weight, layer.bias
-    if isinstance(layer, Conv1D):
-        return layer.weight.T, layer.bias
+    if isinstance(layer, (nn.Linear, Conv1D)):
+        return layer
     raise UnsupportedModelError(
         f"the {what} is a {type(layer).__name__}, not a Linear or Conv1D projection"
     )
@@ -146,14 +164,12 @@ def _pre_norm_parts(block: nn.Module, paths: _PreNormPaths, what: str) -> PreNor
         return paths.norm(part(path), f"{what}'s {path}")
 
     output = f"{what}'s {paths.attention_output}"
-    weight, bias = _projection(part(paths.attention_output), output)
     return PreNormParts(
         norm1=norm(paths.norm1),
         value=part(paths.value),
         value_chunk=paths.value_chunk,
         attention_output=part(paths.attention_output),
-        output_weight=weight,
-        output_bias=bias,
+        output_projection=_projection(part(paths.attention_output), output),
         norm2=norm(paths.norm2),
         mlp=part(paths.mlp),
     )

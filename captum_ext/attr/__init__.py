@@ -15,6 +15,7 @@ from captum_ext.attr._core.last_layer_attention import LastLayerAttention
 from captum_ext.attr._core.llm_token_attribution import LLMTokenAttribution
 from captum_ext.attr._core.logat import LogAt
 from captum_ext.attr._core.normxlogit import NormXLogit
+from captum_ext.attr._utils.prompt_sources import prompt_sources
 
 __all__: list = [
     "AttCAT",
@@ -29,4 +30,5 @@ __all__: list = [
     "LLMTokenAttribution",
     "LogAt",
     "NormXLogit",
+    "prompt_sources",
 ]

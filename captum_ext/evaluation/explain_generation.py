@@ -12,9 +12,13 @@ The prompt is tokenised as Captum's ``TextTokenInput`` does (the tokenizer's
 BOS kept) or, with ``chat=True``, through the tokenizer's chat template; the
 continuation is the given text (encoded without special tokens) or the model's
 greedy one. Every method gets the same ids through
-:meth:`~captum_ext.evaluation.registry.MethodSpec.build_generation`.
+:meth:`~captum_ext.evaluation.registry.MethodSpec.build_generation`. With
+``sources="sentences"`` or ``"lines"`` the columns are the prompt's sources
+(:func:`~captum_ext.attr._utils.prompt_sources.prompt_sources`), each scored by
+the sum of its tokens' scores.
 """
 
+from dataclasses import replace
 from typing import Any, List, Optional, Sequence
 
 import torch
@@ -22,7 +26,8 @@ from torch import nn, Tensor
 
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.continuations import generate_continuations
-from captum_ext.attr._utils.llm_prompts import prepare_prompt
+from captum_ext.attr._utils.llm_prompts import prepare_prompt, Prompt
+from captum_ext.attr._utils.prompt_sources import prompt_sources
 from captum_ext.evaluation.names import check_names, GENERATION_METHOD_NAMES
 from captum_ext.evaluation.registry import METHODS
 from captum_ext.visualization import GenerationExplanation, special_token_mask
@@ -65,6 +70,7 @@ def explain_generation(
     target: Optional[str] = None,
     max_new_tokens: Optional[int] = None,
     chat: bool = False,
+    sources: str = "tokens",
 ) -> GenerationExplanation:
     r"""Every chosen method's target x prompt scores for one prompt and its
     continuation.
@@ -83,10 +89,13 @@ def explain_generation(
             None. Default: :data:`DEFAULT_MAX_NEW_TOKENS`.
         chat (bool, optional): the prompt is one user message of the
             tokenizer's chat template. Default: False
+        sources (str, optional): the prompt's columns: ``"tokens"``, or
+            ``"sentences"`` / ``"lines"`` of a plain prompt, each the sum of its
+            tokens' scores. Default: ``"tokens"``
 
     Returns:
-        GenerationExplanation: prompt and target tokens, one ``[T, P]`` matrix
-        per method.
+        GenerationExplanation: prompt columns and target tokens, one ``[T, P]``
+        (``[T, sources]``) matrix per method.
     """
     names = (
         check_names(methods, GENERATION_METHOD_NAMES, "method for generated text")
@@ -98,9 +107,11 @@ def explain_generation(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if not prompt.strip():
         raise ValueError("the prompt is empty: give some words to continue")
-    get_adapter(model).require_causal_lm("explain-generation")
-    device = next(model.parameters()).device
+    adapter = get_adapter(model)
+    adapter.require_causal_lm("explain-generation")
+    device = adapter.input_device()  # a model placed by accelerate too
     prepared = prepare_prompt(prompt, tokenizer, chat=chat)
+    grouped = _sources(prepared, prompt, tokenizer, sources, chat)
     ids = prepared.ids.to(device)[None]  # [1, P]
     continuation = _continuation(model, tokenizer, ids, target, max_new_tokens)
     scores = {
@@ -112,14 +123,58 @@ def explain_generation(
         .cpu()
         for name in names
     }  # name -> [T, P]
-    specials = special_token_mask(tokenizer, prepared.ids.tolist())
-    template = (prepared.feature_of < 0).tolist()  # a chat template's own tokens
-    return GenerationExplanation(
+    explanation = GenerationExplanation(
         prompt_tokens=tokenizer.convert_ids_to_tokens(prepared.ids.tolist()),
         target_tokens=tokenizer.convert_ids_to_tokens(continuation.tolist()),
         scores=scores,
         prompt=prompt,
         continuation=tokenizer.decode(continuation.tolist()),
         generated=target is None,
-        special_mask=[s or t for s, t in zip(specials, template)],
+        special_mask=_special_mask(tokenizer, prepared),
     )
+    if grouped is None:
+        return explanation
+    return _by_source(explanation, grouped, sources)
+
+
+def _special_mask(tokenizer: Any, prepared: Prompt) -> List[bool]:
+    specials = special_token_mask(tokenizer, prepared.ids.tolist())
+    template = (prepared.feature_of < 0).tolist()  # a chat template's own tokens
+    return [s or t for s, t in zip(specials, template)]
+
+
+def _by_source(
+    explanation: GenerationExplanation, grouped: Prompt, kind: str
+) -> GenerationExplanation:
+    r"""``explanation`` with one column per source: its text, and the sum of
+    its tokens' scores in every row."""
+    scores = explanation.scores.items()
+    return replace(
+        explanation,
+        prompt_tokens=[name.strip() for name in grouped.names],
+        scores={name: grouped.feature_scores(s) for name, s in scores},
+        special_mask=None,
+        prompt_unit=kind[:-1],  # "sentences" -> "sentence"
+    )
+
+
+def _sources(
+    prepared: Prompt, prompt: str, tokenizer: Any, kind: str, chat: bool
+) -> Optional[Prompt]:
+    r"""The prompt split into sources of ``kind``, each token mapped to the
+    source it falls in (:class:`~captum_ext.attr.LLMTokenAttribution`'s
+    ``TextTemplateInput`` features); None for ``kind="tokens"``."""
+    if kind == "tokens":
+        return None
+    if chat:
+        raise ValueError(
+            f"sources={kind!r} applies to a plain prompt, not to a chat; score a "
+            "chat's tokens"
+        )
+    grouped = prepare_prompt(prompt_sources(prompt, kind), tokenizer)
+    if not torch.equal(grouped.ids, prepared.ids):
+        raise RuntimeError(
+            "the tokenizer encodes the prompt differently once it is split into "
+            "sources; score its tokens instead"
+        )
+    return grouped

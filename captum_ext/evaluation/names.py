@@ -11,8 +11,13 @@ __all__ = [
     "GENERATION_METRIC_NAMES",
     "METHOD_NAMES",
     "METRIC_NAMES",
+    "SOURCE_NAMES",
     "check_names",
 ]
+
+# What a prompt column of a causal LM's explanation is (--sources): a token, or
+# a source of captum_ext.attr._utils.prompt_sources.SOURCE_KINDS.
+SOURCE_NAMES = ("tokens", "sentences", "lines")
 
 METHOD_NAMES = (
     "NormXLogit",

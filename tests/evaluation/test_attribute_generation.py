@@ -235,3 +235,43 @@ def test_causal_lm_without_prompt_column_ends_in_one_line(files, tmp_path, capsy
     assert main(command + ["--out", str(tmp_path / "out")]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "--prompt-column" in error
+
+
+@pytest.mark.parametrize("kind", ["sentences", "lines"])
+def test_sources_sum_each_rows_token_scores(files, tmp_path, kind):
+    r"""``--sources``: a ``sources`` column whose texts make up the prompt, and
+    each method's rows summed over each source's tokens (one token per word
+    after <s>) of the token run's rows."""
+    model_dir, _, _ = files
+    data = tmp_path / "prompts.jsonl"
+    prompts = ["the cat sat . on a mat\nit was big .", "hello", "a dog ran .\n\nblue"]
+    data.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
+    extra = ("--max-new-tokens", "2", "--batch-size", "2")
+    assert attribute(model_dir, data, tmp_path / "tokens", *extra) == 0
+    assert attribute(model_dir, data, tmp_path / kind, *extra, "--sources", kind) == 0
+    tokens, by_source = (pd.read_parquet(tmp_path / k) for k in ("tokens", kind))
+    assert "sources" not in tokens.columns
+    manifest = json.loads((tmp_path / kind / MANIFEST).read_text())
+    assert manifest["arguments"]["sources"] == kind
+    for token_row, row in zip(tokens.itertuples(), by_source.itertuples()):
+        assert "".join(row.sources) == row.prompt
+        assert list(row.continuation_ids) == list(token_row.continuation_ids)
+        sizes = [len(source.split()) for source in row.sources]
+        for name in METHOD_NAMES:
+            matrix = torch.tensor([list(step) for step in getattr(token_row, name)])
+            expected = torch.stack([s.sum(1) for s in matrix[:, 1:].split(sizes, 1)], 1)
+            got = torch.tensor([list(step) for step in getattr(row, name)])
+            torch.testing.assert_close(got, expected)
+    assert [len(s) for s in by_source["sources"]] == (
+        [3, 1, 2] if kind == "sentences" else [2, 1, 2]
+    )
+
+
+def test_sources_without_prompt_column_end_in_one_line(tmp_path, capsys):
+    classifier = Path(str(save_tiny_model(tmp_path / "bert")))
+    data = tmp_path / "texts.jsonl"
+    data.write_text('{"text": "the cat"}\n')
+    command = ["attribute", "--model", str(classifier), "--data", str(data)]
+    assert main(command + ["--out", str(tmp_path / "out"), "--sources", "lines"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "--sources applies to a causal LM" in error

@@ -24,7 +24,12 @@ from captum_ext._utils.common import (
 )
 from captum_ext._utils.hooks import eval_semantics, HookSet
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
-from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
+from captum_ext.adapters import (
+    get_adapter,
+    ModelAdapter,
+    read_parameter,
+    UnsupportedModelError,
+)
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.generation import (
     attribute_generation,
@@ -62,10 +67,10 @@ class EmbeddingDecoder(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         adapter = get_adapter(model)
-        # The shared parameter only: the model's embedding module (and its mode)
-        # stays out of this decoder.
-        self.weight = adapter.word_embeddings().weight  # [vocab, d]
-        width = self.weight.shape[1]
+        # Held outside this decoder's module tree, so that the model's embedding
+        # module (its mode, its hooks) stays the model's own.
+        self._embeddings = (adapter.word_embeddings(),)
+        width = self._embeddings[0].weight.shape[1]
         if width != adapter.hidden_size:
             raise UnsupportedModelError(
                 f"{adapter.family_name}: word embeddings have size {width} but hidden "
@@ -73,6 +78,14 @@ class EmbeddingDecoder(nn.Module):
                 "MLM head or a fitted decoder (load_fitted_decoder)"
             )
         self.eval()
+
+    @property
+    def weight(self) -> Tensor:  # [vocab, d]
+        r"""``E``, read when used: through accelerate's hook where the model's
+        embeddings are offloaded (their parameter then holds no data)."""
+        weight = read_parameter(self._embeddings[0], "weight")
+        assert weight is not None  # an nn.Embedding
+        return weight
 
     def forward(self, hidden: Tensor) -> Tensor:
         return hidden @ self.weight.T  # [..., d] -> [..., vocab]

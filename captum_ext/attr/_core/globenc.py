@@ -20,7 +20,7 @@ from captum_ext._utils.common import (
 )
 from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.teacher_forcing import teacher_forced_batch, TeacherForcedBatch
-from captum_ext.adapters import BlockParts, get_adapter, ModelAdapter
+from captum_ext.adapters import BlockParts, get_adapter, ModelAdapter, NormParams
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.decoder_decomposition import (
     capture_decoder,
@@ -87,18 +87,18 @@ def _factors(layer: _LayerInputs, parts: BlockParts, variant: str) -> Factors:
     batch, pos, d = layer.value.shape
     heads = layer.attention.shape[1]
     value = layer.value.view(batch, pos, heads, d // heads)
-    weight = parts.attention_output.weight  # [d, d]
+    weight = parts.output_weight  # [d, d]
     depth = VARIANTS.index(variant)
     residual = layer.hidden if depth >= 1 else None
     factors = Factors.of_attention(layer.attention, value, weight, residual)
     if depth >= 2:
-        factors = _through_layernorm(factors, layer.pre_ln1, parts.layernorm1)
+        factors = _through_layernorm(factors, layer.pre_ln1, parts.norm1)
     if depth >= 3:
-        factors = _through_layernorm(factors, layer.pre_ln2, parts.layernorm2)
+        factors = _through_layernorm(factors, layer.pre_ln2, parts.norm2)
     return factors
 
 
-def _through_layernorm(factors: Factors, pre_ln: Tensor, norm: nn.LayerNorm) -> Factors:
+def _through_layernorm(factors: Factors, pre_ln: Tensor, norm: NormParams) -> Factors:
     return through_norm(factors, pre_ln, norm.weight, norm.eps, centred=True)
 
 

@@ -101,6 +101,7 @@ class LLMTokenAttribution(Attribution):
         adapter = get_adapter(model)
         adapter.require_causal_lm("LLMTokenAttribution")
         self.model: Any = adapter.model  # a GenerationMixin
+        self._adapter = adapter
         super().__init__(self.model)
         self.method = method
         self.tokenizer = tokenizer
@@ -168,7 +169,7 @@ class LLMTokenAttribution(Attribution):
         ids, mask = left_padded(
             [prompt.ids for prompt in prompts],
             prompt_pad_id(self.tokenizer),
-            next(self.model.parameters()).device,
+            self._adapter.input_device(),
         )
         if target is None:
             if contrast_target is not None:
@@ -220,7 +221,7 @@ class LLMTokenAttribution(Attribution):
         return [self._encode(v, name) for v in value]
 
     def _encode(self, value: Any, name: str) -> Tensor:
-        device = next(self.model.parameters()).device
+        device = self._adapter.input_device()
         if isinstance(value, str):
             # No BOS (or other special token) inside a continuation.
             ids = torch.tensor(

@@ -33,6 +33,7 @@ from captum_ext.attr._utils.continuations import (
     prompt_pad_id,
     right_padded,
 )
+from captum_ext.attr._utils.llm_prompts import Prompt
 from captum_ext.evaluation.attribute.lock import output_lock
 from captum_ext.evaluation.attribute.manifest import (
     check_or_write_manifest,
@@ -56,6 +57,7 @@ from captum_ext.evaluation.attribute.shards import (
     shard_problem,
     write_shard,
 )
+from captum_ext.evaluation.attribute.sources import by_source, prompt_groups
 from captum_ext.evaluation.data import DataError, LoadedExamples
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.engine import (
@@ -95,6 +97,7 @@ def attribute_dataset(
     shard_size: int = 1000,
     target: str = "predicted",
     max_new_tokens: Optional[int] = None,
+    sources: str = "tokens",
 ) -> Path:
     r"""Explains every example of ``data`` with each of ``methods`` and writes one
     Parquet row per example (layout and columns: see the module docstring).
@@ -133,6 +136,11 @@ def attribute_dataset(
             classifier's). Default: ``"predicted"``.
         max_new_tokens (int, optional): a causal LM's generated continuation
             length when ``data`` has none. Default: None (Captum's 25).
+        sources (str, optional): a causal LM's prompt columns: ``"tokens"``,
+            or ``"sentences"`` / ``"lines"`` (column ``sources``; each score the
+            sum of the source's tokens', see
+            :mod:`~captum_ext.evaluation.attribute.sources`). Default:
+            ``"tokens"``
 
     Returns:
         Path: ``out_dir``.
@@ -169,6 +177,7 @@ def attribute_dataset(
             length,
             target,
             max_new_tokens,
+            sources,
         )
     )
     arguments.update(plan.arguments)
@@ -237,13 +246,16 @@ class _RunInputs(NamedTuple):
     length: int  # tokens per example
     target: str
     max_new_tokens: Optional[int]
+    sources: str  # a causal LM's prompt columns: tokens, sentences or lines
 
 
 def _classifier_plan(run: _RunInputs) -> _Plan:
     _check_target(run.target, run.data)
-    if run.data.continuations is not None or run.max_new_tokens is not None:
+    given = (run.data.continuations, run.max_new_tokens)
+    if given != (None, None) or run.sources != "tokens":
         raise ValueError(
-            f"continuations and max_new_tokens are for a causal LM's prompts; "
+            f"continuations, max_new_tokens and sources are for a causal LM's "
+            "prompts; "
             f"{type(run.model).__name__} is not a causal LM (it has no LM head, or "
             "has a classification head)"
         )
@@ -282,15 +294,19 @@ def _generation_plan(run: _RunInputs) -> _Plan:
     names = [spec.name for spec in run.method_specs]
     # Checked now, before any shard is written.
     encoded = encode_prompts(run.tokenizer, run.data, run.length, run.max_new_tokens)
+    groups = prompt_groups(run.tokenizer, run.data, encoded[0], run.sources)
+    arguments = {
+        "mode": "causal_lm",
+        "continuations": "generated" if encoded[1] is None else "given",
+        "max_new_tokens": encoded[2],
+    }
+    if groups is not None:  # token runs keep their arguments, so they resume
+        arguments["sources"] = run.sources
     return _Plan(
-        {
-            "mode": "causal_lm",
-            "continuations": "generated" if encoded[1] is None else "given",
-            "max_new_tokens": encoded[2],
-        },
-        generation_schema(names),
+        arguments,
+        generation_schema(names, sources=groups is not None),
         lambda: _GenerationJob(
-            run.model, run.tokenizer, run.method_specs, run.data, *encoded
+            run.model, run.tokenizer, run.method_specs, run.data, *encoded, groups
         ),
     )
 
@@ -560,6 +576,7 @@ class _GenerationJob(_Job):
         prompts: List[List[int]],
         given: Optional[List[List[int]]],
         max_new_tokens: Optional[int],
+        groups: Optional[List[Prompt]] = None,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -570,6 +587,7 @@ class _GenerationJob(_Job):
         self.max_new_tokens = max_new_tokens
         self.pad_id = prompt_pad_id(tokenizer)
         self.prompts, self.given = prompts, given
+        self.groups = groups  # each prompt's sources; None: its tokens
         self._position = {row: i for i, row in enumerate(data.rows)}
 
     def batches(
@@ -596,7 +614,10 @@ class _GenerationJob(_Job):
                 )
             else:
                 continuations = [torch.tensor(self.given[positions[i]]) for i in rows]
-            yield rows, self._columns(ids, mask, prompts, continuations)
+            groups = None
+            if self.groups is not None:
+                groups = [self.groups[positions[i]] for i in rows]
+            yield rows, self._columns(ids, mask, prompts, continuations, groups)
 
     def _columns(
         self,
@@ -604,12 +625,15 @@ class _GenerationJob(_Job):
         mask: Tensor,
         prompts: List[Tensor],
         continuations: List[Tensor],
+        groups: Optional[List[Prompt]],
     ) -> Iterator[Tuple[str, List[Any]]]:
         prompt_ids = [prompt.tolist() for prompt in prompts]
         target_ids = [row.tolist() for row in continuations]
         to_tokens = self.tokenizer.convert_ids_to_tokens
         yield "tokens", [to_tokens(row) for row in prompt_ids]
         yield "input_ids", prompt_ids
+        if groups is not None:
+            yield "sources", [list(group.names) for group in groups]
         yield "continuation_tokens", [to_tokens(row) for row in target_ids]
         yield "continuation_ids", target_ids
         if self.given is None:
@@ -617,7 +641,8 @@ class _GenerationJob(_Job):
         target = right_padded(continuations, ids.device)  # [batch, T]
         for name, explain in zip(self.names, self.explainers):
             scores = explain(ids, mask, target)  # [batch, T, P]
-            yield name, _matrices(scores, prompt_ids, target_ids, name)
+            matrices = _matrices(scores, prompt_ids, target_ids, name)
+            yield name, matrices if groups is None else by_source(matrices, groups)
 
     def source_columns(self, data: LoadedExamples) -> Dict[str, List[Any]]:
         return generation_source_columns(data)

@@ -12,7 +12,10 @@ A causal LM's columns: ``id``, ``prompt``, ``continuation`` (given, or the
 generated text), ``tokens`` and ``input_ids`` (the prompt's ``P`` tokens),
 ``continuation_tokens`` and ``continuation_ids`` (its ``T`` tokens), and one
 ``list<list<float32>>`` per method: ``T`` rows of ``P`` scores, row ``t``
-explaining :math:`\log p(y_t \mid \text{prompt}, y_{<t})`."""
+explaining :math:`\log p(y_t \mid \text{prompt}, y_{<t})`. Scored by source
+(``sources="sentences"`` or ``"lines"``), a ``sources`` column holds the
+prompt's ``S`` sources (their texts, which concatenate to the prompt) and each
+method's rows hold ``S`` scores, each the sum of its source's tokens'."""
 
 from typing import Any, Dict, List, Sequence
 
@@ -44,6 +47,7 @@ _TYPES = {
     "continuation": pa.string(),
     "continuation_tokens": pa.list_(pa.string()),
     "continuation_ids": pa.list_(pa.int32()),
+    "sources": pa.list_(pa.string()),
 }
 
 
@@ -91,9 +95,11 @@ def generation_source_columns(data: LoadedExamples) -> Dict[str, List[Any]]:
     return columns
 
 
-def generation_schema(methods: Sequence[str]) -> pa.Schema:
-    r"""The schema of every shard of a causal LM's run (module docstring)."""
+def generation_schema(methods: Sequence[str], sources: bool = False) -> pa.Schema:
+    r"""The schema of every shard of a causal LM's run (module docstring);
+    ``sources``: the prompts are scored by source."""
     names = ["id", "prompt", "continuation", "tokens", "input_ids"]
+    names += ["sources"] if sources else []
     names += ["continuation_tokens", "continuation_ids"]
     fields = [(name, _TYPES[name]) for name in names]
     fields += [(method, pa.list_(pa.list_(pa.float32()))) for method in methods]
