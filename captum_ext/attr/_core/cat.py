@@ -116,7 +116,9 @@ class CAT(GradientAttribution):
         additional_forward_args: Any = None,
         return_layers: Literal[False] = False,
         internal_batch_size: Optional[int] = None,
-    ) -> Tensor: ...  # [batch, pos]
+        attribute_generated: bool = False,
+        contrast_target: Optional[Tensor] = None,
+    ) -> Tensor: ...  # [batch, pos] ([batch, T, P] for a causal LM)
 
     @overload
     def attribute(
@@ -127,7 +129,9 @@ class CAT(GradientAttribution):
         *,
         return_layers: Literal[True],
         internal_batch_size: Optional[int] = None,
-    ) -> Tensor: ...  # [batch, L, pos]
+        attribute_generated: bool = False,
+        contrast_target: Optional[Tensor] = None,
+    ) -> Tensor: ...  # [batch, L, pos] ([batch, T, L, P] for a causal LM)
 
     @log_usage()
     def attribute(
