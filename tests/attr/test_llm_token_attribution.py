@@ -25,7 +25,11 @@ from captum_ext.attr import (  # noqa: E402
 )
 
 from tests.attr.contract_method import GradientXEmbedding  # noqa: E402
-from tests.attr.llm_fixtures import tiny_lm_tokenizer  # noqa: E402
+from tests.attr.llm_fixtures import (  # noqa: E402
+    CHAT_STYLES,
+    tiny_chat_tokenizer,
+    tiny_lm_tokenizer,
+)
 from tests.helpers import tiny_causal_lm, tiny_classifier  # noqa: E402
 
 PROMPTS = ["the cat sat on a mat", "a dog ran", "what is the colour of sky ?"]
@@ -197,6 +201,109 @@ def test_chat_template_tokens_get_no_column(model, tokenizer) -> None:
         messages[1]["content"], target="blue", chat=True
     )
     assert one_user_message.input_tokens == messages[1]["content"].split()
+
+
+# Contents a text search would find earlier in the rendered template: a role
+# name, letters of a special token's text, an earlier message's content.
+CHATS = [
+    [{"role": "user", "content": "user"}],
+    [{"role": "system", "content": "a"}, {"role": "user", "content": "im start"}],
+    [
+        {"role": "user", "content": "the cat"},
+        {"role": "assistant", "content": "the cat"},
+        {"role": "user", "content": "assistant"},
+    ],
+    [{"role": "user", "content": "start header id of turn end"}],
+]
+
+
+def _chat_layout(style, messages):
+    r"""The tokens each style's template writes, assembled by hand, and which
+    of them are a message's content."""
+    open_, close = {
+        "llama": (["<|start_header_id|>"], ["<|eot_id|>"]),
+        "chatml": (["<|im_start|>"], ["<|im_end|>"]),
+        "gemma": (["<start_of_turn>"], ["<end_of_turn>"]),
+    }[style]
+    header = {"llama": ["<|end_header_id|>"]}.get(style, [])
+    role_of = {"gemma": {"assistant": "model"}}.get(style, {})
+    tokens = {"llama": ["<|begin_of_text|>"], "gemma": ["<s>"]}.get(style, [])
+    content = [False] * len(tokens)
+    for message in messages + [{"role": "assistant", "content": None}]:
+        role = role_of.get(message["role"], message["role"])
+        tokens += open_ + [role] + header
+        content += [False] * (len(open_) + 1 + len(header))
+        if message["content"] is not None:  # None: the generation prompt
+            words = message["content"].split()
+            tokens += words + close
+            content += [True] * len(words) + [False] * len(close)
+    return tokens, torch.tensor(content)
+
+
+@pytest.mark.parametrize("messages", CHATS)
+@pytest.mark.parametrize("style", CHAT_STYLES)
+def test_chat_content_located_by_the_template_not_by_text(
+    model, style, messages
+) -> None:
+    tokenizer = tiny_chat_tokenizer(style)
+    method = GradientXEmbedding(model)
+    result = LLMTokenAttribution(method, tokenizer).attribute(messages, target="blue")
+    tokens, content = _chat_layout(style, messages)
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer.convert_ids_to_tokens(ids) == tokens  # the hand layout
+    expected = method.attribute(
+        torch.tensor([ids]),
+        target=torch.tensor([[tokenizer.convert_tokens_to_ids("blue")]]),
+    )[0][:, content]
+    assert result.input_tokens == [w for m in messages for w in m["content"].split()]
+    torch.testing.assert_close(result.token_attr, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "template, messages, message",
+    [
+        (  # the content glued to the role name: one token holds both
+            "{% for m in messages %}<|im_start|>{{ m['role'] }}{{ m['content'] }}"
+            "<|im_end|>{% endfor %}",
+            [{"role": "user", "content": "user"}],
+            "joins the content of message 0",
+        ),
+        (
+            "{% for m in messages %}<|im_start|>{{ m['content'] | upper }}"
+            "<|im_end|>{% endfor %}",
+            [{"role": "user", "content": "the cat"}],
+            "changes a message's content",
+        ),
+        (  # trims the content: its spaces are not where the text says
+            CHAT_STYLES["llama"][1],
+            [{"role": "user", "content": " the cat "}],
+            "changes a message's content",
+        ),
+        (
+            "{% for m in messages %}<|im_start|> {{ m['content'] }} "
+            "{{ m['content'] }} <|im_end|>{% endfor %}",
+            [{"role": "user", "content": "the cat"}],
+            "message 0 2 times",
+        ),
+        (
+            "{% for m in messages %}{% if m['role'] != 'system' %}<|im_start|> "
+            "{{ m['content'] }} <|im_end|>{% endif %}{% endfor %}",
+            [{"role": "system", "content": "red"}, {"role": "user", "content": "a"}],
+            "message 0 0 times",
+        ),
+    ],
+)
+def test_chat_content_that_cannot_be_located_is_refused(
+    model, template, messages, message
+) -> None:
+    tokenizer = tiny_chat_tokenizer("chatml")
+    tokenizer.chat_template = template
+    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+    with pytest.raises(ValueError, match=message):
+        llm_attr.attribute(messages, target="blue")
 
 
 def test_contrast_is_the_difference_for_one_step(model, tokenizer) -> None:
