@@ -90,6 +90,97 @@ def test_drop_in_for_captum_llm_attribution(model, tokenizer, target, name) -> N
     torch.testing.assert_close(ours.seq_attr, ours.token_attr.sum(0))
 
 
+TEMPLATE = "{} sat on {} and {} like the {} . {} was"
+VALUES = ["the cat", "a mat", "you", "dog", "it"]
+
+
+def _captum_tutorial_calls(llm_attr, tokenizer):
+    r"""The calls of Captum's LLM attribution tutorial and of
+    ``LLMAttribution.attribute``'s documented signature, as a user writes them
+    for ``LLMAttribution``."""
+    target = "big red"
+    template = TextTemplateInput(TEMPLATE, values=VALUES)
+    yield "template", llm_attr.attribute(template, target=target)
+    with_baselines = TextTemplateInput(
+        TEMPLATE, values=VALUES, baselines=["a dog", "the house", "i", "cat", "he"]
+    )
+    yield "baselines", llm_attr.attribute(with_baselines, target=target)
+    grouped = TextTemplateInput(TEMPLATE, values=VALUES, mask=[0, 1, 1, 0, 2])
+    yield "mask", llm_attr.attribute(grouped, target=target)
+    yield "trials", llm_attr.attribute(template, target=target, num_trials=3)
+    yield "gen_args", llm_attr.attribute(template, gen_args={"max_new_tokens": 3})
+    tokens = TextTokenInput("the cat sat on a mat", tokenizer, skip_tokens=[1])
+    yield "tokens", llm_attr.attribute(tokens, target=target)
+    # Captum's positional order: inp, target, num_trials, gen_args,
+    # use_cached_outputs, _inspect_forward, forward_in_tokens.
+    yield "positional", llm_attr.attribute(tokens, target, 1, None, False, None, False)
+    yield "uncached", llm_attr.attribute(
+        tokens, target=target, use_cached_outputs=False
+    )
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_captums_documented_calls_run_unchanged(model, tokenizer, name) -> None:
+    captum = dict(
+        _captum_tutorial_calls(
+            LLMAttribution(FeatureAblation(model), tokenizer), tokenizer
+        )
+    )
+    ours = dict(
+        _captum_tutorial_calls(
+            LLMTokenAttribution(METHODS[name](model), tokenizer), tokenizer
+        )
+    )
+    for call, result in ours.items():
+        assert result.input_tokens == captum[call].input_tokens, call
+        assert result.output_tokens == captum[call].output_tokens, call
+        assert result.token_attr.shape == captum[call].token_attr.shape, call
+    # Deterministic methods: the mean of three trials is one trial; Captum's
+    # switches between decoding schemes change nothing in one teacher-forced pass.
+    torch.testing.assert_close(ours["trials"].token_attr, ours["template"].token_attr)
+    for call in ("positional", "uncached"):
+        torch.testing.assert_close(
+            ours[call].token_attr, ours["tokens"].token_attr, rtol=0, atol=0
+        )
+    # mask [0, 1, 1, 0, 2]: a group scores the sum of its values, on each of them.
+    values = ours["template"].token_attr
+    groups = [values[:, [0, 3]].sum(1), values[:, [1, 2]].sum(1), values[:, 4]]
+    expected = torch.stack([groups[g] for g in (0, 1, 1, 0, 2)], 1)
+    torch.testing.assert_close(ours["mask"].token_attr, expected)
+
+
+def test_inspect_forward_gets_the_unperturbed_pass(model, tokenizer) -> None:
+    calls = []
+    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+    llm_attr.attribute(
+        PROMPTS[0], target="it was big", _inspect_forward=lambda *a: calls.append(a)
+    )
+    ids = torch.tensor(tokenizer.encode(PROMPTS[0] + " it was big"))
+    with torch.no_grad():
+        log_probs = model(ids[None]).logits[0].log_softmax(-1)
+    steps = [log_probs[len(ids) - 4 + t, ids[len(ids) - 3 + t]] for t in range(3)]
+    expected = torch.stack([sum(steps), *steps]).exp().tolist()
+    ((prompt, response, probs),) = calls
+    assert (prompt, response) == ("<s> " + PROMPTS[0], "it was big")
+    torch.testing.assert_close(torch.tensor(probs), torch.tensor(expected))
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (dict(num_trials=0), ValueError, "num_trials must be a positive int"),
+        (dict(num_trials=True), TypeError, "num_trials must be a positive int"),
+        (dict(use_cached_outputs="no"), TypeError, "use_cached_outputs must be"),
+        (dict(forward_in_tokens=None), TypeError, "forward_in_tokens must be"),
+        (dict(_inspect_forward=3), TypeError, "_inspect_forward must be"),
+    ],
+)
+def test_bad_captum_options(model, tokenizer, call, error, message) -> None:
+    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+    with pytest.raises(error, match=message):
+        llm_attr.attribute(PROMPTS[0], target="red", **call)
+
+
 def _prompt_ids(tokenizer, text):
     ids = torch.tensor(tokenizer.encode(text))[None]
     return ids, torch.ones_like(ids)
