@@ -20,6 +20,7 @@ from tests.helpers import (
     one_line_error,
     save_tiny_model,
     tiny_causal_lm,
+    tiny_tokenizer,
     tiny_recall_generator,
 )
 
@@ -93,6 +94,7 @@ def test_a_chat_prompt_goes_through_the_template(lm_dir, capsys):
         (["--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
         (["--target", " "], "the target is empty"),
         (["--target", "a", "--max-new-tokens", "2"], "not allowed with argument"),
+        (["--max-new-tokens", "60"], "need 67 positions but the model has only 64"),
     ],
 )
 def test_bad_options_end_in_one_line(lm_dir, capsys, extra, expected):
@@ -108,6 +110,30 @@ def test_bad_options_end_in_one_line(lm_dir, capsys, extra, expected):
 def test_an_empty_prompt_is_refused(lm_dir, capsys, prompt):
     code = main(["explain-generation", prompt, "--model", str(lm_dir)])
     one_line_error(capsys, code, "the prompt is empty")
+
+
+def _larger_tokenizer(tokenizer, directory):
+    tokenizer.add_tokens(["zebra"])  # one id past the model's vocabulary
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.parametrize("command", ["explain-generation", "attribute", "explain"])
+def test_a_tokenizer_larger_than_the_model_is_refused(tmp_path, capsys, command):
+    if command == "explain":
+        model_dir = _larger_tokenizer(tiny_tokenizer(), save_tiny_model(tmp_path))
+        argv = ["explain", PROMPT, "--model", str(model_dir)]
+    else:
+        tiny_causal_lm("gpt2").save_pretrained(tmp_path)
+        model_dir = _larger_tokenizer(tiny_lm_tokenizer(), tmp_path)
+        argv = ["explain-generation", PROMPT, "--model", str(model_dir)]
+    if command == "attribute":
+        data = tmp_path / "prompts.jsonl"
+        data.write_text(json.dumps({"prompt": PROMPT}) + "\n")
+        argv = ["attribute", "--model", str(model_dir), "--data", str(data)]
+        argv += ["--prompt-column", "prompt", "--out", str(tmp_path / "out")]
+    code = main(argv)
+    one_line_error(capsys, code, "the tokenizer has 100 tokens but the model's voc")
 
 
 def test_a_classifier_is_refused(tmp_path, capsys):

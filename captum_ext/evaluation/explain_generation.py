@@ -20,6 +20,7 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch import nn, Tensor
 
+from captum_ext._utils.common import check_tokenizer_vocabulary
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.continuations import generate_continuations
 from captum_ext.attr._utils.llm_prompts import prepare_prompt
@@ -98,7 +99,9 @@ def explain_generation(
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if not prompt.strip():
         raise ValueError("the prompt is empty: give some words to continue")
-    get_adapter(model).require_causal_lm("explain-generation")
+    adapter = get_adapter(model)
+    adapter.require_causal_lm("explain-generation")
+    check_tokenizer_vocabulary(adapter, tokenizer)
     device = next(model.parameters()).device
     prepared = prepare_prompt(prompt, tokenizer, chat=chat)
     ids = prepared.ids.to(device)[None]  # [1, P]

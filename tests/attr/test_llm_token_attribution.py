@@ -433,6 +433,67 @@ def test_bad_calls(model, tokenizer, call, error, message) -> None:
         llm_attr.attribute(**call)
 
 
+def _out_of_vocabulary_prompt(tokenizer):
+    inp = TextTokenInput(PROMPTS[0], tokenizer)
+    inp.inp_tensor = inp.inp_tensor.clone()
+    inp.inp_tensor[0, 2] = 500
+    return inp
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            dict(inp=PROMPTS[0], gen_args={"max_new_tokens": 60}),
+            r"the prompt \(7 tokens\) \+ max_new_tokens \(60\) need 67 positions "
+            "but the model has only 64",
+        ),
+        (
+            dict(inp=PROMPTS[0], gen_args={"num_return_sequences": 2}),
+            "num_return_sequences=2 returns 2 continuations per prompt",
+        ),
+        (
+            dict(inp=PROMPTS, gen_args={"num_beams": 2, "num_return_sequences": 2}),
+            "num_return_sequences=2 returns 2 continuations per prompt",
+        ),
+        (dict(inp="prompt", gen_args={"max_new_tokens": 0}), "max_new_tokens must"),
+        (dict(inp="prompt", gen_args=[("max_new_tokens", 2)]), "gen_args must be"),
+        ("out of vocabulary", r"prompt token ids must be in \[0, 99\)"),
+    ],
+)
+def test_generation_inputs_are_checked_before_generating(
+    model, tokenizer, monkeypatch, call, message
+) -> None:
+    def generate(*args, **kwargs):
+        raise AssertionError("generate() ran before the inputs were checked")
+
+    monkeypatch.setattr(model, "generate", generate)
+    if call == "out of vocabulary":
+        call = dict(inp=_out_of_vocabulary_prompt(tokenizer))
+    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+    with pytest.raises((ValueError, TypeError), match=message):
+        llm_attr.attribute(**call)
+
+
+def test_a_tokenizer_larger_than_the_model_is_refused(model) -> None:
+    tokenizer = tiny_lm_tokenizer()
+    tokenizer.add_tokens(["zebra"])
+    with pytest.raises(ValueError, match="the tokenizer has 100 tokens but the mod"):
+        LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+
+
+def test_generate_returning_a_dict_is_explained_as_its_sequences(
+    model, tokenizer
+) -> None:
+    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+    plain = llm_attr.attribute(PROMPTS[0], gen_args={"max_new_tokens": 3})
+    as_dict = llm_attr.attribute(
+        PROMPTS[0], gen_args={"max_new_tokens": 3, "return_dict_in_generate": True}
+    )
+    assert as_dict.output_tokens == plain.output_tokens
+    torch.testing.assert_close(as_dict.token_attr, plain.token_attr, rtol=0, atol=0)
+
+
 def test_a_method_on_a_classifier_is_refused(tokenizer) -> None:
     with pytest.raises(
         UnsupportedModelError, match="is a sequence classifier.*AutoModelForCausalLM"

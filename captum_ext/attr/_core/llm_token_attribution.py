@@ -11,6 +11,7 @@ from captum.attr._utils.attribution import Attribution
 from captum.log import log_usage
 from torch import Tensor
 
+from captum_ext._utils.common import check_tokenizer_vocabulary
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext._utils.teacher_forcing import teacher_forced_batch
 from captum_ext.adapters import get_adapter
@@ -103,6 +104,7 @@ class LLMTokenAttribution(Attribution):
             )
         adapter = get_adapter(model)
         adapter.require_causal_lm("LLMTokenAttribution")
+        check_tokenizer_vocabulary(adapter, tokenizer)
         self.model: Any = adapter.model  # a GenerationMixin
         super().__init__(self.model)
         self.method = method
