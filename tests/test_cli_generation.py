@@ -136,6 +136,11 @@ def test_a_tokenizer_larger_than_the_model_is_refused(tmp_path, capsys, command)
     one_line_error(capsys, code, "the tokenizer has 100 tokens but the model's voc")
 
 
+def test_a_prompt_of_the_tokenizers_special_tokens_is_refused(lm_dir, capsys):
+    code = main(["explain-generation", "<|user|> <|system|>", "--model", str(lm_dir)])
+    one_line_error(capsys, code, "its tokens are all special tokens of the tokenizer")
+
+
 def test_a_classifier_is_refused(tmp_path, capsys):
     save_tiny_model(tmp_path)
     code = main(["explain-generation", PROMPT, "--model", str(tmp_path)])

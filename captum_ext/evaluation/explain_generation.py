@@ -23,7 +23,7 @@ from torch import nn, Tensor
 from captum_ext._utils.common import check_tokenizer_vocabulary
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.continuations import generate_continuations
-from captum_ext.attr._utils.llm_prompts import prepare_prompt
+from captum_ext.attr._utils.llm_prompts import check_text, prepare_prompt
 from captum_ext.evaluation.names import check_names, GENERATION_METHOD_NAMES
 from captum_ext.evaluation.registry import METHODS
 from captum_ext.visualization import GenerationExplanation, special_token_mask
@@ -52,6 +52,7 @@ def _continuation(
         gen_args = {"max_new_tokens": max_new_tokens or DEFAULT_MAX_NEW_TOKENS}
         mask = torch.ones_like(ids)
         return generate_continuations(model, tokenizer, ids, mask, gen_args)[0]
+    check_text(target, "the target")
     encoded = tokenizer(target, add_special_tokens=False)["input_ids"]
     if not encoded:
         raise ValueError("the target is empty: give the continuation's text")

@@ -424,6 +424,24 @@ def test_contrast_is_the_difference_for_one_step(model, tokenizer) -> None:
         (dict(inp=PROMPTS[0], target="red", gen_args={}), ValueError, "gen_args"),
         (dict(inp="", target="red", skip_tokens=["<s>"]), ValueError, "empty prompt"),
         (dict(inp=3, target="red"), TypeError, "TextTokenInput"),
+        (dict(inp=PROMPTS[0], target=[]), ValueError, "empty target: it holds no"),
+        (dict(inp="the \ud800 cat", target="red"), ValueError, "the prompt holds"),
+        (dict(inp=PROMPTS[0], target="r\udcffed"), ValueError, "target holds the"),
+        (
+            dict(inp=[{"role": "user", "content": "a \ud800"}], target="red"),
+            ValueError,
+            "the content of chat message 0 holds the lone surrogate",
+        ),
+        (
+            dict(inp=TextTemplateInput("{} \ud800", values=["a"]), target="red"),
+            ValueError,
+            "the completed template holds the lone surrogate",
+        ),
+        (  # the tokenizer's special tokens, not the model's configured ids
+            dict(inp="<|user|> <|system|>", target="red"),
+            ValueError,
+            "empty prompt: its tokens are all special tokens of the tokenizer",
+        ),
         (dict(inp=PROMPTS[0], target=torch.tensor([0.5])), ValueError, "integers"),
     ],
 )
@@ -456,8 +474,8 @@ def _out_of_vocabulary_prompt(tokenizer):
             dict(inp=PROMPTS, gen_args={"num_beams": 2, "num_return_sequences": 2}),
             "num_return_sequences=2 returns 2 continuations per prompt",
         ),
-        (dict(inp="prompt", gen_args={"max_new_tokens": 0}), "max_new_tokens must"),
-        (dict(inp="prompt", gen_args=[("max_new_tokens", 2)]), "gen_args must be"),
+        (dict(inp=PROMPTS[0], gen_args={"max_new_tokens": 0}), "max_new_tokens must"),
+        (dict(inp=PROMPTS[0], gen_args=[("max_new_tokens", 2)]), "gen_args must be"),
         ("out of vocabulary", r"prompt token ids must be in \[0, 99\)"),
     ],
 )

@@ -22,7 +22,12 @@ from captum_ext.attr._utils.continuations import (
     right_padded,
 )
 from captum_ext.attr._utils.generation import TeacherForcedLogProbs
-from captum_ext.attr._utils.llm_prompts import is_chat, prepare_prompt, Prompt
+from captum_ext.attr._utils.llm_prompts import (
+    check_text,
+    is_chat,
+    prepare_prompt,
+    Prompt,
+)
 
 TargetLike = Union[str, Tensor, Sequence[int], None]
 
@@ -292,7 +297,10 @@ class LLMTokenAttribution(Attribution):
 
     def _encode(self, value: Any, name: str) -> Tensor:
         device = next(self.model.parameters()).device
+        if isinstance(value, (list, tuple)) and not value:
+            raise ValueError(f"empty {name}: it holds no token id")
         if isinstance(value, str):
+            check_text(value, name)
             # No BOS (or other special token) inside a continuation.
             ids = torch.tensor(
                 self.tokenizer(value, add_special_tokens=False)["input_ids"]

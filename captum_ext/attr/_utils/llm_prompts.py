@@ -26,7 +26,7 @@ from captum.attr import TextTemplateInput, TextTokenInput
 from captum.attr._utils.interpretable_input import InterpretableInput
 from torch import Tensor
 
-__all__ = ["Prompt", "is_chat", "prepare_prompt"]
+__all__ = ["Prompt", "check_text", "is_chat", "prepare_prompt"]
 
 Span = Tuple[int, int]
 
@@ -70,11 +70,31 @@ def prepare_prompt(
     skip_tokens: Optional[Union[List[int], List[str]]] = None,
 ) -> Prompt:
     r"""A :class:`Prompt` from any accepted input (see the module docstring)."""
+    prompt = _prompt(inp, tokenizer, chat, skip_tokens)
+    # Special = what the tokenizer declares special (BOS, EOS, role markers,
+    # ...), not only the ids the model's config names.
+    special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+    if bool(torch.isin(prompt.ids[prompt.feature_of >= 0], special).all()):
+        raise ValueError(
+            "empty prompt: its tokens are all special tokens of the tokenizer "
+            f"({', '.join(tokenizer.convert_ids_to_tokens(prompt.ids.tolist()))}); "
+            "there is nothing to attribute"
+        )
+    return prompt
+
+
+def _prompt(
+    inp: Any,
+    tokenizer: Any,
+    chat: bool,
+    skip_tokens: Optional[Union[List[int], List[str]]],
+) -> Prompt:
     if isinstance(inp, str) and chat:
         inp = [{"role": "user", "content": inp}]
     if is_chat(inp):
         return _chat_prompt(inp, tokenizer)
     if isinstance(inp, str):
+        check_text(inp, "the prompt")
         inp = TextTokenInput(inp, tokenizer, skip_tokens=skip_tokens)
     elif skip_tokens is not None:
         raise ValueError(
@@ -101,8 +121,23 @@ def _token_prompt(inp: TextTokenInput) -> Prompt:
     return Prompt(ids, feature_of, inp.n_itp_features, list(inp.values), inp)
 
 
+def check_text(text: str, name: str) -> None:
+    r"""Raises ``ValueError`` naming ``name`` when ``text`` holds a lone
+    surrogate (U+D800 to U+DFFF), which no tokenizer can encode (e.g. a
+    byte the shell could not decode, kept by Python as ``\udcXX``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{name} holds the lone surrogate {text[error.start]!r} at character "
+            f"{error.start}, which is not text (UTF-8 cannot encode it); decode "
+            "its source as UTF-8 (errors='replace') or remove it"
+        ) from None
+
+
 def _template_prompt(inp: TextTemplateInput, tokenizer: Any) -> Prompt:
     text = inp.to_model_input()
+    check_text(text, "the completed template")
     segment_spans = _template_spans(inp, text)
     encoded = tokenizer(text, return_offsets_mapping=True)
     segment = _owner(encoded["offset_mapping"], segment_spans)
@@ -184,6 +219,7 @@ def _chat_prompt(messages: Sequence[Mapping[str, Any]], tokenizer: Any) -> Promp
         content = message.get("content")
         if not isinstance(content, str):
             raise ValueError(f"chat message content must be a string: {message!r}")
+        check_text(content, f"the content of chat message {len(contents)}")
         contents.append(content)
     text = _render(tokenizer, messages)
     spans = _chat_spans(tokenizer, messages, contents, text)
