@@ -75,7 +75,16 @@ class LLMTokenAttribution(Attribution):
       ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``; the
       template's tokens (role markers, BOS, separators) are read by the model
       but treated as special: they get no column, as Captum's ``skip_tokens``.
-      The columns are the messages' content tokens.
+      The columns are the messages' content tokens, located by rendering the
+      template with a marker as each content (never by searching the text); a
+      template whose contents cannot be located exactly is refused.
+    - **Captum's arguments**: ``num_trials``, ``use_cached_outputs``,
+      ``_inspect_forward`` and ``forward_in_tokens`` in Captum's positions,
+      each with its meaning here (see ``attribute``), so a script written for
+      ``LLMAttribution`` runs unchanged.
+    - **Checks before generating**: the tokenizer's size, the prompt ids, the
+      positions a generation needs and ``gen_args`` that would return several
+      sequences are checked before ``generate()`` runs.
     - **Contrast**: ``contrast_target`` (a foil string or ids of the target's
       length) explains :math:`\log p(y_t) - \log p(y'_t)` (methods that explain
       logits, LogAt, use the logit difference).

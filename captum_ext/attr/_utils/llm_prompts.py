@@ -15,7 +15,14 @@ belongs to.
   ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``, tokenised
   without adding special tokens (the template writes its own); the tokens inside
   a message's content are the features, the template's tokens (role markers,
-  BOS, separators) are special: the model reads them, they get no column.
+  BOS, separators) are special: the model reads them, they get no column. Each
+  content is located by rendering the template again with a unique marker as
+  the content (never by searching its text, which may also be a role name or
+  part of a special token); a content the template rewrites, drops or repeats,
+  or a token joining a content with template text, is refused.
+
+Every prompt must hold a feature token that is not one of the tokenizer's
+special tokens (``all_special_ids``), and no lone surrogate character.
 """
 
 from dataclasses import dataclass
