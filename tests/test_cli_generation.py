@@ -20,8 +20,8 @@ from tests.helpers import (
     one_line_error,
     save_tiny_model,
     tiny_causal_lm,
-    tiny_tokenizer,
     tiny_recall_generator,
+    tiny_tokenizer,
 )
 
 PROMPT = "the cat sat on a mat"

@@ -221,7 +221,7 @@ def _chat_prompt(messages: Sequence[Mapping[str, Any]], tokenizer: Any) -> Promp
             "chat prompts need a tokenizer with a chat template "
             "(tokenizer.chat_template)"
         )
-    contents = []
+    contents: List[str] = []
     for message in messages:
         content = message.get("content")
         if not isinstance(content, str):
