@@ -170,6 +170,7 @@ def test_inspect_forward_gets_the_unperturbed_pass(model, tokenizer) -> None:
     [
         (dict(num_trials=0), ValueError, "num_trials must be a positive int"),
         (dict(num_trials=True), TypeError, "num_trials must be a positive int"),
+        (dict(num_trials={"max_new_tokens": 2}), TypeError, "pass gen_args=... by"),
         (dict(use_cached_outputs="no"), TypeError, "use_cached_outputs must be"),
         (dict(forward_in_tokens=None), TypeError, "forward_in_tokens must be"),
         (dict(_inspect_forward=3), TypeError, "_inspect_forward must be"),

@@ -375,6 +375,12 @@ def _check_captum_options(
 ) -> None:
     r"""Captum's own ``LLMAttribution.attribute`` options, checked as Captum's
     types (see :meth:`LLMTokenAttribution.attribute` for what each means here)."""
+    if isinstance(num_trials, dict):
+        raise TypeError(
+            "num_trials must be a positive int, got a dict: the third argument is "
+            "num_trials, as in Captum's LLMAttribution (LLMGradientAttribution "
+            "takes gen_args there); pass gen_args=... by name"
+        )
     if not isinstance(num_trials, int) or isinstance(num_trials, bool):
         raise TypeError(f"num_trials must be a positive int, got {num_trials!r}")
     if num_trials < 1:
