@@ -168,10 +168,10 @@ class LLMTokenAttribution(Attribution):
                         ``{"max_new_tokens": 25, "do_sample": False,
                         "temperature": None, "top_p": None}`` (greedy). A
                         generated continuation ends at its first EOS
-                        (included). Keywords that return several sequences per
-                        prompt (``num_return_sequences`` > 1) or a dict
-                        (``return_dict_in_generate``) are refused before
-                        generating. Default: None
+                        (included). ``num_return_sequences`` > 1 (several
+                        sequences per prompt) is refused before generating;
+                        ``return_dict_in_generate=True`` is read as its
+                        ``sequences``. Default: None
             use_cached_outputs (bool, optional): Captum's switch between cached
                         and uncached token-by-token decoding. Accepted and
                         without effect: the whole continuation is one
