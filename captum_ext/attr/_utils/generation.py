@@ -140,9 +140,14 @@ def _finite_predictions(
 
     def hook(_module: nn.Module, _inputs: Any, output: Any) -> None:
         logits = getattr(output, "logits", None)
-        if not isinstance(logits, Tensor) or logits.shape[0] != len(examples):
-            return
         steps = forced.n_targets
+        if (
+            not isinstance(logits, Tensor)
+            or logits.dim() != 3
+            or logits.shape[0] != len(examples)
+            or logits.shape[1] < steps
+        ):
+            return
         bad = ~logits[:, -steps:].detach().isfinite().all(-1)  # [chunk, T]
         bad &= forced.target_mask
         if bool(bad.any()):
