@@ -21,6 +21,7 @@ from tests.helpers import (
     save_tiny_model,
     tiny_causal_lm,
     tiny_recall_generator,
+    tiny_tokenizer,
 )
 
 PROMPT = "the cat sat on a mat"
@@ -121,6 +122,7 @@ def test_sources_sum_the_token_scores(lm_dir, capsys, kind):
         (["--target", "a", "--max-new-tokens", "2"], "not allowed with argument"),
         (["--chat", "--sources", "lines"], "--sources applies to a plain prompt"),
         (["--sources", "words"], "invalid choice: 'words'"),
+        (["--max-new-tokens", "60"], "need 67 positions but the model has only 64"),
     ],
 )
 def test_bad_options_end_in_one_line(lm_dir, capsys, extra, expected):
@@ -136,6 +138,35 @@ def test_bad_options_end_in_one_line(lm_dir, capsys, extra, expected):
 def test_an_empty_prompt_is_refused(lm_dir, capsys, prompt):
     code = main(["explain-generation", prompt, "--model", str(lm_dir)])
     one_line_error(capsys, code, "the prompt is empty")
+
+
+def _larger_tokenizer(tokenizer, directory):
+    tokenizer.add_tokens(["zebra"])  # one id past the model's vocabulary
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+@pytest.mark.parametrize("command", ["explain-generation", "attribute", "explain"])
+def test_a_tokenizer_larger_than_the_model_is_refused(tmp_path, capsys, command):
+    if command == "explain":
+        model_dir = _larger_tokenizer(tiny_tokenizer(), save_tiny_model(tmp_path))
+        argv = ["explain", PROMPT, "--model", str(model_dir)]
+    else:
+        tiny_causal_lm("gpt2").save_pretrained(tmp_path)
+        model_dir = _larger_tokenizer(tiny_lm_tokenizer(), tmp_path)
+        argv = ["explain-generation", PROMPT, "--model", str(model_dir)]
+    if command == "attribute":
+        data = tmp_path / "prompts.jsonl"
+        data.write_text(json.dumps({"prompt": PROMPT}) + "\n")
+        argv = ["attribute", "--model", str(model_dir), "--data", str(data)]
+        argv += ["--prompt-column", "prompt", "--out", str(tmp_path / "out")]
+    code = main(argv)
+    one_line_error(capsys, code, "the tokenizer has 100 tokens but the model's voc")
+
+
+def test_a_prompt_of_the_tokenizers_special_tokens_is_refused(lm_dir, capsys):
+    code = main(["explain-generation", "<|user|> <|system|>", "--model", str(lm_dir)])
+    one_line_error(capsys, code, "its tokens are all special tokens of the tokenizer")
 
 
 def test_a_classifier_is_refused(tmp_path, capsys):

@@ -33,6 +33,7 @@ __all__ = [
     "TokenBatch",
     "check_decoder_vocabulary",
     "check_same_shape",
+    "check_tokenizer_vocabulary",
     "check_vocabulary_ids",
     "causal_lm_forward",
     "classifier_forward",
@@ -239,14 +240,32 @@ def parse_token_batch(
     return batch
 
 
-def check_vocabulary_ids(adapter: ModelAdapter, input_ids: Tensor) -> None:
-    r"""Raises unless every id of ``input_ids`` indexes the model's vocabulary."""
+def check_vocabulary_ids(
+    adapter: ModelAdapter, input_ids: Tensor, what: str = "token ids"
+) -> None:
+    r"""Raises unless every id of ``input_ids`` indexes the model's vocabulary
+    (``what`` names them in the message)."""
     vocab_size = adapter.word_embeddings().num_embeddings
     low, high = int(input_ids.min()), int(input_ids.max())
     if low < 0 or high >= vocab_size:
         raise ValueError(
-            f"token ids must be in [0, {vocab_size}) for this model's vocabulary, "
+            f"{what} must be in [0, {vocab_size}) for this model's vocabulary, "
             f"got ids from {low} to {high}; use the model's own tokenizer"
+        )
+
+
+def check_tokenizer_vocabulary(adapter: ModelAdapter, tokenizer: Any) -> None:
+    r"""Raises unless every id ``tokenizer`` can produce (``len(tokenizer)``,
+    added tokens included) indexes the model's word embeddings: a larger
+    tokenizer belongs to another model, and its extra ids would index past the
+    embeddings (or, on a GPU, read whatever lies there)."""
+    vocab_size = adapter.word_embeddings().num_embeddings
+    size = len(tokenizer)
+    if size > vocab_size:
+        raise ValueError(
+            f"the tokenizer has {size} tokens but the model's vocabulary only "
+            f"{vocab_size}; use the model's own tokenizer (after adding tokens, "
+            "model.resize_token_embeddings(len(tokenizer)))"
         )
 
 

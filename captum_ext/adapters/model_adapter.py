@@ -114,7 +114,8 @@ class ModelAdapter:
         self.model = model  # the unwrapped Hugging Face model
         self.base_model: nn.Module = getattr(model, "base_model")
         self.config: Any = getattr(model, "config")
-        self.family_name: str = family.name  # for messages
+        # For messages: the model's own type (a family record serves several).
+        self.family_name: str = getattr(self.config, "model_type", "") or family.name
         # What captum_ext knows about the family: module paths, heads, layout.
         self._family_record = family
         cfg = self.config

@@ -18,8 +18,9 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch import nn
 
-from captum_ext._utils.common import classifier_forward
+from captum_ext._utils.common import check_tokenizer_vocabulary, classifier_forward
 from captum_ext._utils.hooks import eval_semantics
+from captum_ext.adapters import get_adapter
 from captum_ext.evaluation.engine import checked_max_length
 from captum_ext.evaluation.names import check_names
 from captum_ext.evaluation.registry import METHODS
@@ -88,6 +89,7 @@ def explain(
     """
     names = check_names(methods, METHODS, "method") if methods is not None else None
     names = names or default_methods(with_decoders=decoder_texts is not None)
+    check_tokenizer_vocabulary(get_adapter(model), tokenizer)
     device = next(model.parameters()).device
     length = checked_max_length(model, tokenizer, max_length)
     encoded = _encode(tokenizer, text, text_pair, length)

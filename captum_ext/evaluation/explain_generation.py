@@ -24,9 +24,10 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch import nn, Tensor
 
+from captum_ext._utils.common import check_tokenizer_vocabulary
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.continuations import generate_continuations
-from captum_ext.attr._utils.llm_prompts import prepare_prompt, Prompt
+from captum_ext.attr._utils.llm_prompts import check_text, prepare_prompt, Prompt
 from captum_ext.attr._utils.prompt_sources import prompt_sources
 from captum_ext.evaluation.names import check_names, GENERATION_METHOD_NAMES
 from captum_ext.evaluation.registry import METHODS
@@ -56,6 +57,7 @@ def _continuation(
         gen_args = {"max_new_tokens": max_new_tokens or DEFAULT_MAX_NEW_TOKENS}
         mask = torch.ones_like(ids)
         return generate_continuations(model, tokenizer, ids, mask, gen_args)[0]
+    check_text(target, "the target")
     encoded = tokenizer(target, add_special_tokens=False)["input_ids"]
     if not encoded:
         raise ValueError("the target is empty: give the continuation's text")
@@ -109,6 +111,7 @@ def explain_generation(
         raise ValueError("the prompt is empty: give some words to continue")
     adapter = get_adapter(model)
     adapter.require_causal_lm("explain-generation")
+    check_tokenizer_vocabulary(adapter, tokenizer)
     device = adapter.input_device()  # a model placed by accelerate too
     prepared = prepare_prompt(prompt, tokenizer, chat=chat)
     grouped = _sources(prepared, prompt, tokenizer, sources, chat)

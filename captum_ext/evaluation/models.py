@@ -16,6 +16,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 from torch import nn
 
+from captum_ext._utils.common import check_tokenizer_vocabulary
 from captum_ext._utils.progress import quiet_library_bars
 from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext.defaults.models import quiet_transformers
@@ -404,7 +405,8 @@ def _load(
             f"cannot load a {kind.name} from {source.name!r}: {error}"
         ) from None
     _check_head(source.name, info, kind)
-    get_adapter(model)  # UnsupportedModelError for a family without an adapter
+    # UnsupportedModelError for a family without an adapter.
+    check_tokenizer_vocabulary(get_adapter(model), loaded_tokenizer)
     _set_padding(model, loaded_tokenizer)
     # transformers' own field for the snapshot's commit (never saved to disk).
     model.config._commit_hash = source.revision

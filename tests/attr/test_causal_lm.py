@@ -12,6 +12,7 @@ from captum_ext.attr import (
     CAT,
     DecodedLayerAttribution,
     DecodedLayerGradCam,
+    GlobEnc,
     LogAt,
     NormXLogit,
 )
@@ -315,3 +316,32 @@ def test_every_causal_lm_family_is_explained(family):
         assert (scores[:, 0] != 0).equal(batch["attention_mask"].bool())
         if name == "LogAt":
             torch.testing.assert_close(scores[:, 0, -1], expected)
+
+
+@pytest.mark.parametrize("name", [*METHODS, "GlobEnc"])
+def test_a_non_finite_logit_at_a_predicting_position_raises_naming_it(name):
+    r"""One policy for every method: a NaN (or inf) logit of any token at a
+    position that predicts a target raises, naming the example and the step,
+    although the target's own logit is finite."""
+    model, batch = _gpt2(), _full_targets()
+    steps = batch["target"].shape[1]
+
+    def poison(_module, _inputs, logits):
+        # Row 1 of the batch (of every copy of it in an expanded batch), the
+        # position predicting step 1, a token that is not the target.
+        logits = logits.clone()
+        token = int(batch["target"][1, 1]) + 1
+        logits[1::3, logits.shape[1] - steps + 1, token] = float("nan")
+        return logits
+
+    model.get_output_embeddings().register_forward_hook(poison)
+    where = "example 1 target step 1" if name != "GlobEnc" else r"example\(s\) \[1\]"
+    with pytest.raises(FloatingPointError, match=where):
+        if name == "GlobEnc":
+            GlobEnc(model).attribute(
+                batch["input_ids"],
+                target=batch["target"],
+                additional_forward_args=(batch["attention_mask"],),
+            )
+        else:
+            _attribute(name, model, batch)

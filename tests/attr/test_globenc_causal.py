@@ -335,3 +335,9 @@ def test_bad_calls_are_refused():
             additional_forward_args=(tokens["attention_mask"],),
             attribute_generated=True,
         )
+
+
+def test_a_refused_family_is_named_by_its_own_type():
+    r"""Gemma shares Llama's family record; the message names Gemma."""
+    with pytest.raises(UnsupportedModelError, match="the gemma block 1's input_lay"):
+        GlobEnc(tiny_causal_lm("gemma"))

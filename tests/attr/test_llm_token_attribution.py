@@ -25,7 +25,11 @@ from captum_ext.attr import (  # noqa: E402
 )
 
 from tests.attr.contract_method import GradientXEmbedding  # noqa: E402
-from tests.attr.llm_fixtures import tiny_lm_tokenizer  # noqa: E402
+from tests.attr.llm_fixtures import (  # noqa: E402
+    CHAT_STYLES,
+    tiny_chat_tokenizer,
+    tiny_lm_tokenizer,
+)
 from tests.helpers import tiny_causal_lm, tiny_classifier  # noqa: E402
 
 PROMPTS = ["the cat sat on a mat", "a dog ran", "what is the colour of sky ?"]
@@ -84,6 +88,98 @@ def test_drop_in_for_captum_llm_attribution(model, tokenizer, target, name) -> N
     assert ours.token_attr.shape == captum.token_attr.shape
     assert ours.seq_attr.shape == captum.seq_attr.shape
     torch.testing.assert_close(ours.seq_attr, ours.token_attr.sum(0))
+
+
+TEMPLATE = "{} sat on {} and {} like the {} . {} was"
+VALUES = ["the cat", "a mat", "you", "dog", "it"]
+
+
+def _captum_tutorial_calls(llm_attr, tokenizer):
+    r"""The calls of Captum's LLM attribution tutorial and of
+    ``LLMAttribution.attribute``'s documented signature, as a user writes them
+    for ``LLMAttribution``."""
+    target = "big red"
+    template = TextTemplateInput(TEMPLATE, values=VALUES)
+    yield "template", llm_attr.attribute(template, target=target)
+    with_baselines = TextTemplateInput(
+        TEMPLATE, values=VALUES, baselines=["a dog", "the house", "i", "cat", "he"]
+    )
+    yield "baselines", llm_attr.attribute(with_baselines, target=target)
+    grouped = TextTemplateInput(TEMPLATE, values=VALUES, mask=[0, 1, 1, 0, 2])
+    yield "mask", llm_attr.attribute(grouped, target=target)
+    yield "trials", llm_attr.attribute(template, target=target, num_trials=3)
+    yield "gen_args", llm_attr.attribute(template, gen_args={"max_new_tokens": 3})
+    tokens = TextTokenInput("the cat sat on a mat", tokenizer, skip_tokens=[1])
+    yield "tokens", llm_attr.attribute(tokens, target=target)
+    # Captum's positional order: inp, target, num_trials, gen_args,
+    # use_cached_outputs, _inspect_forward, forward_in_tokens.
+    yield "positional", llm_attr.attribute(tokens, target, 1, None, False, None, False)
+    yield "uncached", llm_attr.attribute(
+        tokens, target=target, use_cached_outputs=False
+    )
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_captums_documented_calls_run_unchanged(model, tokenizer, name) -> None:
+    captum = dict(
+        _captum_tutorial_calls(
+            LLMAttribution(FeatureAblation(model), tokenizer), tokenizer
+        )
+    )
+    ours = dict(
+        _captum_tutorial_calls(
+            LLMTokenAttribution(METHODS[name](model), tokenizer), tokenizer
+        )
+    )
+    for call, result in ours.items():
+        assert result.input_tokens == captum[call].input_tokens, call
+        assert result.output_tokens == captum[call].output_tokens, call
+        assert result.token_attr.shape == captum[call].token_attr.shape, call
+    # Deterministic methods: the mean of three trials is one trial; Captum's
+    # switches between decoding schemes change nothing in one teacher-forced pass.
+    torch.testing.assert_close(ours["trials"].token_attr, ours["template"].token_attr)
+    for call in ("positional", "uncached"):
+        torch.testing.assert_close(
+            ours[call].token_attr, ours["tokens"].token_attr, rtol=0, atol=0
+        )
+    # mask [0, 1, 1, 0, 2]: a group scores the sum of its values, on each of them.
+    values = ours["template"].token_attr
+    groups = [values[:, [0, 3]].sum(1), values[:, [1, 2]].sum(1), values[:, 4]]
+    expected = torch.stack([groups[g] for g in (0, 1, 1, 0, 2)], 1)
+    torch.testing.assert_close(ours["mask"].token_attr, expected)
+
+
+def test_inspect_forward_gets_the_unperturbed_pass(model, tokenizer) -> None:
+    calls = []
+    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+    llm_attr.attribute(
+        PROMPTS[0], target="it was big", _inspect_forward=lambda *a: calls.append(a)
+    )
+    ids = torch.tensor(tokenizer.encode(PROMPTS[0] + " it was big"))
+    with torch.no_grad():
+        log_probs = model(ids[None]).logits[0].log_softmax(-1)
+    steps = [log_probs[len(ids) - 4 + t, ids[len(ids) - 3 + t]] for t in range(3)]
+    expected = torch.stack([sum(steps), *steps]).exp().tolist()
+    ((prompt, response, probs),) = calls
+    assert (prompt, response) == ("<s> " + PROMPTS[0], "it was big")
+    torch.testing.assert_close(torch.tensor(probs), torch.tensor(expected))
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (dict(num_trials=0), ValueError, "num_trials must be a positive int"),
+        (dict(num_trials=True), TypeError, "num_trials must be a positive int"),
+        (dict(num_trials={"max_new_tokens": 2}), TypeError, "pass gen_args=... by"),
+        (dict(use_cached_outputs="no"), TypeError, "use_cached_outputs must be"),
+        (dict(forward_in_tokens=None), TypeError, "forward_in_tokens must be"),
+        (dict(_inspect_forward=3), TypeError, "_inspect_forward must be"),
+    ],
+)
+def test_bad_captum_options(model, tokenizer, call, error, message) -> None:
+    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+    with pytest.raises(error, match=message):
+        llm_attr.attribute(PROMPTS[0], target="red", **call)
 
 
 def _prompt_ids(tokenizer, text):
@@ -199,6 +295,109 @@ def test_chat_template_tokens_get_no_column(model, tokenizer) -> None:
     assert one_user_message.input_tokens == messages[1]["content"].split()
 
 
+# Contents a text search would find earlier in the rendered template: a role
+# name, letters of a special token's text, an earlier message's content.
+CHATS = [
+    [{"role": "user", "content": "user"}],
+    [{"role": "system", "content": "a"}, {"role": "user", "content": "im start"}],
+    [
+        {"role": "user", "content": "the cat"},
+        {"role": "assistant", "content": "the cat"},
+        {"role": "user", "content": "assistant"},
+    ],
+    [{"role": "user", "content": "start header id of turn end"}],
+]
+
+
+def _chat_layout(style, messages):
+    r"""The tokens each style's template writes, assembled by hand, and which
+    of them are a message's content."""
+    open_, close = {
+        "llama": (["<|start_header_id|>"], ["<|eot_id|>"]),
+        "chatml": (["<|im_start|>"], ["<|im_end|>"]),
+        "gemma": (["<start_of_turn>"], ["<end_of_turn>"]),
+    }[style]
+    header = {"llama": ["<|end_header_id|>"]}.get(style, [])
+    role_of = {"gemma": {"assistant": "model"}}.get(style, {})
+    tokens = {"llama": ["<|begin_of_text|>"], "gemma": ["<s>"]}.get(style, [])
+    content = [False] * len(tokens)
+    for message in messages + [{"role": "assistant", "content": None}]:
+        role = role_of.get(message["role"], message["role"])
+        tokens += open_ + [role] + header
+        content += [False] * (len(open_) + 1 + len(header))
+        if message["content"] is not None:  # None: the generation prompt
+            words = message["content"].split()
+            tokens += words + close
+            content += [True] * len(words) + [False] * len(close)
+    return tokens, torch.tensor(content)
+
+
+@pytest.mark.parametrize("messages", CHATS)
+@pytest.mark.parametrize("style", CHAT_STYLES)
+def test_chat_content_located_by_the_template_not_by_text(
+    model, style, messages
+) -> None:
+    tokenizer = tiny_chat_tokenizer(style)
+    method = GradientXEmbedding(model)
+    result = LLMTokenAttribution(method, tokenizer).attribute(messages, target="blue")
+    tokens, content = _chat_layout(style, messages)
+    text = tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True
+    )
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert tokenizer.convert_ids_to_tokens(ids) == tokens  # the hand layout
+    expected = method.attribute(
+        torch.tensor([ids]),
+        target=torch.tensor([[tokenizer.convert_tokens_to_ids("blue")]]),
+    )[0][:, content]
+    assert result.input_tokens == [w for m in messages for w in m["content"].split()]
+    torch.testing.assert_close(result.token_attr, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "template, messages, message",
+    [
+        (  # the content glued to the role name: one token holds both
+            "{% for m in messages %}<|im_start|>{{ m['role'] }}{{ m['content'] }}"
+            "<|im_end|>{% endfor %}",
+            [{"role": "user", "content": "user"}],
+            "joins the content of message 0",
+        ),
+        (
+            "{% for m in messages %}<|im_start|>{{ m['content'] | upper }}"
+            "<|im_end|>{% endfor %}",
+            [{"role": "user", "content": "the cat"}],
+            "changes a message's content",
+        ),
+        (  # trims the content: its spaces are not where the text says
+            CHAT_STYLES["llama"][1],
+            [{"role": "user", "content": " the cat "}],
+            "changes a message's content",
+        ),
+        (
+            "{% for m in messages %}<|im_start|> {{ m['content'] }} "
+            "{{ m['content'] }} <|im_end|>{% endfor %}",
+            [{"role": "user", "content": "the cat"}],
+            "message 0 2 times",
+        ),
+        (
+            "{% for m in messages %}{% if m['role'] != 'system' %}<|im_start|> "
+            "{{ m['content'] }} <|im_end|>{% endif %}{% endfor %}",
+            [{"role": "system", "content": "red"}, {"role": "user", "content": "a"}],
+            "message 0 0 times",
+        ),
+    ],
+)
+def test_chat_content_that_cannot_be_located_is_refused(
+    model, template, messages, message
+) -> None:
+    tokenizer = tiny_chat_tokenizer("chatml")
+    tokenizer.chat_template = template
+    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+    with pytest.raises(ValueError, match=message):
+        llm_attr.attribute(messages, target="blue")
+
+
 def test_contrast_is_the_difference_for_one_step(model, tokenizer) -> None:
     llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
     contrast = llm_attr.attribute(PROMPTS[0], target="red", contrast_target="blue")
@@ -226,6 +425,24 @@ def test_contrast_is_the_difference_for_one_step(model, tokenizer) -> None:
         (dict(inp=PROMPTS[0], target="red", gen_args={}), ValueError, "gen_args"),
         (dict(inp="", target="red", skip_tokens=["<s>"]), ValueError, "empty prompt"),
         (dict(inp=3, target="red"), TypeError, "TextTokenInput"),
+        (dict(inp=PROMPTS[0], target=[]), ValueError, "empty target: it holds no"),
+        (dict(inp="the \ud800 cat", target="red"), ValueError, "the prompt holds"),
+        (dict(inp=PROMPTS[0], target="r\udcffed"), ValueError, "target holds the"),
+        (
+            dict(inp=[{"role": "user", "content": "a \ud800"}], target="red"),
+            ValueError,
+            "the content of chat message 0 holds the lone surrogate",
+        ),
+        (
+            dict(inp=TextTemplateInput("{} \ud800", values=["a"]), target="red"),
+            ValueError,
+            "the completed template holds the lone surrogate",
+        ),
+        (  # the tokenizer's special tokens, not the model's configured ids
+            dict(inp="<|user|> <|system|>", target="red"),
+            ValueError,
+            "empty prompt: its tokens are all special tokens of the tokenizer",
+        ),
         (dict(inp=PROMPTS[0], target=torch.tensor([0.5])), ValueError, "integers"),
     ],
 )
@@ -233,6 +450,67 @@ def test_bad_calls(model, tokenizer, call, error, message) -> None:
     llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
     with pytest.raises(error, match=message):
         llm_attr.attribute(**call)
+
+
+def _out_of_vocabulary_prompt(tokenizer):
+    inp = TextTokenInput(PROMPTS[0], tokenizer)
+    inp.inp_tensor = inp.inp_tensor.clone()
+    inp.inp_tensor[0, 2] = 500
+    return inp
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            dict(inp=PROMPTS[0], gen_args={"max_new_tokens": 60}),
+            r"the prompt \(7 tokens\) \+ max_new_tokens \(60\) need 67 positions "
+            "but the model has only 64",
+        ),
+        (
+            dict(inp=PROMPTS[0], gen_args={"num_return_sequences": 2}),
+            "num_return_sequences=2 returns 2 continuations per prompt",
+        ),
+        (
+            dict(inp=PROMPTS, gen_args={"num_beams": 2, "num_return_sequences": 2}),
+            "num_return_sequences=2 returns 2 continuations per prompt",
+        ),
+        (dict(inp=PROMPTS[0], gen_args={"max_new_tokens": 0}), "max_new_tokens must"),
+        (dict(inp=PROMPTS[0], gen_args=[("max_new_tokens", 2)]), "gen_args must be"),
+        ("out of vocabulary", r"prompt token ids must be in \[0, 99\)"),
+    ],
+)
+def test_generation_inputs_are_checked_before_generating(
+    model, tokenizer, monkeypatch, call, message
+) -> None:
+    def generate(*args, **kwargs):
+        raise AssertionError("generate() ran before the inputs were checked")
+
+    monkeypatch.setattr(model, "generate", generate)
+    if call == "out of vocabulary":
+        call = dict(inp=_out_of_vocabulary_prompt(tokenizer))
+    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+    with pytest.raises((ValueError, TypeError), match=message):
+        llm_attr.attribute(**call)
+
+
+def test_a_tokenizer_larger_than_the_model_is_refused(model) -> None:
+    tokenizer = tiny_lm_tokenizer()
+    tokenizer.add_tokens(["zebra"])
+    with pytest.raises(ValueError, match="the tokenizer has 100 tokens but the mod"):
+        LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+
+
+def test_generate_returning_a_dict_is_explained_as_its_sequences(
+    model, tokenizer
+) -> None:
+    llm_attr = LLMTokenAttribution(GradientXEmbedding(model), tokenizer)
+    plain = llm_attr.attribute(PROMPTS[0], gen_args={"max_new_tokens": 3})
+    as_dict = llm_attr.attribute(
+        PROMPTS[0], gen_args={"max_new_tokens": 3, "return_dict_in_generate": True}
+    )
+    assert as_dict.output_tokens == plain.output_tokens
+    torch.testing.assert_close(as_dict.token_attr, plain.token_attr, rtol=0, atol=0)
 
 
 def test_a_method_on_a_classifier_is_refused(tokenizer) -> None:

@@ -20,6 +20,7 @@ from captum_ext.attr._utils.continuations import generate_continuations
 from captum_ext.cli import main
 from captum_ext.evaluation.attribute.manifest import MANIFEST
 from captum_ext.evaluation.models import load_causal_lm
+from captum_ext.evaluation.names import GENERATION_METHOD_NAMES
 from captum_ext.evaluation.registry import METHODS
 
 from tests.attr.llm_fixtures import tiny_lm_tokenizer
@@ -275,3 +276,19 @@ def test_sources_without_prompt_column_end_in_one_line(tmp_path, capsys):
     assert main(command + ["--out", str(tmp_path / "out"), "--sources", "lines"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "--sources applies to a causal LM" in error
+
+
+def test_the_guide_lists_every_accepted_method(files, tmp_path):
+    r"""docs/guide/attribute.rst names exactly the methods ``--prompt-column``
+    accepts: every method that explains generated text."""
+    guide = " ".join((ROOT / "docs" / "guide" / "attribute.rst").read_text().split())
+    listed = guide.split("explains generated text): ")[1].split(" (default")[0]
+    accepted = [name for name, spec in METHODS.items() if spec.causal_lm]
+    assert listed.split(", ") == list(GENERATION_METHOD_NAMES) == accepted
+    model_dir, given, _ = files
+    out = tmp_path / "out"
+    command = ["attribute", "--model", str(model_dir), "--data", str(given)]
+    command += ["--prompt-column", "prompt", "--target-column", "continuation"]
+    command += ["--out", str(out), "--no-progress", "--methods", "GlobEnc", "Random"]
+    assert main(command) == 0
+    assert {"GlobEnc", "Random"} <= set(pd.read_parquet(out).columns)

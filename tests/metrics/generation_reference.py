@@ -229,6 +229,13 @@ def check_bad_inputs(metric: Callable, **options) -> None:
             dict(case, target=torch.full_like(case["target"], IGNORE_INDEX)),
             **options,
         )
+    with pytest.raises(ValueError, match=r"\[batch, T, P\]"):
+        run(metric, case, attributions=(case["attr"][:, :1, :3],), **options)
+    with pytest.raises(ValueError, match="must hold one tensor"):
+        run(metric, case, attributions=(case["attr"], case["attr"]), **options)
+    for family in ("gpt2", "llama"):  # the model itself, not its logits
+        with pytest.raises(TypeError, match="causal_lm_forward"):
+            run(metric, case, forward_func=tiny_causal_lm(family), **options)
     classifier = tiny_classifier("gpt2")
     # A classifier's logits (the soft metrics refuse a plain function first).
     message = r"\[batch, pos, vocab\]|causal_lm_forward"
@@ -239,3 +246,18 @@ def check_bad_inputs(metric: Callable, **options) -> None:
 def logits_of(model: nn.Module) -> Callable[[Tensor, Tensor], Tensor]:
     r"""A plain ``f(ids, mask) -> logits``, not :func:`causal_lm_forward`."""
     return lambda ids, mask: model(input_ids=ids, attention_mask=mask).logits
+
+
+def check_nothing_to_perturb_is_nan(metric: Callable, **options) -> None:
+    r"""A prompt made only of special tokens scores NaN at every target (no
+    token to perturb: not a perfect explanation); the others are unchanged."""
+    case = bos_case()
+    expected = run(metric, case, **options)
+    only_bos = case["ids"].clone()
+    only_bos[1][case["mask"][1].bool()] = BOS
+    got = run(metric, dict(case, ids=only_bos), **options)
+    assert bool(got.score[1].isnan().all()) and bool(got.sequence[1].isnan())
+    for row in (0, 2):
+        torch.testing.assert_close(
+            got.score[row], expected.score[row], equal_nan=True, rtol=0, atol=0
+        )

@@ -16,6 +16,7 @@ from tests.metrics.generation_reference import (
     bos_case,
     check_bad_inputs,
     check_invariances,
+    check_nothing_to_perturb_is_nan,
     hard_protocol,
     logits_of,
     run,
@@ -42,6 +43,12 @@ def test_soft_padding_and_internal_batch_size(metric) -> None:
 @pytest.mark.parametrize("metric", HARD + SOFT, ids=_name)
 def test_bad_inputs(metric) -> None:
     check_bad_inputs(metric)
+
+
+@pytest.mark.parametrize("metric", HARD + SOFT, ids=_name)
+def test_a_prompt_with_nothing_to_perturb_scores_nan(metric) -> None:
+    options = {"n_samples": 2} if metric in SOFT else {}
+    check_nothing_to_perturb_is_nan(metric, **options)
 
 
 @pytest.mark.parametrize("metric", SOFT, ids=_name)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 from captum.attr._core.llm_attr import (
@@ -11,6 +11,9 @@ from captum.attr._utils.attribution import Attribution
 from captum.log import log_usage
 from torch import Tensor
 
+from captum_ext._utils.common import check_tokenizer_vocabulary
+from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.teacher_forcing import teacher_forced_batch
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.continuations import (
     generate_continuations,
@@ -18,7 +21,13 @@ from captum_ext.attr._utils.continuations import (
     prompt_pad_id,
     right_padded,
 )
-from captum_ext.attr._utils.llm_prompts import is_chat, prepare_prompt, Prompt
+from captum_ext.attr._utils.generation import TeacherForcedLogProbs
+from captum_ext.attr._utils.llm_prompts import (
+    check_text,
+    is_chat,
+    prepare_prompt,
+    Prompt,
+)
 
 TargetLike = Union[str, Tensor, Sequence[int], None]
 
@@ -66,7 +75,16 @@ class LLMTokenAttribution(Attribution):
       ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``; the
       template's tokens (role markers, BOS, separators) are read by the model
       but treated as special: they get no column, as Captum's ``skip_tokens``.
-      The columns are the messages' content tokens.
+      The columns are the messages' content tokens, located by rendering the
+      template with a marker as each content (never by searching the text); a
+      template whose contents cannot be located exactly is refused.
+    - **Captum's arguments**: ``num_trials``, ``use_cached_outputs``,
+      ``_inspect_forward`` and ``forward_in_tokens`` in Captum's positions,
+      each with its meaning here (see ``attribute``), so a script written for
+      ``LLMAttribution`` runs unchanged.
+    - **Checks before generating**: the tokenizer's size, the prompt ids, the
+      positions a generation needs and ``gen_args`` that would return several
+      sequences are checked before ``generate()`` runs.
     - **Contrast**: ``contrast_target`` (a foil string or ids of the target's
       length) explains :math:`\log p(y_t) - \log p(y'_t)` (methods that explain
       logits, LogAt, use the logit difference).
@@ -100,6 +118,7 @@ class LLMTokenAttribution(Attribution):
             )
         adapter = get_adapter(model)
         adapter.require_causal_lm("LLMTokenAttribution")
+        check_tokenizer_vocabulary(adapter, tokenizer)
         self.model: Any = adapter.model  # a GenerationMixin
         self._adapter = adapter
         super().__init__(self.model)
@@ -111,7 +130,11 @@ class LLMTokenAttribution(Attribution):
         self,
         inp: Any,
         target: Union[TargetLike, List[TargetLike]] = None,
+        num_trials: int = 1,
         gen_args: Optional[Dict[str, Any]] = None,
+        use_cached_outputs: bool = True,
+        _inspect_forward: Optional[Callable[[str, str, List[float]], None]] = None,
+        forward_in_tokens: bool = True,
         *,
         contrast_target: Union[TargetLike, List[TargetLike]] = None,
         attribute_generated: bool = False,
@@ -134,12 +157,38 @@ class LLMTokenAttribution(Attribution):
                         token ids ``[T]``; a list of them for a batch. None:
                         the model generates it from each prompt with
                         ``gen_args``. Default: None
+            num_trials (int, optional): Captum's number of trials: the result
+                        is the mean of ``num_trials`` runs of the method, as
+                        Captum averages its trials. Every captum_ext method is
+                        a deterministic function of the model and the ids, so
+                        the mean equals one run (up to the last bit of float
+                        addition); more trials only cost time. Must be a
+                        positive int. Default: 1
             gen_args (dict, optional): keywords of ``model.generate`` when
                         ``target`` is None, over Captum's defaults
                         ``{"max_new_tokens": 25, "do_sample": False,
                         "temperature": None, "top_p": None}`` (greedy). A
                         generated continuation ends at its first EOS
-                        (included). Default: None
+                        (included). ``num_return_sequences`` > 1 (several
+                        sequences per prompt) is refused before generating;
+                        ``return_dict_in_generate=True`` is read as its
+                        ``sequences``. Default: None
+            use_cached_outputs (bool, optional): Captum's switch between cached
+                        and uncached token-by-token decoding. Accepted and
+                        without effect: the whole continuation is one
+                        teacher-forced pass, which is Captum's
+                        ``use_cached_outputs=False``. Default: True
+            _inspect_forward (callable, optional): Captum's callback
+                        ``(prompt, response, probs)``, called after each forward
+                        pass of a perturbed prompt. The methods here perturb
+                        nothing, so it is called once per prompt with the
+                        decoded prompt ids, the decoded continuation and
+                        ``[p(y), p(y_1), ..., p(y_T)]`` of the unperturbed
+                        teacher-forced pass (Captum's layout). Default: None
+            forward_in_tokens (bool, optional): Captum's switch between
+                        token-by-token and one-pass forwards. Accepted and
+                        without effect: the continuation is always one
+                        teacher-forced pass. Default: True
             contrast_target (str, Tensor or list of int, optional): a foil of
                         the target's length (a list for a batch); the rows then
                         explain :math:`\log p(y_t) - \log p(y'_t)`. Default: None
@@ -161,6 +210,9 @@ class LLMTokenAttribution(Attribution):
             features: tokens, or a template's values) and ``output_tokens``, as
             Captum fills them.
         """
+        _check_captum_options(
+            num_trials, use_cached_outputs, _inspect_forward, forward_in_tokens
+        )
         batched = isinstance(inp, list) and not is_chat(inp)
         inputs = inp if batched else [inp]
         if batched and not inputs:
@@ -189,17 +241,24 @@ class LLMTokenAttribution(Attribution):
             )
         )
         _check_contrast_lengths(targets, contrasts)
-        scores = self.method.attribute(
-            ids,
-            target=right_padded(targets, ids.device),
-            additional_forward_args=(mask,),
-            attribute_generated=attribute_generated,
-            contrast_target=(
-                None if contrasts is None else right_padded(contrasts, ids.device)
-            ),
-            internal_batch_size=internal_batch_size,
-            **kwargs,
-        )  # [batch, T, P] or [batch, T, P + T]
+        target_ids = right_padded(targets, ids.device)  # [batch, T]
+        trials = [
+            self.method.attribute(
+                ids,
+                target=target_ids,
+                additional_forward_args=(mask,),
+                attribute_generated=attribute_generated,
+                contrast_target=(
+                    None if contrasts is None else right_padded(contrasts, ids.device)
+                ),
+                internal_batch_size=internal_batch_size,
+                **kwargs,
+            )
+            for _ in range(num_trials)
+        ]
+        scores = torch.stack(trials).mean(0)  # [batch, T, P] or [batch, T, P + T]
+        if _inspect_forward is not None:
+            self._inspect(_inspect_forward, ids, mask, target_ids)
         results = [
             self._result(
                 prompt, scores[row], targets[row], ids.shape[1], attribute_generated
@@ -207,6 +266,32 @@ class LLMTokenAttribution(Attribution):
             for row, prompt in enumerate(prompts)
         ]
         return results if batched else results[0]
+
+    def _inspect(
+        self,
+        callback: Callable[[str, str, List[float]], None],
+        ids: Tensor,
+        mask: Tensor,
+        target: Tensor,
+    ) -> None:
+        r"""Captum's ``_inspect_forward`` on the unperturbed teacher-forced pass:
+        ``(prompt, response, [p(y), p(y_1), ..., p(y_T)])`` per prompt."""
+        vocab_size = get_adapter(self.model).word_embeddings().num_embeddings
+        forced = teacher_forced_batch(
+            ids, mask, target, prompt_pad_id(self.tokenizer), vocab_size
+        )
+        with eval_semantics(self.model), torch.no_grad():
+            log_probs = TeacherForcedLogProbs(self.model)(
+                *forced.model_inputs(), forced.target
+            )  # [batch, T]
+        for row in range(len(ids)):
+            steps = log_probs[row][forced.target_mask[row]]  # [T_b]
+            probs = torch.cat([steps.sum()[None], steps]).exp()
+            callback(
+                self.tokenizer.decode(ids[row][mask[row].bool()]),
+                self.tokenizer.decode(forced.target[row][forced.target_mask[row]]),
+                probs.tolist(),
+            )
 
     def _encode_all(
         self, value: Any, batched: bool, batch_size: int, name: str
@@ -222,7 +307,10 @@ class LLMTokenAttribution(Attribution):
 
     def _encode(self, value: Any, name: str) -> Tensor:
         device = self._adapter.input_device()
+        if isinstance(value, (list, tuple)) and not value:
+            raise ValueError(f"empty {name}: it holds no token id")
         if isinstance(value, str):
+            check_text(value, name)
             # No BOS (or other special token) inside a continuation.
             ids = torch.tensor(
                 self.tokenizer(value, add_special_tokens=False)["input_ids"]
@@ -281,3 +369,34 @@ def _check_contrast_lengths(
                 f"contrast_target of prompt {row} has {len(foil)} tokens but its "
                 f"target has {len(target)}; a foil gives one token per target step"
             )
+
+
+def _check_captum_options(
+    num_trials: Any, use_cached_outputs: Any, inspect: Any, forward_in_tokens: Any
+) -> None:
+    r"""Captum's own ``LLMAttribution.attribute`` options, checked as Captum's
+    types (see :meth:`LLMTokenAttribution.attribute` for what each means here)."""
+    if isinstance(num_trials, dict):
+        raise TypeError(
+            "num_trials must be a positive int, got a dict: the third argument is "
+            "num_trials, as in Captum's LLMAttribution (LLMGradientAttribution "
+            "takes gen_args there); pass gen_args=... by name"
+        )
+    if not isinstance(num_trials, int) or isinstance(num_trials, bool):
+        raise TypeError(f"num_trials must be a positive int, got {num_trials!r}")
+    if num_trials < 1:
+        raise ValueError(f"num_trials must be a positive int, got {num_trials}")
+    for name, value in (
+        ("use_cached_outputs", use_cached_outputs),
+        ("forward_in_tokens", forward_in_tokens),
+    ):
+        if not isinstance(value, bool):
+            raise TypeError(
+                f"{name} must be a bool (Captum's switch; it has no effect here: "
+                f"the continuation is one teacher-forced pass), got {value!r}"
+            )
+    if inspect is not None and not callable(inspect):
+        raise TypeError(
+            "_inspect_forward must be None or a callable (prompt, response, probs), "
+            f"got {type(inspect).__name__}"
+        )

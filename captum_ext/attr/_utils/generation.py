@@ -20,6 +20,7 @@ from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
 from captum_ext._utils.common import parse_token_batch, TokenBatch
+from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.teacher_forcing import (
     IGNORE_INDEX,
     predicted_log_probs,
@@ -102,10 +103,16 @@ def attribute_generation(
     contrast = _check_contrast(contrast_target, whole, adapter.config.vocab_size)
 
     def chunk(
-        batch: TokenBatch, _target: TargetType, target_ids: Tensor, foils: Any
+        batch: TokenBatch,
+        _target: TargetType,
+        target_ids: Tensor,
+        foils: Any,
+        examples: Tensor,
     ) -> "tuple[Tensor, Tensor]":
         forced = _join(adapter, batch, target_ids)
-        masked = _to_rows(scores(forced, foils), forced, attribute_generated)
+        with HookSet() as hooks:
+            hooks.forward(adapter.model, _finite_predictions(forced, examples))
+            masked = _to_rows(scores(forced, foils), forced, attribute_generated)
         return masked, masked
 
     return attribute_in_chunks(
@@ -117,7 +124,45 @@ def attribute_generation(
         method,
         target_ids=whole.target,
         foils=contrast,
+        examples=torch.arange(len(whole.target), device=whole.target.device),
     )
+
+
+def _finite_predictions(
+    forced: TeacherForcedBatch, examples: Tensor
+) -> Callable[..., None]:
+    r"""A forward hook on the model that raises ``FloatingPointError`` naming
+    the example and the target step where the logits of a predicting position
+    (the whole vocabulary: :math:`\log p(y_t)` normalises over it) hold NaN or
+    inf: the one policy of every method on a causal LM, whichever logits it
+    reads. Passes over a larger batch (a Captum method's expanded inputs) are
+    left to the check of the attributions."""
+
+    def hook(_module: nn.Module, _inputs: Any, output: Any) -> None:
+        logits = getattr(output, "logits", None)
+        steps = forced.n_targets
+        if (
+            not isinstance(logits, Tensor)
+            or logits.dim() != 3
+            or logits.shape[0] != len(examples)
+            or logits.shape[1] < steps
+        ):
+            return
+        bad = ~logits[:, -steps:].detach().isfinite().all(-1)  # [chunk, T]
+        bad &= forced.target_mask
+        if bool(bad.any()):
+            rows, step = bad.nonzero(as_tuple=True)
+            where = ", ".join(
+                f"example {int(examples[r])} target step {int(t)}"
+                for r, t in zip(rows[:5], step[:5])
+            )
+            raise FloatingPointError(
+                "the model's logits predicting the continuation hold NaN or inf "
+                f"({where}); check the model's weights and dtype (float16 "
+                "overflows easily: try bfloat16 or float32)"
+            )
+
+    return hook
 
 
 def run_teacher_forced(

@@ -15,7 +15,14 @@ belongs to.
   ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``, tokenised
   without adding special tokens (the template writes its own); the tokens inside
   a message's content are the features, the template's tokens (role markers,
-  BOS, separators) are special: the model reads them, they get no column.
+  BOS, separators) are special: the model reads them, they get no column. Each
+  content is located by rendering the template again with a unique marker as
+  the content (never by searching its text, which may also be a role name or
+  part of a special token); a content the template rewrites, drops or repeats,
+  or a token joining a content with template text, is refused.
+
+Every prompt must hold a feature token that is not one of the tokenizer's
+special tokens (``all_special_ids``), and no lone surrogate character.
 """
 
 from dataclasses import dataclass
@@ -26,7 +33,7 @@ from captum.attr import TextTemplateInput, TextTokenInput
 from captum.attr._utils.interpretable_input import InterpretableInput
 from torch import Tensor
 
-__all__ = ["Prompt", "is_chat", "prepare_prompt"]
+__all__ = ["Prompt", "check_text", "is_chat", "prepare_prompt"]
 
 Span = Tuple[int, int]
 
@@ -70,11 +77,31 @@ def prepare_prompt(
     skip_tokens: Optional[Union[List[int], List[str]]] = None,
 ) -> Prompt:
     r"""A :class:`Prompt` from any accepted input (see the module docstring)."""
+    prompt = _prompt(inp, tokenizer, chat, skip_tokens)
+    # Special = what the tokenizer declares special (BOS, EOS, role markers,
+    # ...), not only the ids the model's config names.
+    special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+    if bool(torch.isin(prompt.ids[prompt.feature_of >= 0], special).all()):
+        raise ValueError(
+            "empty prompt: its tokens are all special tokens of the tokenizer "
+            f"({', '.join(tokenizer.convert_ids_to_tokens(prompt.ids.tolist()))}); "
+            "there is nothing to attribute"
+        )
+    return prompt
+
+
+def _prompt(
+    inp: Any,
+    tokenizer: Any,
+    chat: bool,
+    skip_tokens: Optional[Union[List[int], List[str]]],
+) -> Prompt:
     if isinstance(inp, str) and chat:
         inp = [{"role": "user", "content": inp}]
     if is_chat(inp):
         return _chat_prompt(inp, tokenizer)
     if isinstance(inp, str):
+        check_text(inp, "the prompt")
         inp = TextTokenInput(inp, tokenizer, skip_tokens=skip_tokens)
     elif skip_tokens is not None:
         raise ValueError(
@@ -101,8 +128,23 @@ def _token_prompt(inp: TextTokenInput) -> Prompt:
     return Prompt(ids, feature_of, inp.n_itp_features, list(inp.values), inp)
 
 
+def check_text(text: str, name: str) -> None:
+    r"""Raises ``ValueError`` naming ``name`` when ``text`` holds a lone
+    surrogate (U+D800 to U+DFFF), which no tokenizer can encode (e.g. a
+    byte the shell could not decode, kept by Python as ``\udcXX``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(
+            f"{name} holds the lone surrogate {text[error.start]!r} at character "
+            f"{error.start}, which is not text (UTF-8 cannot encode it); decode "
+            "its source as UTF-8 (errors='replace') or remove it"
+        ) from None
+
+
 def _template_prompt(inp: TextTemplateInput, tokenizer: Any) -> Prompt:
     text = inp.to_model_input()
+    check_text(text, "the completed template")
     segment_spans = _template_spans(inp, text)
     encoded = tokenizer(text, return_offsets_mapping=True)
     segment = _owner(encoded["offset_mapping"], segment_spans)
@@ -114,35 +156,63 @@ def _template_prompt(inp: TextTemplateInput, tokenizer: Any) -> Prompt:
     return Prompt(ids, segment, inp.n_itp_features, list(inp.values), inp)
 
 
+# Private-use code points: markers that no template writes by itself.
+_OPEN, _CLOSE = "\ue000", "\ue001"
+
+
 def _template_spans(inp: TextTemplateInput, text: str) -> List[Span]:
     r"""Character span of each value in the completed text, found by completing
     the template with unique markers (so a template may repeat or reorder its
     values, or be a function)."""
-    markers = [f"\ue000{i}\ue001" for i in range(len(inp.values))]
+    markers = [_marker(i) for i in range(len(inp.values))]
     marked = (
         inp.format_fn(**dict(zip(inp.dict_keys, markers)))
         if inp.dict_keys
         else inp.format_fn(*markers)
     )
-    spans: List[Span] = [(0, 0)] * len(markers)
-    rebuilt, cursor = "", 0
-    while True:
-        start = marked.find("\ue000", cursor)
-        if start < 0:
-            rebuilt += marked[cursor:]
-            break
-        end = marked.index("\ue001", start)
-        index = int(marked[start + 1 : end])
-        rebuilt += marked[cursor:start]
-        spans[index] = (len(rebuilt), len(rebuilt) + len(inp.values[index]))
-        rebuilt += inp.values[index]
-        cursor = end + 1
-    if rebuilt != text:
+    filled = _fill_markers(marked, inp.values)
+    if filled is None or filled[0] != text:
         raise ValueError(
             "TextTemplateInput's template changes its values instead of inserting "
             "them, so its tokens cannot be mapped to the segments"
         )
-    return spans
+    return [found[-1] if found else (0, 0) for found in filled[1]]
+
+
+def _marker(index: int) -> str:
+    return f"{_OPEN}{index}{_CLOSE}"
+
+
+def _fill_markers(
+    marked: str, values: Sequence[str]
+) -> Optional[Tuple[str, List[List[Span]]]]:
+    r"""``marked`` with every marker replaced by its value, and the character
+    spans where each value landed (one per occurrence); None when a marker was
+    cut or altered (the text around it then cannot be trusted)."""
+    if any(_OPEN in value or _CLOSE in value for value in values):
+        raise ValueError(
+            "a prompt's text contains U+E000 or U+E001, the private-use "
+            "characters that locate it in the template; remove them"
+        )
+    found: List[List[Span]] = [[] for _ in values]
+    rebuilt, cursor = "", 0
+    while True:
+        start = marked.find(_OPEN, cursor)
+        if start < 0:
+            break
+        end = marked.find(_CLOSE, start)
+        index = marked[start + 1 : end] if end > start else ""
+        if not index.isdigit() or int(index) >= len(values):
+            return None
+        rebuilt += marked[cursor:start]
+        value = values[int(index)]
+        found[int(index)].append((len(rebuilt), len(rebuilt) + len(value)))
+        rebuilt += value
+        cursor = end + 1
+    rest = marked[cursor:]
+    if _CLOSE in rest:
+        return None
+    return rebuilt + rest, found
 
 
 def _chat_prompt(messages: Sequence[Mapping[str, Any]], tokenizer: Any) -> Prompt:
@@ -151,29 +221,92 @@ def _chat_prompt(messages: Sequence[Mapping[str, Any]], tokenizer: Any) -> Promp
             "chat prompts need a tokenizer with a chat template "
             "(tokenizer.chat_template)"
         )
-    text = tokenizer.apply_chat_template(
-        list(messages), tokenize=False, add_generation_prompt=True
-    )
-    spans, cursor = [], 0
+    contents: List[str] = []
     for message in messages:
         content = message.get("content")
         if not isinstance(content, str):
             raise ValueError(f"chat message content must be a string: {message!r}")
-        start = text.find(content, cursor)
-        if start < 0:
-            raise ValueError(
-                "the chat template changes a message's content, so its tokens "
-                f"cannot be found: {content!r}"
-            )
-        spans.append((start, start + len(content)))
-        cursor = start + len(content)
+        check_text(content, f"the content of chat message {len(contents)}")
+        contents.append(content)
+    text = _render(tokenizer, messages)
+    spans = _chat_spans(tokenizer, messages, contents, text)
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    in_content = _owner(encoded["offset_mapping"], spans) >= 0
-    feature_of = torch.where(in_content, in_content.long().cumsum(0) - 1, -1)
     ids = torch.tensor(encoded["input_ids"])
+    in_content = _content_tokens(text, encoded["offset_mapping"], spans, tokenizer, ids)
+    feature_of = torch.where(in_content, in_content.long().cumsum(0) - 1, -1)
     _check_features(feature_of)
     names = tokenizer.convert_ids_to_tokens(ids[in_content].tolist())
     return Prompt(ids, feature_of, len(names), names, None)
+
+
+def _render(tokenizer: Any, messages: Sequence[Mapping[str, Any]]) -> str:
+    return tokenizer.apply_chat_template(
+        [dict(message) for message in messages],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+
+
+def _chat_spans(
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, Any]],
+    contents: List[str],
+    text: str,
+) -> List[Span]:
+    r"""Character span of each message's content in the rendered ``text``: the
+    template is rendered a second time with a unique marker as each content,
+    never searched for the content's text (which may also be a role name or
+    part of a special token's text)."""
+    marked = _render(
+        tokenizer,
+        [{**message, "content": _marker(i)} for i, message in enumerate(messages)],
+    )
+    filled = _fill_markers(marked, contents)
+    if filled is None or filled[0] != text:
+        raise ValueError(
+            "the chat template changes a message's content (it trims, cuts or "
+            "rewrites it) or depends on its text, so the content's tokens cannot "
+            "be located exactly; give contents the template writes unchanged "
+            "(e.g. without leading or trailing whitespace)"
+        )
+    for index, found in enumerate(filled[1]):
+        if len(found) != 1:
+            raise ValueError(
+                f"the chat template writes the content of message {index} "
+                f"{len(found)} times, not once, so its tokens cannot be located "
+                "exactly"
+            )
+    return [found[0] for found in filled[1]]
+
+
+def _content_tokens(
+    text: str,
+    offsets: Sequence[Span],
+    spans: Sequence[Span],
+    tokenizer: Any,
+    ids: Tensor,
+) -> Tensor:
+    r"""Boolean ``[tokens]``: the token lies inside a message's content (its
+    characters outside the content, if any, are whitespace the tokenizer
+    attaches to a word). A token that joins a content with template text or
+    with another content is refused: its score would belong to neither."""
+    inside = []
+    for position, (start, end) in enumerate(offsets):
+        owners = [i for i, (s, e) in enumerate(spans) if min(end, e) > max(start, s)]
+        if len(owners) == 1:
+            s, e = spans[owners[0]]
+            outside = text[start : max(start, s)] + text[min(end, e) : end]
+            owners = owners if not outside.strip() else owners + [-1]
+        if len(owners) > 1:
+            token = tokenizer.convert_ids_to_tokens(int(ids[position]))
+            raise ValueError(
+                f"token {position} ({token!r}) joins the content of message "
+                f"{owners[0]} with the chat template's text or another message, "
+                "so the content cannot be located exactly in tokens; separate "
+                "the content from the template's text (e.g. with a space)"
+            )
+        inside.append(len(owners) == 1)
+    return torch.tensor(inside, dtype=torch.bool)
 
 
 def _owner(offsets: Sequence[Span], spans: Sequence[Span]) -> Tensor:

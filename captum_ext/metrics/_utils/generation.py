@@ -179,10 +179,16 @@ def parse_generation(
 
 
 def _check_scores(attributions: Any, prompts: TokenInputs, steps: int) -> Tensor:
+    if isinstance(attributions, tuple) and len(attributions) != 1:
+        raise ValueError(
+            "attributions as a tuple must hold one tensor (Captum's form of one "
+            f"input), got {len(attributions)}"
+        )
     scores = attributions[0] if isinstance(attributions, tuple) else attributions
     batch, width = prompts.input_ids.shape
     if not isinstance(scores, Tensor):
         raise TypeError(f"attributions must be a tensor, got {type(scores)}")
+    given = tuple(scores.shape)
     if scores.dim() == 2:
         scores = scores[:, None]
     if tuple(scores.shape) != (batch, scores.shape[1], width) or scores.shape[
@@ -200,7 +206,7 @@ def _check_scores(attributions: Any, prompts: TokenInputs, steps: int) -> Tensor
         raise ValueError(
             f"attributions must be [batch, T, P] = {(batch, steps, width)} (one row "
             f"per target token) or [batch, P] = {(batch, width)}, got "
-            f"{tuple(attributions.shape)}{hint}"
+            f"{given}{hint}"
         )
     scores = scores.detach().to(prompts.input_ids.device).double()
     valid = prompts.valid[:, None].expand_as(scores)
@@ -296,6 +302,15 @@ def check_lm_logits(logits: Any) -> None:
 def probe_vocab_size(forward_func: Callable[..., Tensor], inputs: Any) -> int:
     r"""The vocabulary size, from ``forward_func`` on one token (checks the
     logits' shape before any target id is looked up)."""
+    if isinstance(forward_func, torch.nn.Module) and callable(
+        getattr(forward_func, "generate", None)
+    ):
+        # A Hugging Face model takes past_key_values, not the mask, second and
+        # returns an output object: it would fail inside its own forward.
+        raise TypeError(
+            f"forward_func is the model itself ({type(forward_func).__name__}); "
+            "pass captum_ext.causal_lm_forward(model), which returns its logits"
+        )
     ids = inputs[0] if isinstance(inputs, tuple) else inputs
     if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.numel() == 0:
         return torch.iinfo(torch.long).max  # parse_inputs raises the real error
@@ -314,6 +329,7 @@ class HardCurves:
     base: Tensor
     curve: Tensor
     active: Tensor  # [batch, T, levels]
+    perturbable: Tensor  # [batch, T]: the ranking row has a token to perturb
     target: Tensor
     protocol: PerturbationProtocol
 
@@ -329,13 +345,16 @@ class HardCurves:
 
     def result(self, curve: Tensor) -> GenerationMetricResult:
         r"""The mean of ``curve`` over the active levels (the protocol's
-        ``empty_score`` when none is, NaN without one)."""
+        ``empty_score`` when none is, NaN without one); NaN for a prompt
+        without a token to perturb (only special tokens): every level would
+        leave it as it is and score it as a perfect explanation."""
         active = self.active
         total = torch.where(active, curve, torch.zeros_like(curve)).sum(-1)
         count = active.sum(-1)
         empty = self.protocol.empty_score
         fallback = float("nan") if empty is None else empty
         score = torch.where(count > 0, total / count.clamp(min=1), fallback)
+        score = score.masked_fill(~self.perturbable, float("nan"))
         levels = torch.tensor(self.protocol.levels, device=curve.device).float()
         return per_target_result(score, curve, self.target, levels)
 
@@ -368,7 +387,8 @@ def evaluate_hard_curves(
             base = runner.base()
             curve = _curve(runner, inputs, plan, protocol, tokens, base)
     active = _per_target(plan.active, inputs)
-    return HardCurves(base, curve, active, inputs.target, protocol)
+    perturbable = _per_target((plan.num_perturbable > 0)[:, None], inputs)[..., 0]
+    return HardCurves(base, curve, active, perturbable, inputs.target, protocol)
 
 
 def _per_target(values: Tensor, inputs: GenerationInputs) -> Tensor:
