@@ -413,6 +413,7 @@ def run_generation_benchmark(
     tokenizer: Any,
     data: LoadedExamples,
     options: GenerationBenchmarkOptions,
+    extra_methods: Sequence[MethodSpec] = (),
 ) -> BenchmarkResult:
     r"""Scores methods that explain generated text on ``data``'s prompts: the
     faithfulness of each method's target x prompt scores, its planted-evidence
@@ -433,9 +434,14 @@ def run_generation_benchmark(
             (None: greedy ones, ``options.max_new_tokens`` tokens at most) and
             optional ``evidence`` (needs continuations).
         options (GenerationBenchmarkOptions): methods (default: every entry of
-            ``GENERATION_METHOD_NAMES``), metrics (default: every entry of
+            ``GENERATION_METHOD_NAMES``; ``[]`` with ``extra_methods``: only
+            those), metrics (default: every entry of
             ``GENERATION_METRIC_NAMES``), batch size, ``max_length`` (prompt
             + continuation), device, task label and kept examples.
+        extra_methods (Sequence[MethodSpec], optional): methods from outside
+            the registry with a ``generation`` factory (e.g. another tool's,
+            wrapped by a benchmark script), run after ``options.methods`` on
+            the same prompts, continuations, metrics and timing. Default: none.
 
     Returns:
         BenchmarkResult: one row per method (by decreasing ``Evidence@1`` when
@@ -443,12 +449,19 @@ def run_generation_benchmark(
         the first ``options.n_examples`` prompts' ``[T, P]`` scores.
     """
     start = time.perf_counter()
-    methods = [
-        METHODS[name]
-        for name in check_names(
+    names: List[str] = []  # [] with extras: those alone
+    if not (extra_methods and options.methods == []):
+        names = check_names(
             options.methods, GENERATION_METHOD_NAMES, "method for generated text"
         )
-    ]
+    methods = [METHODS[name] for name in names]
+    for spec in extra_methods:
+        if spec.generation is None or spec.name in [m.name for m in methods]:
+            raise ValueError(
+                f"extra method {spec.name!r} must explain generated text under a "
+                "name of its own"
+            )
+        methods.append(spec)
     metrics = [
         GENERATION_METRICS[name]
         for name in check_names(

@@ -140,6 +140,7 @@ __all__ = [
     "decoders_for",
     "register_method",
     "register_generation_metric",
+    "rows_of_examples",
     "register_metric",
     "needs_decoders",
 ]
@@ -529,7 +530,7 @@ class _GivenIds:
         return self.tokenizer.convert_ids_to_tokens(ids)
 
 
-def _rows_of_examples(
+def rows_of_examples(
     prompt_ids: Tensor, mask: Tensor, target_ids: Tensor, example_scores: Callable
 ) -> Tensor:
     r"""``[batch, T, P]`` filled example by example: ``example_scores(prompt
@@ -563,7 +564,7 @@ def _one_prompt_at_a_time(
             return run(llm_attribution, inp, target)  # [T_b, P_b]
 
     def scores(prompt_ids: Tensor, mask: Tensor, target_ids: Tensor) -> Tensor:
-        return _rows_of_examples(prompt_ids, mask, target_ids, example)
+        return rows_of_examples(prompt_ids, mask, target_ids, example)
 
     return _generation_explainer(model, scores)
 
@@ -610,7 +611,7 @@ def _random_generation(model: nn.Module, tokenizer: Any) -> GenerationFn:
         return torch.rand(len(target), len(prompt), generator=generator)
 
     def scores(prompt_ids: Tensor, mask: Tensor, target_ids: Tensor) -> Tensor:
-        return _rows_of_examples(prompt_ids, mask, target_ids, example)
+        return rows_of_examples(prompt_ids, mask, target_ids, example)
 
     return _generation_explainer(model, scores)
 
