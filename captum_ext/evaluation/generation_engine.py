@@ -449,8 +449,8 @@ def run_generation_benchmark(
         the first ``options.n_examples`` prompts' ``[T, P]`` scores.
     """
     start = time.perf_counter()
-    names: List[str] = []  # [] with extras: those alone
-    if not (extra_methods and options.methods == []):
+    names: List[str] = []  # none chosen, with extras: those alone
+    if not (extra_methods and options.methods is not None and not options.methods):
         names = check_names(
             options.methods, GENERATION_METHOD_NAMES, "method for generated text"
         )
