@@ -15,8 +15,11 @@ explained, batch 1, by
 * Captum's ``LLMAttribution(FeatureAblation(model), tokenizer)`` in its
   fastest setting, ``forward_in_tokens=False``: one teacher-forced forward pass
   over prompt + continuation per ablated prompt token serves every target
-  (P + 1 forward passes; Captum's default ``True`` runs the continuation token
-  by token, about (P + 1) x T passes, for the same scores);
+  (P + 1 forward passes); for comparison its default ``True`` with
+  ``use_cached_outputs=False`` ("FA by tokens"), which runs the continuation
+  token by token, about (P + 1) x T passes, for the same scores (its cached
+  default disagrees with plain teacher forcing on transformers 5 by up to a
+  quarter of the scores' scale and fails on GPT-2 from about 40 prompt tokens);
 * Captum's ``LLMGradientAttribution(LayerGradientXActivation(model,
   embeddings), tokenizer)``, its cheapest gradient path (per target step one
   forward and one backward pass over prompt + y_<t);
@@ -24,8 +27,10 @@ explained, batch 1, by
   embeddings), tokenizer)`` with ``n_steps=50`` (per target step, 50 scaled
   inputs forward and backward; it always runs prompt + y_<t without a cache).
 
-All three take one prompt per call (Captum's LLM API): their time is divided by
-the forward pass of that one prompt, as every row here is (batch 1).
+All take one prompt per call (Captum's LLM API): their time is divided by the
+forward pass of that one prompt, as every row here is (batch 1). Times are CPU
+seconds of the process (one thread by default), so other work on a shared
+machine changes them little.
 
 Captum needs a tokenizer: a word-level one over the tokens ``t0 .. t{V-1}``
 (id = number, no special tokens, so ``tokenizer.encode`` adds no BOS) turns the
@@ -39,8 +44,8 @@ pass, after a warm-up); Captum's paths cost tens to a thousand forward passes
 and are timed ``--captum-repeats`` (1) times, divided by the median forward pass.
 The speed-up is Captum's time over the method's, on the same prompt and
 continuation. Targets (issue 22), printed PASS/FAIL: LogAt and NormXLogit <=
-1.2x a forward and >= 500x faster than Captum's FeatureAblation and LIG paths
-(issue 22 stated them for FeatureAblation's slow default mode); CAT, AttCAT and
+1.2x a forward and >= 500x faster than Captum's token-by-token FeatureAblation
+and LIG (the paths issue 22 stated them for); CAT, AttCAT and
 decoded Grad-CAM <= (2 + T)x and >= 30x faster than the LIG path (GlobEnc has no
 target).
 
@@ -92,9 +97,10 @@ from transformers import PreTrainedTokenizerFast
 
 LIG_STEPS = 50
 FEATURE_ABLATION = "Captum FeatureAblation"
+FEATURE_ABLATION_BY_TOKENS = "Captum FA by tokens"
 GRAD_X_INPUT = "Captum GradXInput"
 LIG = f"Captum LIG({LIG_STEPS})"
-FAST = ("LogAt", "NormXLogit")  # targets: <= 1.2x, >= 500x FeatureAblation, LIG
+FAST = ("LogAt", "NormXLogit")  # <= 1.2x, >= 500x FA by tokens and LIG
 BACKWARD = ("CAT", "AttCAT", "DecodedLayerGradCam")  # <= (2 + T)x, >= 30x LIG
 THROUGHPUT_TARGET = 4.0
 
@@ -102,9 +108,12 @@ Data = Dict[str, Tensor]
 
 
 def _seconds(run: Callable[[], object]) -> float:
-    start = time.perf_counter()
+    r"""CPU seconds of this process (the benchmark's clock on a CPU,
+    :func:`captum_ext.evaluation.timing.clock_for`): time spent waiting for a
+    core that other work holds is not counted."""
+    start = time.process_time()
     run()
-    return time.perf_counter() - start
+    return time.process_time() - start
 
 
 def _call(run: Run, data: Data) -> Callable[[], object]:
@@ -162,6 +171,9 @@ def captum_paths(model: nn.Module, data: Data) -> Dict[str, Callable[[], object]
         FEATURE_ABLATION: lambda: ablation.attribute(
             inp, target=target, forward_in_tokens=False
         ),
+        FEATURE_ABLATION_BY_TOKENS: lambda: ablation.attribute(
+            inp, target=target, use_cached_outputs=False
+        ),
         GRAD_X_INPUT: lambda: grad.attribute(inp, target=target),
         LIG: lambda: lig.attribute(inp, target=target, n_steps=LIG_STEPS),
     }
@@ -202,7 +214,7 @@ def _verdict(name: str, ratio: float, speed_ups: Dict[str, float], steps: int) -
     r"""PASS/FAIL against issue 22's targets ('' where a row has none; the
     speed-ups are checked only where Captum was timed)."""
     if name in FAST:
-        paths = (FEATURE_ABLATION, LIG)
+        paths = (FEATURE_ABLATION_BY_TOKENS, LIG)
         bound, wanted, against = 1.2, 500.0, [p for p in speed_ups if p in paths]
     elif name in BACKWARD:
         bound, wanted, against = 2.0 + steps, 30.0, [p for p in speed_ups if p == LIG]
