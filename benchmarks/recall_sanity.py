@@ -20,7 +20,8 @@ evidence and the other necessary tokens (the queried key at both ends of the
 prompt and, for ``y_2``, the copy of ``y_1`` the lookup starts from); its top-3
 finds the evidence. Measured on 100 held-out prompts (the recipe's test seed;
 greedy exact match 0.95): FeatureAblation 0.385 top-1 / 0.88 top-3 (18.8 s on a
-busy machine with the token-by-token default), gradient x input 0.925 / 0.94 (0.27 s), random 0.055 / 0.16.
+busy machine with the token-by-token default), gradient x input 0.925 / 0.94
+(0.27 s), random 0.055 / 0.16.
 Run from the repository root: ``PYTHONPATH=. python benchmarks/recall_sanity.py
 [--examples 100]``.
 """
