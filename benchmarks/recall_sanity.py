@@ -4,8 +4,9 @@ planted-evidence accuracy of three explanations of the default generative
 model that need none of captum_ext's methods:
 
 - Captum's ``LLMAttribution(FeatureAblation(model), tokenizer)``, one prompt at
-  a time, with ``use_cached_outputs=False`` (plain teacher forcing; the cached
-  path disagrees with it on transformers 5). Its ``TextTokenInput`` encodes the
+  a time, in its fastest setting ``forward_in_tokens=False`` (one teacher-forced
+  pass over prompt + continuation per ablated token; the same scores as the
+  token-by-token default). Its ``TextTokenInput`` encodes the
   prompt with ``tokenizer.encode``, which puts ``<bos>`` in front: the
   tokenizer's own encoding does too, so Captum's prompt positions are ours. The
   ablation baseline is token id 0, ``<unk>``. Targets are passed as ids.
@@ -19,7 +20,8 @@ evidence and the other necessary tokens (the queried key at both ends of the
 prompt and, for ``y_2``, the copy of ``y_1`` the lookup starts from); its top-3
 finds the evidence. Measured on 100 held-out prompts (the recipe's test seed;
 greedy exact match 0.95): FeatureAblation 0.385 top-1 / 0.88 top-3 (18.8 s on a
-busy machine), gradient x input 0.925 / 0.94 (0.27 s), random 0.055 / 0.16.
+busy machine with the token-by-token default), gradient x input 0.925 / 0.94
+(0.27 s), random 0.055 / 0.16.
 Run from the repository root: ``PYTHONPATH=. python benchmarks/recall_sanity.py
 [--examples 100]``.
 """
@@ -54,7 +56,7 @@ def feature_ablation(model: Any, tokenizer: Any, batch: RecallBatch):
         text = TextTokenInput(prompt, tokenizer)
         assert torch.equal(text.inp_tensor[0], batch.input_ids[row][mask])
         result = explainer.attribute(
-            text, target=batch.target[row], use_cached_outputs=False
+            text, target=batch.target[row], forward_in_tokens=False
         )
         scores[row, :, mask] = result.token_attr.float().cpu()  # [T, P_row]
     return scores

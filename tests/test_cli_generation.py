@@ -250,6 +250,7 @@ def test_benchmark_generates_continuations_without_a_target_column(
         "continuations": "generated",
         "max_new_tokens": 2,
         "metric_value": "mean over each example's target tokens",
+        "one_prompt_at_a_time": [],
     }
     assert f"### {lm_dir.name} (n=3)" in capsys.readouterr().out
 

@@ -8,8 +8,13 @@ key-value recall task), by how often they point at it.
 Per batch of prompts (left-padded, sorted by length), the continuation is the
 given one (teacher forcing) or the model's greedy one, generated once and shared
 by every method. Each method's ``[batch, T, P]`` scores are timed against one
-forward pass over prompt + continuation on the same batch
-(:func:`~captum_ext.evaluation.timing.time_paired`), then scored:
+forward pass over prompt + continuation at the same batch size
+(:func:`~captum_ext.evaluation.timing.time_paired`): the padded batch in one
+pass for a method that runs the batch at once, each prompt alone (unpadded, one
+pass after the other) for a method that runs one prompt at a time
+(:attr:`~captum_ext.evaluation.registry.MethodSpec.one_prompt_at_a_time`,
+Captum's LLM API), so that every ratio is the time per prompt over one forward
+per prompt as the method itself would batch it. Then the scores are scored:
 
 - every chosen metric with its default protocol
   (:func:`~captum_ext.metrics.generation_aopc`, ...), each example's value the
@@ -29,14 +34,14 @@ examples are dealt to the ranks as in the classifier engine
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn, Tensor
 
 from captum_ext._utils.common import causal_lm_forward
 from captum_ext._utils.progress import Progress
-from captum_ext._utils.teacher_forcing import teacher_forced_batch
+from captum_ext._utils.teacher_forcing import IGNORE_INDEX, teacher_forced_batch
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.continuations import (
     generate_continuations,
@@ -105,6 +110,21 @@ class _PromptBatch:
             self.input_ids, self.attention_mask, self.target, pad_id, vocab_size
         )
         return joined.model_inputs()
+
+    def one_prompt_inputs(
+        self, pad_id: int, vocab_size: int
+    ) -> List[Tuple[Tensor, Tensor]]:
+        r""":meth:`forward_inputs` of each prompt alone, unpadded (batch 1):
+        the passes a one-prompt-at-a-time method's time is divided by."""
+        inputs = []
+        for b in range(len(self.rows)):
+            prompt = self.input_ids[b][self.attention_mask[b].bool()][None]  # [1, P_b]
+            target = self.target[b][self.target[b] != IGNORE_INDEX][None]  # [1, T_b]
+            joined = teacher_forced_batch(
+                prompt, torch.ones_like(prompt), target, pad_id, vocab_size
+            )
+            inputs.append(joined.model_inputs())
+        return inputs
 
 
 @dataclass
@@ -230,19 +250,36 @@ class _Run:
     keep: Sequence[int]
 
 
-def _score_batch(
-    explain: Any, run: _Run, batch: _PromptBatch, shard: MethodShard
-) -> None:
-    r"""One method on one batch: timed against a forward pass over prompt +
-    continuation, then every metric's and the evidence accuracy's values
-    added to ``shard``, and the kept rows' ``[T_b, P_b]`` scores."""
+def _unit_forward(
+    run: _Run, batch: _PromptBatch, one_prompt_at_a_time: bool
+) -> Callable[[], Any]:
+    r"""The forward work a method's time on ``batch`` is divided by: one pass
+    over the padded batch, or, for a method that runs one prompt at a time,
+    one pass per prompt alone (the same batch size as the method's own)."""
     forward = causal_lm_forward(run.model)
-    joined = batch.forward_inputs(
-        prompt_pad_id(run.tokenizer),
-        get_adapter(run.model).word_embeddings().num_embeddings,
-    )
+    pad_id = prompt_pad_id(run.tokenizer)
+    vocab_size = get_adapter(run.model).word_embeddings().num_embeddings
+    if not one_prompt_at_a_time:
+        joined = batch.forward_inputs(pad_id, vocab_size)
+        return torch.no_grad()(lambda: forward(*joined))
+    singles = batch.one_prompt_inputs(pad_id, vocab_size)
+    return torch.no_grad()(lambda: [forward(*one) for one in singles])
+
+
+def _score_batch(
+    explain: Any,
+    run: _Run,
+    batch: _PromptBatch,
+    shard: MethodShard,
+    one_prompt_at_a_time: bool = False,
+) -> None:
+    r"""One method on one batch: timed against forward passes over prompt +
+    continuation at the method's batch size (:func:`_unit_forward`), then
+    every metric's and the evidence accuracy's values added to ``shard``, and
+    the kept rows' ``[T_b, P_b]`` scores."""
+    forward = causal_lm_forward(run.model)
     scores, timing = time_paired(
-        torch.no_grad()(lambda: forward(*joined)),
+        _unit_forward(run, batch, one_prompt_at_a_time),
         lambda: explain(batch.input_ids, batch.attention_mask, batch.target),
         clock_for(batch.input_ids.device),
     )
@@ -307,7 +344,7 @@ def _run_shard(
         explain = spec.build_generation(run.model, run.tokenizer)
         shard = MethodShard()
         for batch in batches:
-            _score_batch(explain, run, batch, shard)
+            _score_batch(explain, run, batch, shard, spec.one_prompt_at_a_time)
             progress.update(len(batch.rows))
         progress.close()
         output.methods[spec.name] = shard
@@ -376,6 +413,7 @@ def run_generation_benchmark(
     tokenizer: Any,
     data: LoadedExamples,
     options: GenerationBenchmarkOptions,
+    extra_methods: Sequence[MethodSpec] = (),
 ) -> BenchmarkResult:
     r"""Scores methods that explain generated text on ``data``'s prompts: the
     faithfulness of each method's target x prompt scores, its planted-evidence
@@ -396,9 +434,14 @@ def run_generation_benchmark(
             (None: greedy ones, ``options.max_new_tokens`` tokens at most) and
             optional ``evidence`` (needs continuations).
         options (GenerationBenchmarkOptions): methods (default: every entry of
-            ``GENERATION_METHOD_NAMES``), metrics (default: every entry of
+            ``GENERATION_METHOD_NAMES``; ``[]`` with ``extra_methods``: only
+            those), metrics (default: every entry of
             ``GENERATION_METRIC_NAMES``), batch size, ``max_length`` (prompt
             + continuation), device, task label and kept examples.
+        extra_methods (Sequence[MethodSpec], optional): methods from outside
+            the registry with a ``generation`` factory (e.g. another tool's,
+            wrapped by a benchmark script), run after ``options.methods`` on
+            the same prompts, continuations, metrics and timing. Default: none.
 
     Returns:
         BenchmarkResult: one row per method (by decreasing ``Evidence@1`` when
@@ -406,12 +449,19 @@ def run_generation_benchmark(
         the first ``options.n_examples`` prompts' ``[T, P]`` scores.
     """
     start = time.perf_counter()
-    methods = [
-        METHODS[name]
-        for name in check_names(
+    names: List[str] = []  # none chosen, with extras: those alone
+    if not (extra_methods and options.methods is not None and not options.methods):
+        names = check_names(
             options.methods, GENERATION_METHOD_NAMES, "method for generated text"
         )
-    ]
+    methods = [METHODS[name] for name in names]
+    for spec in extra_methods:
+        if spec.generation is None or spec.name in [m.name for m in methods]:
+            raise ValueError(
+                f"extra method {spec.name!r} must explain generated text under a "
+                "name of its own"
+            )
+        methods.append(spec)
     metrics = [
         GENERATION_METRICS[name]
         for name in check_names(
@@ -441,6 +491,9 @@ def run_generation_benchmark(
                     "continuations": "generated" if encoded.given is None else "given",
                     "max_new_tokens": encoded.max_new_tokens,
                     "metric_value": "mean over each example's target tokens",
+                    "one_prompt_at_a_time": [
+                        spec.name for spec in methods if spec.one_prompt_at_a_time
+                    ],
                 }
             }
             result = BenchmarkResult(

@@ -37,15 +37,14 @@ METHOD_NAMES = (
     "FeatureAblation",
     "Random",
 )
-# The methods that explain classifiers only (attention maps and input
-# gradients of a class logit have no generation entry); the others also
-# explain what a causal LM generates, in the same order.
+# The methods that explain classifiers only (attention maps and the gradient
+# norm of a class logit have no generation entry); the others also explain
+# what a causal LM generates, in the same order.
 CLASSIFIER_ONLY_METHOD_NAMES = (
     "Attention",
     "Attention rollout",
     "Embedding norm",
     "Saliency",
-    "InputXGradient",
 )
 GENERATION_METHOD_NAMES = tuple(
     name for name in METHOD_NAMES if name not in CLASSIFIER_ONLY_METHOD_NAMES

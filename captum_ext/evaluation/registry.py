@@ -44,12 +44,21 @@ target_ids) -> [batch, T, P]`` (prompts left-padded, continuations right-padded
 with -100; row ``t`` explains :math:`\log p(y_t \mid \text{prompt}, y_{<t})`
 under teacher forcing, docs/generation.rst), zero on padding and on missing
 targets. The captum_ext methods run on the whole batch; Captum's baselines run
-one prompt at a time (Captum's LLM API takes one), on exactly the same ids:
+one prompt at a time (Captum's LLM API takes one:
+:attr:`MethodSpec.one_prompt_at_a_time`), on exactly the same ids, each in its
+fastest setting:
 
 - ``FeatureAblation``: ``LLMAttribution(FeatureAblation(model), tokenizer)``
-  with ``use_cached_outputs=False`` (plain teacher forcing; Captum's default
-  ``True`` disagrees with it on transformers 5), each prompt token replaced by
+  with ``forward_in_tokens=False``: one teacher-forced forward pass over
+  prompt + continuation per ablated prompt token serves every target token
+  (Captum's default ``True`` runs the continuation token by token, T passes per
+  ablation, for the same scores), each prompt token replaced by
   :func:`baseline_token_id` in turn;
+- ``InputXGradient``: ``LLMGradientAttribution(LayerGradientXActivation(model,
+  word_embeddings), tokenizer)``, gradient x embedding of
+  :math:`\log p(y_t \mid \text{prompt}, y_{<t})` summed over features, one
+  forward and one backward pass over prompt + :math:`y_{<t}` per target token
+  (Captum's cheapest gradient path);
 - ``IntegratedGradients``: ``LLMGradientAttribution(LayerIntegratedGradients(
   model, word_embeddings), tokenizer)`` from the embeddings of
   :func:`baseline_token_id`, with :data:`IG_STEPS` steps (Captum's default 50
@@ -131,6 +140,7 @@ __all__ = [
     "decoders_for",
     "register_method",
     "register_generation_metric",
+    "rows_of_examples",
     "register_metric",
     "needs_decoders",
 ]
@@ -182,6 +192,10 @@ class MethodSpec:
             tokenizer)`` returns ``explain(prompt_ids, attention_mask,
             target_ids) -> [batch, T, P]`` for a causal LM (see
             :meth:`build_generation`).
+        one_prompt_at_a_time (bool): True when its ``generation`` runs the
+            prompts of a batch one after the other (Captum's LLM API takes one
+            prompt): the benchmark then divides its time by forward passes of
+            one prompt each, not by one forward over the padded batch.
     """
 
     name: str
@@ -194,12 +208,18 @@ class MethodSpec:
     causal_lm: bool = False
     layer_map: Optional[MethodFactory] = None
     generation: Optional[GenerationFactory] = None
+    one_prompt_at_a_time: bool = False
 
     def __post_init__(self) -> None:
         if self.causal_lm != (self.generation is not None):
             raise ValueError(
                 f"method {self.name!r}: causal_lm=True goes with a generation "
                 "factory, and only with one"
+            )
+        if self.one_prompt_at_a_time and not self.causal_lm:
+            raise ValueError(
+                f"method {self.name!r}: one_prompt_at_a_time describes a "
+                "generation factory; it has none"
             )
 
     def build(
@@ -510,7 +530,7 @@ class _GivenIds:
         return self.tokenizer.convert_ids_to_tokens(ids)
 
 
-def _rows_of_examples(
+def rows_of_examples(
     prompt_ids: Tensor, mask: Tensor, target_ids: Tensor, example_scores: Callable
 ) -> Tensor:
     r"""``[batch, T, P]`` filled example by example: ``example_scores(prompt
@@ -544,7 +564,7 @@ def _one_prompt_at_a_time(
             return run(llm_attribution, inp, target)  # [T_b, P_b]
 
     def scores(prompt_ids: Tensor, mask: Tensor, target_ids: Tensor) -> Tensor:
-        return _rows_of_examples(prompt_ids, mask, target_ids, example)
+        return rows_of_examples(prompt_ids, mask, target_ids, example)
 
     return _generation_explainer(model, scores)
 
@@ -552,10 +572,20 @@ def _one_prompt_at_a_time(
 def _feature_ablation_generation(model: nn.Module, tokenizer: Any) -> GenerationFn:
     def run(llm: Any, inp: TextTokenInput, target: Tensor) -> Tensor:
         with torch.no_grad():
-            result = llm.attribute(inp, target=target, use_cached_outputs=False)
+            # One pass over prompt + continuation per ablation: Captum's fastest.
+            result = llm.attribute(inp, target=target, forward_in_tokens=False)
         return result.token_attr
 
     llm = LLMAttribution(FeatureAblation(model), tokenizer)
+    return _one_prompt_at_a_time(model, tokenizer, llm, run)
+
+
+def _input_x_gradient_generation(model: nn.Module, tokenizer: Any) -> GenerationFn:
+    def run(llm: Any, inp: TextTokenInput, target: Tensor) -> Tensor:
+        return llm.attribute(inp, target=target).token_attr
+
+    embeddings = get_adapter(model).word_embeddings()
+    llm = LLMGradientAttribution(LayerGradientXActivation(model, embeddings), tokenizer)
     return _one_prompt_at_a_time(model, tokenizer, llm, run)
 
 
@@ -581,7 +611,7 @@ def _random_generation(model: nn.Module, tokenizer: Any) -> GenerationFn:
         return torch.rand(len(target), len(prompt), generator=generator)
 
     def scores(prompt_ids: Tensor, mask: Tensor, target_ids: Tensor) -> Tensor:
-        return _rows_of_examples(prompt_ids, mask, target_ids, example)
+        return rows_of_examples(prompt_ids, mask, target_ids, example)
 
     return _generation_explainer(model, scores)
 
@@ -659,7 +689,15 @@ register_method(
     "Embedding norm", _captum_ext(EmbeddingNorm), "baseline", class_agnostic=True
 )
 register_method("Saliency", _saliency, "captum", needs_gradients=True)
-register_method("InputXGradient", _input_x_gradient, "captum", needs_gradients=True)
+register_method(
+    "InputXGradient",
+    _input_x_gradient,
+    "captum",
+    needs_gradients=True,
+    causal_lm=True,
+    generation=_input_x_gradient_generation,
+    one_prompt_at_a_time=True,
+)
 register_method(
     "IntegratedGradients",
     _integrated_gradients,
@@ -667,6 +705,7 @@ register_method(
     needs_gradients=True,
     causal_lm=True,
     generation=_integrated_gradients_generation,
+    one_prompt_at_a_time=True,
 )
 register_method(
     "FeatureAblation",
@@ -674,6 +713,7 @@ register_method(
     "captum",
     causal_lm=True,
     generation=_feature_ablation_generation,
+    one_prompt_at_a_time=True,
 )
 register_method(
     "Random", _random, "control", causal_lm=True, generation=_random_generation

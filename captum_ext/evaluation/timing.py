@@ -11,6 +11,12 @@ forward``, and divides the method's fastest run by the fastest forward pass:
 
     r = \frac{\min_i t_\text{method}^{(i)}}{\min_j t_\text{forward}^{(j)}}
 
+The forward pass is the one the method would be compared with by a user: the
+same batch in one pass, or, for a method that can only take one prompt at a
+time (Captum's ``LLMAttribution``/``LLMGradientAttribution``), each prompt of
+the batch in a pass of its own, so that the ratio is always the method's time
+per prompt over one forward per prompt at the method's batch size.
+
 The forward pass runs at least twice (before and after the method), so one
 disturbed forward no longer makes the method look cheap or dear. The method
 repeats while its runs so far took at most :data:`REPEAT_BUDGET_SECONDS` on
@@ -52,7 +58,8 @@ TIMING_PROTOCOL = (
     "each method was timed on every batch between forward passes on the same "
     f"batch, repeated while its runs took under {REPEAT_BUDGET_SECONDS:g} s (at most "
     f"{MAX_ROUNDS} runs), and the fastest run divided by the fastest forward "
-    "pass"
+    "pass, at the method's own batch size (a method that takes one prompt at a "
+    "time, Captum's LLM API, against forward passes of one prompt each)"
 )
 
 

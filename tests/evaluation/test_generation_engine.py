@@ -164,6 +164,53 @@ def test_batch_of_one_equals_batch_of_four(lm, result):
         assert len(row.ratios) == 4 and len(batched.ratios) == 1
 
 
+def _unit_forward_shapes(lm, method, monkeypatch):
+    r"""The ``input_ids`` shapes of the forward passes ``method``'s time is
+    divided by, per batch, on the four prompts in one batch."""
+    batches, timing_unit = [], [False]
+    model, real_timing = lm[0], generation_engine.time_paired
+
+    def record(module, args, kwargs):
+        if timing_unit[0]:
+            ids = args[0] if args else kwargs.get("input_ids")
+            if ids is None:
+                ids = kwargs["inputs_embeds"]
+            batches[-1].append(tuple(ids.shape[:2]))
+
+    def timed(forward, method_run, clock):
+        batches.append([])
+        timing_unit[0] = True
+        forward()
+        timing_unit[0] = False
+        return real_timing(lambda: None, method_run, clock)
+
+    monkeypatch.setattr(generation_engine, "time_paired", timed)
+    hook = model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        result = run(lm, prompts(), methods=[method], batch_size=4, metrics=["aopc"])
+    finally:
+        hook.remove()
+    return batches, result
+
+
+def test_time_unit_is_one_forward_at_the_methods_own_batch_size(lm, monkeypatch):
+    model, tokenizer = lm
+    # CAT runs the batch at once: one pass over the padded batch (P + T - 1).
+    batches, _ = _unit_forward_shapes(lm, "CAT", monkeypatch)
+    lengths = [
+        (len(tokenizer(p)["input_ids"]), len(tokenizer(c)["input_ids"]) - 1)
+        for p, c in zip(PROMPTS, CONTINUATIONS)  # continuations without <s>
+    ]
+    width = max(p for p, _ in lengths) + max(t for _, t in lengths) - 1
+    assert batches == [[(4, width)]]
+    # Captum's LLM API takes one prompt: a pass per prompt alone, unpadded.
+    batches, result = _unit_forward_shapes(lm, "FeatureAblation", monkeypatch)
+    alone = sorted((1, p + t - 1) for p, t in lengths)
+    assert len(batches) == 1 and sorted(batches[0]) == alone
+    one_at_a_time = result.config["generation"]["tiny"]["one_prompt_at_a_time"]
+    assert one_at_a_time == ["FeatureAblation"]
+
+
 def test_kept_examples_are_each_methods_target_by_prompt_scores(lm, result):
     examples = result.generation_examples["tiny"]
     assert len(examples) == 3  # n_examples default

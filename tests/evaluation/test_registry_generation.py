@@ -8,6 +8,7 @@ import pytest
 import torch
 from captum.attr import (
     FeatureAblation,
+    LayerGradientXActivation,
     LayerIntegratedGradients,
     LLMAttribution,
     LLMGradientAttribution,
@@ -50,6 +51,15 @@ def test_generation_entries_are_the_named_ones_and_only_they_build():
         METHODS["Saliency"].build_generation(None, None)
     with pytest.raises(ValueError, match="causal_lm=True goes with a generation"):
         MethodSpec("Broken", METHODS["Random"].factory, "control", causal_lm=True)
+    with pytest.raises(ValueError, match="one_prompt_at_a_time describes"):
+        MethodSpec(
+            "Broken", METHODS["Random"].factory, "control", one_prompt_at_a_time=True
+        )
+
+
+def test_captums_llm_entries_and_only_they_take_one_prompt_at_a_time():
+    one_at_a_time = [n for n, s in METHODS.items() if s.one_prompt_at_a_time]
+    assert one_at_a_time == ["InputXGradient", "IntegratedGradients", "FeatureAblation"]
 
 
 @pytest.mark.parametrize("name", GENERATION_METHOD_NAMES)
@@ -105,19 +115,49 @@ def test_feature_ablation_is_the_hand_loop_of_ablated_prompt_tokens(lm, batch):
                 torch.testing.assert_close(scores[row, t, column], drop)
 
 
-@pytest.mark.parametrize("name", ["FeatureAblation", "IntegratedGradients"])
+def test_input_x_gradient_is_the_hand_gradient_of_each_targets_log_prob(lm, batch):
+    r"""Row t: d log p(y_t | prompt, y_<t) / d embedding, times the embedding,
+    summed over features, by autograd on each prompt alone."""
+    model, _ = lm
+    scores = _explain("InputXGradient", lm, batch)
+    width = batch["input_ids"].shape[1]
+    for row in range(3):
+        prompt = batch["input_ids"][row][batch["attention_mask"][row].bool()]
+        target = batch["target"][row][batch["target"][row] != -100]
+        for t, y in enumerate(target):
+            ids = torch.cat([prompt, target[:t]])
+            embedded = model.get_input_embeddings()(ids[None]).detach()
+            embedded.requires_grad_()
+            logits = model(inputs_embeds=embedded).logits[0, -1]
+            logits.log_softmax(-1)[y].backward()
+            expected = (embedded.grad * embedded).sum(-1)[0, : len(prompt)]
+            columns = slice(width - len(prompt), width)
+            torch.testing.assert_close(scores[row, t, columns], expected.detach())
+
+
+@pytest.mark.parametrize(
+    "name", ["FeatureAblation", "InputXGradient", "IntegratedGradients"]
+)
 def test_captum_entries_equal_captum_users_script(name, lm):
     r"""A Captum user's ``TextTokenInput`` of the prompt text (BOS included, as
-    the tokenizer encodes it) gives the same rows as the entry fed its ids."""
+    the tokenizer encodes it) gives the same rows as the entry fed its ids; for
+    FeatureAblation in Captum's default token-by-token mode too (the entry runs
+    the faster ``forward_in_tokens=False``: the same scores)."""
     model, tokenizer = lm
     baseline = baseline_token_id(tokenizer)
     inp = TextTokenInput("the cat sat on a mat", tokenizer, baselines=baseline)
     target = torch.tensor(tokenizer.encode("it was big", add_special_tokens=False))
+    embeddings = model.get_input_embeddings()
     if name == "FeatureAblation":
         llm = LLMAttribution(FeatureAblation(model), tokenizer)
         expected = llm.attribute(inp, target=target, use_cached_outputs=False)
+    elif name == "InputXGradient":
+        llm = LLMGradientAttribution(
+            LayerGradientXActivation(model, embeddings), tokenizer
+        )
+        expected = llm.attribute(inp, target=target)
     else:
-        ig = LayerIntegratedGradients(model, model.get_input_embeddings())
+        ig = LayerIntegratedGradients(model, embeddings)
         llm = LLMGradientAttribution(ig, tokenizer)
         expected = llm.attribute(inp, target=target, n_steps=IG_STEPS)
     ids = inp.to_model_input()  # [1, P]: <s> the cat sat on a mat

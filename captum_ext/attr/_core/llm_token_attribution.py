@@ -56,9 +56,10 @@ class LLMTokenAttribution(Attribution):
 
     The prompt and the continuation run through the method's model in one
     teacher-forced pass: compare with Captum's ``LLMAttribution`` under
-    ``use_cached_outputs=False`` (plain teacher forcing); its default ``True``
-    disagrees with it on transformers 5 (and fails on GPT-2 past about 40
-    prompt tokens).
+    ``forward_in_tokens=False`` (one teacher-forced pass per perturbation, its
+    fastest setting) or ``use_cached_outputs=False`` (token by token, the same
+    scores); its default ``use_cached_outputs=True`` disagrees with both on
+    transformers 5 (and fails on GPT-2 past about 40 prompt tokens).
 
     Beyond Captum:
 
