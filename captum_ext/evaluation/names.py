@@ -37,15 +37,10 @@ METHOD_NAMES = (
     "FeatureAblation",
     "Random",
 )
-# The methods that explain classifiers only (attention maps and the gradient
-# norm of a class logit have no generation entry); the others also explain
-# what a causal LM generates, in the same order.
-CLASSIFIER_ONLY_METHOD_NAMES = (
-    "Attention",
-    "Attention rollout",
-    "Embedding norm",
-    "Saliency",
-)
+# The methods that explain classifiers only (the embedding norm reads no
+# target and the gradient norm of a class logit has no generation entry); the
+# others also explain what a causal LM generates, in the same order.
+CLASSIFIER_ONLY_METHOD_NAMES = ("Embedding norm", "Saliency")
 GENERATION_METHOD_NAMES = tuple(
     name for name in METHOD_NAMES if name not in CLASSIFIER_ONLY_METHOD_NAMES
 )

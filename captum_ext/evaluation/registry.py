@@ -677,6 +677,7 @@ register_method(
     "baseline",
     class_agnostic=True,
     needs_attention_weights=True,
+    **_explains_generation(LastLayerAttention),
 )
 register_method(
     "Attention rollout",
@@ -684,6 +685,7 @@ register_method(
     "baseline",
     class_agnostic=True,
     needs_attention_weights=True,
+    **_explains_generation(AttentionRollout),
 )
 register_method(
     "Embedding norm", _captum_ext(EmbeddingNorm), "baseline", class_agnostic=True

@@ -11,7 +11,15 @@ from tests.attr.baseline_checks import (
     assert_target_validated_but_ignored,
 )
 from tests.attr.token_method_checks import attribute
-from tests.helpers import ALL_FAMILIES, is_causal, tiny_classifier, token_batch
+from tests.helpers import (
+    ALL_FAMILIES,
+    CAUSAL_FAMILIES,
+    continuation_batch,
+    is_causal,
+    tiny_causal_lm,
+    tiny_classifier,
+    token_batch,
+)
 
 
 def naive_rollout(model, input_ids, causal):
@@ -86,3 +94,39 @@ def test_rollout_rejects_no_or_mismatched_matrices():
         rollout_products([])
     with pytest.raises(ValueError, match="one shape"):
         rollout_row([torch.ones(2, 3, 3), torch.ones(2, 4, 4)], torch.zeros(2))
+
+
+@pytest.mark.parametrize("method", [LastLayerAttention, AttentionRollout])
+@pytest.mark.parametrize("family", CAUSAL_FAMILIES)
+def test_causal_lm_rows_are_the_predicting_positions(family, method):
+    r"""Row t of a causal LM's scores is the naive formula's row at the
+    predicting position of y_t on prompt + y_<t (one unpadded example at a
+    time), over the prompt and the generated tokens before y_t. The batch runs
+    on sdpa: Llama's eager attention gives NaN on left-padded rows in float64."""
+    model = tiny_causal_lm(family, dtype=torch.float64)
+    sdpa = tiny_causal_lm(family, dtype=torch.float64, attn_implementation="sdpa")
+    batch = continuation_batch((5, 3, 7), (3, 1, 2))
+    scores = method(sdpa).attribute(
+        batch["input_ids"],
+        target=batch["target"],
+        additional_forward_args=(batch["attention_mask"],),
+        attribute_generated=True,
+    )  # [batch, T, P + T]
+    naive = naive_rollout if method is AttentionRollout else _naive_last_layer
+    prompt_width = batch["input_ids"].shape[1]
+    for row, real in enumerate(batch["attention_mask"].bool()):
+        prompt = batch["input_ids"][row, real]
+        steps = batch["target"][row][batch["target"][row] != -100]
+        for t in range(len(steps)):
+            ids = torch.cat([prompt, steps[:t]])[None]
+            expected = naive(model, ids, causal=True)  # [P_i + t]
+            got = torch.cat(
+                [scores[row, t, :prompt_width][real], scores[row, t, prompt_width:][:t]]
+            )
+            torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
+            assert float(scores[row, t].sum()) == pytest.approx(1.0)
+
+
+def _naive_last_layer(model, input_ids, causal):
+    attention = model(input_ids=input_ids, output_attentions=True).attentions[-1]
+    return attention[0, :, -1].mean(0)
