@@ -123,7 +123,8 @@ def test_causal_lm_rows_are_the_predicting_positions(family, method):
             got = torch.cat(
                 [scores[row, t, :prompt_width][real], scores[row, t, prompt_width:][:t]]
             )
-            torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
+            # Llama-style eager attention takes its softmax in float32.
+            torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-12)
             assert float(scores[row, t].sum()) == pytest.approx(1.0)
 
 
