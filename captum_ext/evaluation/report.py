@@ -318,7 +318,9 @@ def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
         body.append(figure_html(path, _layer_caption(result, task, name)))
     body.append("<h3>examples</h3>")
     body += examples_html(
-        result.examples.get(task, []), result.generation_examples.get(task, [])
+        result.examples.get(task, []),
+        result.generation_examples.get(task, []),
+        heading=4,
     )
     return body
 

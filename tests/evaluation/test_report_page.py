@@ -186,7 +186,7 @@ def test_table_says_na_for_class_agnostic_and_flags_impossible_timings(page):
 def test_figures_are_captioned_with_axes_text_gold_prediction(page):
     _, parsed = page
     frontier, curve, layers = parsed.captions
-    assert "time ratio (x, log scale)" in frontier and "Pareto front" in frontier
+    assert "time ratio (x, log scale)" in frontier and "Hollow markers" in frontier
     assert "drop in p(class) at this level (y)" in curve
     assert "It is hopelessly dull." in layers
     assert "true class negative; prediction: negative (p=0.970)" in layers
