@@ -277,6 +277,13 @@ class MethodShard:
             self.curves.setdefault(column, {}).update(zip(rows, curve))
             self.grids[column] = [float(g) for g in value.grid or []]
 
+    def add_timing(self, timing: PairedTiming) -> None:
+        r"""One batch's paired timing (:func:`time_paired`)."""
+        self.seconds += min(timing.method)
+        self.forward_seconds += min(timing.forward)
+        self.ratios.append(timing.ratio)
+        self.spreads.append(timing.spread)
+
 
 def no_signal(scores: Tensor, real: Tensor) -> Tensor:
     r"""``[batch]`` True where an explanation has no signal: on an example
@@ -308,13 +315,6 @@ def ranked_tokens(
     ``special_ids``), 0 elsewhere."""
     special = torch.tensor(list(special_ids), dtype=torch.long)
     return attention_mask * ~torch.isin(input_ids, special.to(input_ids.device))
-
-    def add_timing(self, timing: PairedTiming) -> None:
-        r"""One batch's paired timing (:func:`time_paired`)."""
-        self.seconds += min(timing.method)
-        self.forward_seconds += min(timing.forward)
-        self.ratios.append(timing.ratio)
-        self.spreads.append(timing.spread)
 
 
 def _other_classes(
