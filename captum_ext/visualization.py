@@ -424,6 +424,7 @@ figcaption, .note { color: #555; font-size: 0.9em; }
 div.wide { overflow-x: auto; }
 table.heatmap th { font-weight: normal; }
 td.evidence { outline: 2px solid black; outline-offset: -2px; font-weight: 600; }
+th.predicting { border-bottom: 2px dashed #888; }
 dl.config { display: grid; grid-template-columns: max-content auto; gap: 0.1em 1em; }
 dl.config dt { font-weight: 600; } dl.config dd { margin: 0; }
 """
@@ -730,10 +731,19 @@ def _heatmap(
     targets = display_texts(explanation.target_tokens)
     evidence = explanation.evidence or [-1] * len(targets)
     scaled = _matrix_scale(scores, specials)
+    real = [i for i, special in enumerate(specials) if not special]
+    predicting = real[-1] if real else -1
+
+    def head(i: int) -> str:
+        if i != predicting:
+            return f"<th>{html_safe(prompt[i])}</th>"
+        note = "predicts the first target token; outside the colour scale"
+        return f'<th class="predicting" title="{note}">{html_safe(prompt[i])}</th>'
+
     bands = []
     for start in range(0, len(prompt), HEATMAP_COLUMNS):
         columns = range(start, min(start + HEATMAP_COLUMNS, len(prompt)))
-        header = "".join(f"<th>{html_safe(prompt[i])}</th>" for i in columns)
+        header = "".join(head(i) for i in columns)
         rows = [
             f"<tr><th>{html_safe(target)}</th>"
             + "".join(
@@ -777,11 +787,22 @@ def generation_html(explanation: GenerationExplanation, heading: int = 2) -> str
         "scaled by its largest magnitude over the prompt tokens but the last "
         "(where the first target token is predicted; its own score, often the "
         "largest, is shown as a multiple of that scale and saturates the "
-        f"colour); raw scores in the tooltips.{marked}</p>",
+        "colour; its header is underlined dashed); raw scores in the tooltips."
+        f"{marked}</p>",
     ]
     tag = f"h{heading}"
+    real = torch.tensor([not s for s in specials], dtype=torch.bool)
     for name, scores in explanation.scores.items():
+        values = scores[:, real]  # [T, real prompt tokens]
+        flat = values.numel() > 0 and bool((values == values[:, :1]).all())
+        note = (
+            ' <span class="note">no signal: every prompt token scored the same '
+            "in every row</span>"
+            if flat
+            else ""
+        )
         parts.append(
-            f"<{tag}>{html_safe(name)}</{tag}>{_heatmap(explanation, scores, prompt)}"
+            f"<{tag}>{html_safe(name)}{note}</{tag}>"
+            f"{_heatmap(explanation, scores, prompt)}"
         )
     return "\n".join(parts)

@@ -478,3 +478,19 @@ def test_heatmaps_wrap_scale_without_the_predicting_column_and_mark_evidence():
         prompt, ["a", "b"], {"M": alone}, "p", "a b", False, [True] + [False] * 39
     )
     assert _heatmap_cells(generation_html(flat)).count(("", "-1.00")) == 2
+
+
+def test_a_method_without_signal_says_so_over_its_heatmap():
+    explanation = GenerationExplanation(
+        ["<s>", "a", "b"],
+        ["c"],
+        {"Flat": torch.tensor([[5.0, 0.0, 0.0]]), "M": torch.tensor([[0.0, 1.0, 2.0]])},
+        "a b",
+        "c",
+        True,
+        [True, False, False],
+    )
+    html = generation_html(explanation)
+    assert html.count("no signal: every prompt token scored the same") == 1
+    assert html.index("no signal") < html.index("<h2>M")
+    assert html.count('<th class="predicting"') == 2  # "b", once per method

@@ -74,8 +74,13 @@ def _save(fig: Figure, path: Path) -> None:
 
 
 def curve_rows(rows: Sequence[MethodResult], metric: str) -> List[MethodResult]:
-    r"""The rows with a per-level curve of ``metric`` (none: no figure)."""
-    return [row for row in rows if metric in row.curves]
+    r"""The rows with a per-level curve of ``metric`` holding a number (none:
+    no figure; a method with no signal on every example has none)."""
+    return [
+        row
+        for row in rows
+        if metric in row.curves and any(map(math.isfinite, row.curves[metric][1]))
+    ]
 
 
 def curve_figure(
@@ -267,13 +272,10 @@ def _draw_panel(
             va="bottom",
         )
     front = budget_front(points, up, floor)
-    ax.plot(
-        [p.cost for p in front],
-        [p.value for p in front],
-        color="black",
-        linewidth=1,
-        zorder=2,
-    )
+    costs, values = [p.cost for p in front], [p.value for p in front]
+    ax.plot(costs, values, color="black", linewidth=1, zorder=2)
+    # A ring marks the front's methods (visible also when the front is one).
+    ax.scatter(costs, values, s=90, facecolors="none", edgecolors="black", zorder=2)
     label = {False: "{}", True: "{} (flagged)"}
     return [
         (p.cost, p.value, label[hollow].format(p.method).replace("$", r"\$"))

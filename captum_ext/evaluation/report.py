@@ -146,7 +146,7 @@ def markdown_table(result: BenchmarkResult) -> str:
         lines = [f"### {_md(task)} (n={n})", "", rows[0], rule] + rows[1:]
         parts.append("\n".join(lines))
     note = (
-        "\n\n`*` best per column (Random excluded); arrows give the better "
+        "\n\n`*` best per column, where it beats Random; arrows give the better "
         f"direction; time: {TIME_DEFINITION}"
     )
     return "\n\n".join(parts) + note
@@ -253,7 +253,7 @@ def _definitions_html(result: BenchmarkResult) -> str:
     )
     return (
         '<h2>how to read this page</h2><dl class="config">'
-        f'{items}</dl><p class="note">* best per column (Random excluded); '
+        f'{items}</dl><p class="note">* best per column, where it beats Random; '
         "↑/↓ give the better direction. No signal: the examples on which a "
         "method's scores were constant over the ranked tokens (e.g. all zero "
         "after a ReLU); any ranking of them would be the tie-break's, so every "

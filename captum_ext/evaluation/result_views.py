@@ -80,7 +80,8 @@ def column_header(name: str, higher_is_better: bool) -> str:
 
 
 def _best(rows: Sequence[MethodResult], metric: str, higher: bool) -> float:
-    # The random control is a floor to compare against, not a contender.
+    r"""The best value among the methods, NaN when none beats the random
+    control (a floor to compare against, not a contender)."""
     values = [
         row.metrics.get(metric, math.nan)
         for row in rows
@@ -90,7 +91,10 @@ def _best(rows: Sequence[MethodResult], metric: str, higher: bool) -> float:
     ]
     if not values:
         return math.nan
-    return max(values) if higher else min(values)
+    best = max(values) if higher else min(values)
+    floor = control_value(rows, metric)
+    beaten = math.isnan(floor) or (best > floor if higher else best < floor)
+    return best if beaten else math.nan
 
 
 def _metric_cell(row: MethodResult, metric: str, best: float) -> Cell:
@@ -129,8 +133,9 @@ def _time_cell(row: MethodResult) -> Cell:
 def table_cells(table: TaskRows) -> List[List[Cell]]:
     r"""Header row then one row per method; the best value per metric among the
     non-control methods is marked with ``*`` (direction from the metric's
-    registry entry). Where some method's explanation was constant on some
-    examples, a ``no signal`` column counts them per method."""
+    registry entry) where it beats the random control. Where some method's
+    explanation was constant on some examples, a ``no signal`` column counts
+    them per method."""
     best = {m: _best(table.rows, m, up) for m, up in table.columns.items()}
     header = ["method", "family"]
     header += [column_header(m, up) for m, up in table.columns.items()]
@@ -234,7 +239,10 @@ def frontier_sentence(table: TaskRows, metric: str) -> str:
         steps[0] if len(steps) == 1 else ", ".join(steps[:-1]) + " and " + steps[-1]
     )
     spread = max(p.spread for p in points)
-    rules = f"costs within the timings' own spread, up to {spread:.2f}×, count as one budget"
+    rules = (
+        f"costs within the timings' own spread, up to {spread:.2f}×, count as "
+        "one budget"
+    )
     if floor_note:
         rules += f"; a method must beat {floor_note} to be named"
     return (

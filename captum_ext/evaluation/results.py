@@ -161,8 +161,8 @@ class BenchmarkResult:
     def table(self) -> List[Dict[str, Any]]:
         r"""One dict per (task, method): metric means, ``class_agnostic`` (where
         Kendall-τ does not apply), ``no_signal`` (how many examples' scores
-        were constant, left out of every metric), the time ratio with its ``timing_suspect``
-        flag, and the seconds behind it."""
+        were constant, left out of every metric), the time ratio with its
+        ``timing_suspect`` flag, and the seconds behind it."""
         return [
             {
                 "task": row.task,

@@ -140,7 +140,8 @@ def test_random_control_is_never_marked_best():
     result = _fake_result()
     result.rows[1].metrics["AOPC"] = 0.9  # Random beats AttCAT on AOPC
     lines = markdown_table(result).splitlines()
-    assert lines[4].startswith("| AttCAT | captum_ext | 0.400* |")
+    # No method beats Random on AOPC: no star at all.
+    assert lines[4].startswith("| AttCAT | captum_ext | 0.400 | -1.250* |")
     assert lines[5].startswith("| Random | control | 0.900 |")
 
 
@@ -383,12 +384,14 @@ def test_frontier_figure_draws_flagged_timings_hollow_and_labels_apart(tmp_path)
         labels = [t for t in ax.texts if t.get_text() != "Random"]
         # The text's own box (an annotation's box would include its leader line).
         boxes = [Text.get_window_extent(t, renderer) for t in labels]
+        # One marker per method (the front's rings are the larger ones).
+        points = [c for c in ax.collections if c.get_sizes()[0] < 50]
         # Every method but the control, flagged included, has its label.
-        assert len(boxes) == len(ax.collections) >= 9
+        assert len(boxes) == len(points) >= 9
         for i, box in enumerate(boxes):
             assert not any(box.overlaps(other) for other in boxes[i + 1 :])
         # The flagged timing is drawn hollow (no face), every other point filled.
-        faces = [c.get_facecolor() for c in ax.collections]
+        faces = [c.get_facecolor() for c in points]
         assert sum(len(face) == 0 or face[0][3] == 0 for face in faces) == 1
         assert "Flagged (flagged)" in [t.get_text() for t in labels]
     assert figures.frontier_figure(table, tmp_path / "front.png")
@@ -426,3 +429,34 @@ def test_a_result_shows_the_reports_table_and_highlights_in_a_notebook():
     assert page.count('src="data:image/png;base64,') == 1  # the frontier
     # The report's styles apply inside the result only.
     assert "body {" not in page and ".captum-ext mark.tok" in page
+
+
+def test_no_signal_examples_are_counted_and_their_method_never_starred():
+    result = _fake_result()
+    flat = _row("Flat", "captum_ext", math.nan, math.nan)
+    flat.metrics = {}
+    flat.curves = {"AOPC": (GRID, [math.nan] * 3)}
+    flat.constant = [0, 1, 2, 3]
+    result.rows.insert(1, flat)
+    attcat = result.rows[0]
+    attcat.constant = [2]
+    attcat.per_example = {"AOPC": [0.5, 0.4, math.nan, 0.3], "LOdds": [-1.25]}
+    lines = markdown_table(result).splitlines()
+    header = "| method | family | AOPC ↑ | LOdds ↓ | no signal | time (x forward) |"
+    assert lines[2] == header
+    assert lines[4] == "| AttCAT | captum_ext | 0.400* (1 n/a) | -1.250* | 1/4 | 2.0 |"
+    assert lines[5] == "| Flat | captum_ext | n/a | n/a | 4/4 | 2.0 |"
+    assert lines[6] == "| Random | control | 0.100 | n/a | 0 | 2.0 |"
+    cells = result_views.table_cells(result.task_rows("sentiment"))
+    assert "1 with a constant explanation (no signal" in cells[1][2].note
+    assert [r.method for r in figures.curve_rows(result.rows, "AOPC")] == [
+        "AttCAT",
+        "Random",
+    ]
+    # A best value no better than Random's gets no star.
+    attcat.metrics["AOPC"] = 0.1
+    assert (
+        markdown_table(result)
+        .splitlines()[4]
+        .startswith("| AttCAT | captum_ext | 0.100 (1 n/a) |")
+    )
