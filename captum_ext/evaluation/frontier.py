@@ -12,6 +12,7 @@ cheaper this time. And a method that does not beat the random control on a
 metric is never on its front: a ranking no better than chance is no choice."""
 
 import math
+import statistics
 from typing import List, NamedTuple, Sequence
 
 from captum_ext.evaluation.result_rows import MethodResult, TaskRows
@@ -29,8 +30,8 @@ __all__ = [
 class FrontPoint(NamedTuple):
     r"""A method as a point of the faithfulness-cost plane: ``cost`` in
     forward passes, ``value`` of one metric, and ``spread`` (>= 1) the factor
-    within which its cost is known (the largest ``max / min`` of its timing's
-    repetitions)."""
+    within which its cost is known (the median over batches of ``max / min``
+    of its timing's repetitions, as the cost is the median ratio)."""
 
     method: str
     cost: float
@@ -39,7 +40,10 @@ class FrontPoint(NamedTuple):
 
 
 def _point(row: MethodResult, metric: str) -> FrontPoint:
-    spread = max([1.0] + [s for s in row.spreads if math.isfinite(s)])
+    # The cost is the median over batches, so its spread is the batches'
+    # median spread (one disturbed batch moves neither).
+    spreads = [s for s in row.spreads if math.isfinite(s)]
+    spread = max(1.0, statistics.median(spreads)) if spreads else 1.0
     return FrontPoint(row.method, row.time_ratio, row.metrics[metric], spread)
 
 

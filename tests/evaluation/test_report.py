@@ -346,6 +346,9 @@ def test_frontier_leaves_out_the_control_flagged_timings_and_na_cells():
     assert [p.method for p in aopc] == ["Cheap", "Mid", "Costly"]
     assert [p.method for p in frontier.flagged_points(rows, "AOPC")] == ["Flagged"]
     assert frontier.control_value(rows, "AOPC") == 0.10
+    # A cost's spread: the median over batches (one disturbed batch moves it not).
+    rows[0].spreads = [1.1, 1.9, 1.2]
+    assert frontier.frontier_points(rows, "AOPC")[0].spread == 1.2
     tau_points = frontier.frontier_points(rows, "Kendall-tau")
     assert "Costly" not in [p.method for p in tau_points]
     tau = frontier.budget_front(tau_points, False)
