@@ -314,13 +314,15 @@ def ansi_tokens(
 NO_POSITIVE_EVIDENCE = "no positive evidence"
 
 
-def _top_positive(scores: Tensor, specials: List[bool], k: int) -> List[int]:
-    r"""The positions of the (at most) ``k`` highest positive scores among the
-    real tokens, highest first: a token scored zero or less is no evidence
-    for the target, so an all-zero row has no "top" (ties keep position
-    order)."""
+def _top_positive(
+    scores: Tensor, specials: List[bool], k: int, above: float = 0.0
+) -> List[int]:
+    r"""The positions of the (at most) ``k`` highest scores above ``above``
+    (>= 0) among the real tokens, highest first: a token scored zero or less
+    is no evidence for the target, so an all-zero row has no "top" (ties keep
+    position order)."""
     order = torch.sort(scores, descending=True, stable=True).indices.tolist()
-    return [i for i in order if not specials[i] and float(scores[i]) > 0][:k]
+    return [i for i in order if not specials[i] and float(scores[i]) > above][:k]
 
 
 def positioned_texts(texts: Sequence[str]) -> List[str]:
@@ -336,7 +338,8 @@ def _top_tokens(
     tokens: Sequence[str], scores: Tensor, specials: List[bool], k: int = 3
 ) -> str:
     values = normalize(scores, specials)
-    top = _top_positive(values, specials, k)
+    # Printed to two decimals: a score that would read +0.00 is no "top" either.
+    top = _top_positive(values, specials, k, above=0.005)
     texts = positioned_texts(display_texts(tokens, specials))
     shown = [f"{terminal_safe(texts[i])} ({values[i]:+.2f})" for i in top]
     return ", ".join(shown) or NO_POSITIVE_EVIDENCE

@@ -413,7 +413,7 @@ def test_top_lists_hold_positive_evidence_only():
         tokens=["[CLS]", "it", "is", "it", "[SEP]"],
         scores={
             "Flat": torch.zeros(5),
-            "Mixed": torch.tensor([9.0, -1.0, 0.0, 2.0, 0.0]),
+            "Mixed": torch.tensor([9.0, -1.0, 0.001, 2.0, 0.0]),  # "is" reads +0.00
         },
         label_names=["neg", "pos"],
         pred_class=1,
