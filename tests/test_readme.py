@@ -10,8 +10,8 @@ own layouts). A block opts out only with a marker comment giving a reason,
 reason`` (reStructuredText) right before it; the opt-outs are counted."""
 
 import os
-import shlex
 import re
+import shlex
 import stat
 import subprocess
 import sys

@@ -202,14 +202,13 @@ def _label_offset(
 
 
 def _place_labels(
-    fig: Figure, ax: Any, labels: Sequence[Tuple[float, float, str]]
+    fig: Figure, renderer: Any, ax: Any, labels: Sequence[Tuple[float, float, str]]
 ) -> None:
     r"""Writes each (x, y, text) label next to its point without covering
     another label, a point or the random control's line label: candidates
     around the point, nearest first (:func:`_label_offset`), in a fixed order,
     so the same table always gives the same figure. The axes' limits must be
     final."""
-    renderer = fig.canvas.get_renderer()
     scale = fig.dpi / 72.0  # pixels per point
     frame = ax.get_window_extent(renderer)
     anchors = [tuple(ax.transData.transform((x, y))) for x, y, _ in labels]
@@ -298,7 +297,7 @@ def frontier_drawing(table: TaskRows) -> Optional[Figure]:
     columns = min(3, len(panels))
     lines = -(-len(panels) // columns)
     fig = Figure(figsize=(4.2 * columns, 3.4 * lines))
-    FigureCanvasAgg(fig)  # a renderer to measure the labels with
+    renderer = FigureCanvasAgg(fig).get_renderer()  # to measure the labels
     styles = dict(zip((row.method for row in table.rows), _styles(table.rows)))
     labelled = []
     for index, metric in enumerate(panels):
@@ -319,7 +318,7 @@ def frontier_drawing(table: TaskRows) -> Optional[Figure]:
         ax.tick_params(labelsize=7)
     fig.tight_layout()  # final axes positions before measuring
     for ax, labels in labelled:
-        _place_labels(fig, ax, labels)
+        _place_labels(fig, renderer, ax, labels)
     return fig
 
 
