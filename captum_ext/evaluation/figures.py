@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 r"""The benchmark's figures, drawn from a task's rows and plain data: each
-metric against cost with the Pareto front, the per-level curves of a metric,
+metric against cost with its front, the per-level curves of a metric,
 and a method's per-layer heatmap. Each is drawn on a
 :class:`matplotlib.figure.Figure` (no pyplot, no backend switch), so importing
 this module changes no global state and figures are drawn headless; each PNG
