@@ -182,9 +182,10 @@ def captum_paths(model: nn.Module, data: Data) -> Dict[str, Callable[[], object]
 # ------------------------------------------------------------------ tables
 def speed_table(
     model: nn.Module, data: Data, repeats: int, captum_repeats: Optional[int]
-) -> None:
+) -> int:
     r"""Prints each method's ms, x forward and speed-up vs Captum's paths
-    (``captum_repeats`` None: Captum not timed), with the targets' verdicts."""
+    (``captum_repeats`` None: Captum not timed), with the targets' verdicts;
+    returns how many are FAIL."""
     steps = data["target"].shape[1]
     forward = _call(causal_lm_forward(model), data)
     forward_s = statistics.median(_seconds(forward) for _ in range(repeats + 1))
@@ -201,13 +202,16 @@ def speed_table(
     print(f"one forward {forward_s * 1e3:.1f} ms{legend}")
     header = f"{'method':<24} {'ms':>9} {'x forward':>9}"
     print(header + "".join(f" {'vs ' + path[7:]:>18}" for path in captum))
+    failed = 0
     for name, (seconds, ratio) in rows.items():
         speed_ups = {}
         if name not in captum:
             speed_ups = {path: other / seconds for path, other in captum.items()}
         cells = "".join(f" {speed_up:17.0f}x" for speed_up in speed_ups.values())
         verdict = _verdict(name, ratio, speed_ups, steps)
+        failed += verdict.startswith(_passed(False))
         print(f"{name:<24} {seconds * 1e3:9.1f} {ratio:9.2f}{cells}  {verdict}")
+    return failed
 
 
 def _verdict(name: str, ratio: float, speed_ups: Dict[str, float], steps: int) -> str:
@@ -225,9 +229,10 @@ def _verdict(name: str, ratio: float, speed_ups: Dict[str, float], steps: int) -
     return f"{_passed(passed)} ({checked})"
 
 
-def throughput_table(model: nn.Module, batch: Data, repeats: int) -> None:
+def throughput_table(model: nn.Module, batch: Data, repeats: int) -> int:
     r"""Prints, per method, the throughput of the left-padded batch in one call
-    over the same prompts one at a time (unpadded)."""
+    over the same prompts one at a time (unpadded); returns how many methods
+    FAIL the target."""
     singles: List[Data] = [
         {
             "ids": batch["ids"][row : row + 1, row:],
@@ -246,6 +251,7 @@ def throughput_table(model: nn.Module, batch: Data, repeats: int) -> None:
         verdict = "" if name == "forward" else _passed(ratio >= THROUGHPUT_TARGET)
         cells.append(f"{name} {ratio:.2f}x {verdict}".rstrip())
     print("  ".join(cells))
+    return sum(cell.endswith(_passed(False)) for cell in cells)
 
 
 def _passed(passed: bool) -> str:
@@ -272,6 +278,7 @@ def _models(wanted: List[str]) -> Dict[str, nn.Module]:
 
 
 def main(argv: Optional[List[str]] = None) -> None:
+    r"""Prints the tables; exits with status 1 when a target printed FAIL."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["gpt2", "llama"])
     parser.add_argument("--prompt-len", type=int, default=64)
@@ -294,10 +301,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         "ablated token for every target), gradient x input and LIG through "
         "LLMGradientAttribution"
     )
+    failed = 0
     for name, model in _models(options.models).items():
         print(f"\n{name}, batch 1, {shape}")
         data = continuation(model, 1, options.prompt_len, options.steps)
-        speed_table(model, data, options.repeats, captum_repeats)
+        failed += speed_table(model, data, options.repeats, captum_repeats)
         if options.batch:
             print(
                 f"throughput, batch of {options.batch} left-padded prompts vs one "
@@ -306,7 +314,9 @@ def main(argv: Optional[List[str]] = None) -> None:
             batch = continuation(
                 model, options.batch, options.prompt_len, options.steps
             )
-            throughput_table(model, batch, options.repeats)
+            failed += throughput_table(model, batch, options.repeats)
+    if failed:
+        raise SystemExit(f"{failed} target(s) not met on this machine (FAIL above)")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, NoReturn, Optional, Sequence, Tuple
 
+from captum_ext._utils.progress import duration
 from captum_ext._utils.threads import configure_threads
 from captum_ext.evaluation.names import (
     check_names,
@@ -606,6 +607,12 @@ def _benchmark(args: argparse.Namespace) -> int:
     from captum_ext.evaluation.models import resolve_device
 
     resolve_device(args.device)
+    if args.model is None and os.environ.get("RANK", "0") == "0":
+        from captum_ext.evaluation.tasks import first_run_estimate
+
+        estimate = first_run_estimate(args.tasks)
+        if estimate:
+            print(estimate, file=sys.stderr, flush=True)
     start = time.perf_counter()
     # One process group for all tasks (each benchmark call joins this one).
     with distributed_context(args.device) as ctx:
@@ -620,8 +627,8 @@ def _benchmark(args: argparse.Namespace) -> int:
     for kind, path in paths.items():
         print(f"{kind:>8}: {path}")
     print(
-        f"benchmark {result.wall_seconds:.0f} s; total with model loading "
-        f"{time.perf_counter() - start:.0f} s"
+        f"total {duration(time.perf_counter() - start)} (benchmark "
+        f"{duration(result.wall_seconds)}; the rest: preparing and loading models)"
     )
     return 0
 

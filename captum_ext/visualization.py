@@ -50,6 +50,7 @@ __all__ = [
     "html_tokens",
     "normalize",
     "notebook_html",
+    "positioned_texts",
     "special_token_mask",
     "supports_color",
     "html_safe",
@@ -310,14 +311,38 @@ def ansi_tokens(
     return " ".join(words)
 
 
+NO_POSITIVE_EVIDENCE = "no positive evidence"
+
+
+def _top_positive(
+    scores: Tensor, specials: List[bool], k: int, above: float = 0.0
+) -> List[int]:
+    r"""The positions of the (at most) ``k`` highest scores above ``above``
+    (>= 0) among the real tokens, highest first: a token scored zero or less
+    is no evidence for the target, so an all-zero row has no "top" (ties keep
+    position order)."""
+    order = torch.sort(scores, descending=True, stable=True).indices.tolist()
+    return [i for i in order if not specials[i] and float(scores[i]) > above][:k]
+
+
+def positioned_texts(texts: Sequence[str]) -> List[str]:
+    r"""Each text, with ``@position`` appended where the same text occurs more
+    than once (``k1@3``), so a repeated token says which occurrence is meant."""
+    counts: Dict[str, int] = {}
+    for text in texts:
+        counts[text] = counts.get(text, 0) + 1
+    return [f"{t}@{i}" if counts[t] > 1 else t for i, t in enumerate(texts)]
+
+
 def _top_tokens(
     tokens: Sequence[str], scores: Tensor, specials: List[bool], k: int = 3
 ) -> str:
     values = normalize(scores, specials)
-    real = [i for i in values.argsort(descending=True).tolist() if not specials[i]]
-    texts = display_texts(tokens, specials)
-    shown = [(terminal_safe(texts[i]), i) for i in real[:k]]
-    return ", ".join(f"{text} ({values[i]:+.2f})" for text, i in shown)
+    # Printed to two decimals: a score that would read +0.00 is no "top" either.
+    top = _top_positive(values, specials, k, above=0.005)
+    texts = positioned_texts(display_texts(tokens, specials))
+    shown = [f"{terminal_safe(texts[i])} ({values[i]:+.2f})" for i in top]
+    return ", ".join(shown) or NO_POSITIVE_EVIDENCE
 
 
 def explanation_text(explanation: Explanation, color: bool) -> str:
@@ -400,6 +425,9 @@ img { max-width: 100%; }
 figure { margin: 1em 0; }
 figcaption, .note { color: #555; font-size: 0.9em; }
 div.wide { overflow-x: auto; }
+table.heatmap th { font-weight: normal; }
+td.evidence { outline: 2px solid black; outline-offset: -2px; font-weight: 600; }
+th.predicting { border-bottom: 2px dashed #888; }
 dl.config { display: grid; grid-template-columns: max-content auto; gap: 0.1em 1em; }
 dl.config dt { font-weight: 600; } dl.config dd { margin: 0; }
 """
@@ -606,6 +634,9 @@ class GenerationExplanation:
             a source (``"sentence"``, ``"line"``) whose text ``prompt_tokens``
             holds as written and whose score sums its tokens'. Default:
             ``"token"``
+        evidence (list[int], optional): per target token, the prompt position
+            known to decide it (planted evidence; -1: none), outlined in the
+            heatmaps. Default: none known.
     """
 
     prompt_tokens: List[str]
@@ -616,6 +647,7 @@ class GenerationExplanation:
     generated: bool
     special_mask: Optional[List[bool]] = None
     prompt_unit: str = "token"
+    evidence: Optional[List[int]] = None
 
     def specials(self) -> List[bool]:
         r"""One flag per prompt token, ``True`` for special tokens."""
@@ -648,18 +680,28 @@ _REPR_GENERATION_LINES = 12
 
 
 def _matrix_scale(scores: Tensor, specials: List[bool]) -> Tensor:
-    r"""``[T, P]`` scores over their largest magnitude on real prompt tokens,
-    so the rows (target tokens) share one scale."""
-    columns = torch.tensor(specials, dtype=torch.bool).expand_as(scores)
+    r"""``[T, P]`` scores over their largest magnitude on the real prompt
+    tokens but the last one, so the rows (target tokens) share one scale that
+    the predicting position does not set: the last prompt token is where the
+    first target token is predicted, and its own score (usually the largest,
+    often negative) would leave every other cell blank. Where the other
+    tokens are all zero (or there are none), the last one sets the scale."""
+    real = [i for i, special in enumerate(specials) if not special]
+    excluded = list(specials)
+    if len(real) > 1 and bool(scores[:, real[:-1]].abs().amax() > 0):
+        excluded[real[-1]] = True
+    columns = torch.tensor(excluded, dtype=torch.bool).expand_as(scores)
     return normalize(scores.flatten(), columns.flatten().tolist()).view_as(scores)
 
 
 def generation_text(explanation: GenerationExplanation, k: int = 3) -> str:
     r"""The terminal report of ``explain-generation``: the prompt, the
     continuation, then per method each target token with its ``k`` top prompt
-    tokens and their raw scores. Every string is terminal-safe."""
+    tokens and their raw scores (only positive scores count as evidence: "no
+    positive evidence" where none is; a repeated prompt token carries its
+    position, ``k1@3``). Every string is terminal-safe."""
     specials = explanation.specials()
-    prompt = explanation.prompt_texts()
+    prompt = positioned_texts(explanation.prompt_texts())
     targets = [terminal_safe(t) for t in display_texts(explanation.target_tokens)]
     width = max([len(t) for t in targets] + [1])
     kind = "generated" if explanation.generated else "given"
@@ -672,55 +714,111 @@ def generation_text(explanation: GenerationExplanation, k: int = 3) -> str:
     for name, scores in explanation.scores.items():
         lines.append(f"{terminal_safe(name)}:")
         for target, row in zip(targets, scores):
-            order = [
-                i for i in row.argsort(descending=True).tolist() if not specials[i]
-            ]
             top = ", ".join(
-                f"{terminal_safe(prompt[i])} ({float(row[i]):+.3g})" for i in order[:k]
+                f"{terminal_safe(prompt[i])} ({float(row[i]):+.3g})"
+                for i in _top_positive(row, specials, k)
             )
-            lines.append(f"  {target:<{width}}  {top}")
+            lines.append(f"  {target:<{width}}  {top or NO_POSITIVE_EVIDENCE}")
     return "\n".join(lines)
 
 
-def _heatmap_cell(value: float, raw: float, special: bool) -> str:
+def _heatmap_cell(value: float, raw: float, special: bool, evidence: bool) -> str:
     if special:
         return f'<td class="na" title="special token, {raw:+.4g}"></td>'
+    known = " evidence" if evidence else ""
+    title = f"{raw:+.4g}{' (the known evidence)' if evidence else ''}"
     return (
-        f'<td class="num" style="background-color: {_background(value)}" '
-        f'title="{raw:+.4g}">{value:+.2f}</td>'
+        f'<td class="num{known}" style="background-color: {_background(value)}" '
+        f'title="{title}">{value:+.2f}</td>'
     )
 
 
-def generation_html(explanation: GenerationExplanation) -> str:
-    r"""A body (no page around it): the prompt and continuation, then one
-    target x prompt heatmap table per method (rows: target tokens; columns:
-    prompt tokens; each method's matrix scaled by its largest magnitude over
-    real tokens, raw scores in the tooltips). Every string is escaped."""
+# Prompt columns per heatmap band: a long prompt wraps onto further bands
+# instead of running off the page (or hiding the evidence behind a scroll).
+HEATMAP_COLUMNS = 16
+
+
+def _heatmap(
+    explanation: GenerationExplanation, scores: Tensor, prompt: List[str]
+) -> str:
+    r"""One method's target x prompt table, the prompt wrapped into bands of
+    :data:`HEATMAP_COLUMNS` columns, each band with its own header."""
     specials = explanation.specials()
-    prompt = explanation.prompt_texts()
     targets = display_texts(explanation.target_tokens)
-    header = "".join(f"<th>{html_safe(token)}</th>" for token in prompt)
-    kind = "generated" if explanation.generated else "given"
-    parts = [
-        f"<p>prompt: {html_safe(explanation.prompt)}<br>{kind}: "
-        f"{html_safe(explanation.continuation)}</p>",
-        '<p class="note">Row t: scores for log p(target token t | prompt, '
-        "earlier target tokens); green raises it, red lowers it.</p>",
-    ]
-    for name, scores in explanation.scores.items():
-        scaled = _matrix_scale(scores, specials)
+    evidence = explanation.evidence or [-1] * len(targets)
+    scaled = _matrix_scale(scores, specials)
+    real = [i for i, special in enumerate(specials) if not special]
+    predicting = real[-1] if real else -1
+
+    def head(i: int) -> str:
+        if i != predicting:
+            return f"<th>{html_safe(prompt[i])}</th>"
+        note = "predicts the first target token; outside the colour scale"
+        return f'<th class="predicting" title="{note}">{html_safe(prompt[i])}</th>'
+
+    bands = []
+    for start in range(0, len(prompt), HEATMAP_COLUMNS):
+        columns = range(start, min(start + HEATMAP_COLUMNS, len(prompt)))
+        header = "".join(head(i) for i in columns)
         rows = [
             f"<tr><th>{html_safe(target)}</th>"
             + "".join(
-                _heatmap_cell(float(v), float(r), s)
-                for v, r, s in zip(scaled[t], scores[t], specials)
+                _heatmap_cell(
+                    float(scaled[t, i]),
+                    float(scores[t, i]),
+                    specials[i],
+                    t < len(evidence) and evidence[t] == i,
+                )
+                for i in columns
             )
             + "</tr>"
             for t, target in enumerate(targets)
         ]
-        # A long prompt scrolls inside its own box, not the whole page.
+        bands.append(f"<tr><th></th>{header}</tr>" + "".join(rows))
+    return '<table class="heatmap">' + "".join(bands) + "</table>"
+
+
+def generation_html(explanation: GenerationExplanation, heading: int = 2) -> str:
+    r"""A body (no page around it): the prompt and continuation, then one
+    target x prompt heatmap table per method under an ``<h{heading}>`` (rows:
+    target tokens; columns: prompt tokens, wrapped into bands of
+    :data:`HEATMAP_COLUMNS`; each method's matrix scaled by its largest
+    magnitude over the real prompt tokens but the last, the position that
+    predicts the first target token; raw scores in the tooltips; the known
+    evidence of a target token outlined). Every string is escaped."""
+    specials = explanation.specials()
+    prompt = positioned_texts(explanation.prompt_texts())
+    kind = "generated" if explanation.generated else "given"
+    marked = (
+        " A black outline marks the prompt token known to decide each target "
+        "token (the planted evidence)."
+        if explanation.evidence
+        else ""
+    )
+    parts = [
+        f"<p>prompt: {html_safe(explanation.prompt)}<br>{kind}: "
+        f"{html_safe(explanation.continuation)}</p>",
+        '<p class="note">Row t: scores for log p(target token t | prompt, '
+        "earlier target tokens); green raises it, red lowers it. Each table is "
+        "scaled by its largest magnitude over the prompt tokens but the last "
+        "(where the first target token is predicted; its own score, often the "
+        "largest, is shown as a multiple of that scale and saturates the "
+        "colour; its header is underlined dashed); raw scores in the tooltips."
+        f"{marked}</p>",
+    ]
+    tag = f"h{heading}"
+    real = torch.tensor([not s for s in specials], dtype=torch.bool)
+    for name, scores in explanation.scores.items():
+        values = scores[:, real]  # [T, real prompt tokens]
+        flat = values.numel() > 0 and bool((values == values[:, :1]).all())
+        note = (
+            ' <span class="note">no signal: every prompt token scored the same '
+            "in every row</span>"
+            if flat
+            else ""
+        )
         parts.append(
-            f'<h2>{html_safe(name)}</h2><div class="wide"><table><tr><th></th>'
-            f"{header}</tr>" + "".join(rows) + "</table></div>"
+            f"<{tag}>{html_safe(name)}{note}</{tag}>"
+            f"{_heatmap(explanation, scores, prompt)}"
         )
     return "\n".join(parts)

@@ -60,7 +60,7 @@ def test_given_target_and_escaped_html_heatmaps(lm_dir, tmp_path, capsys):
     assert "given: it was big" in out and f"wrote {page}" in out
     html = page.read_text(encoding="utf-8")
     assert "<b>the</b>" not in html and "&lt;b&gt;the&lt;/b&gt;" in html
-    assert html.count("<h2>") == 2 and html.count("<table>") == 2
+    assert html.count("<h2>") == 2 and html.count('<table class="heatmap">') == 2
     # One row per target token, one cell per prompt token (<s> + 2 words).
     assert html.count("<tr><th>was</th>") == 2
     assert html.split("<tr><th>was</th>")[1].split("</tr>")[0].count("<td") == 3

@@ -11,11 +11,12 @@ reason`` (reStructuredText) right before it; the opt-outs are counted."""
 
 import os
 import re
+import shlex
 import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Set
 
 import pandas as pd
 import pytest
@@ -204,3 +205,63 @@ def test_every_block_runs_as_written(document, tmp_path):
     for number, block in enumerate(DOCUMENTS[document]):
         if not block.skip:
             _run(block, number, work, env)
+
+
+# Inline code that reads as a command: `python -m x ...` or `captum-ext ...`
+# (``...`` in reStructuredText), possibly wrapped over lines.
+INLINE_COMMAND = re.compile(r"`{1,2}((?:python -m|captum-ext)\s[^`]+)`{1,2}")
+
+
+def inline_commands(path: Path) -> List[str]:
+    text = path.read_text(encoding="utf-8")
+    return [" ".join(m.group(1).split()) for m in INLINE_COMMAND.finditer(text)]
+
+
+def _documents_with_prose() -> List[Path]:
+    return [README, ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.rst"))]
+
+
+def _subcommands() -> Dict[str, Set[str]]:
+    r"""Each ``captum-ext`` subcommand and its option strings."""
+    import argparse
+
+    from captum_ext.cli import _parser
+
+    (choices,) = [
+        action.choices
+        for action in _parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+    ]
+    return {
+        name: {o for action in sub._actions for o in action.option_strings}
+        for name, sub in choices.items()
+    }
+
+
+def test_inline_commands_in_the_prose_run_as_written():
+    r"""What the prose names as a command runs as written: a ``python -m``
+    module exists from the repository root (a benchmark is named as a module:
+    its path would fail to import ``benchmarks``), and a ``captum-ext``
+    command's subcommand and options exist."""
+    import importlib.util
+
+    subcommands = _subcommands()
+    commands = {p.name: inline_commands(p) for p in _documents_with_prose()}
+    assert sum(map(len, commands.values())) >= 15
+    for document, found in commands.items():
+        for command in found:
+            words = shlex.split(command.replace("...", "").replace("…", ""))
+            where = f"{document}: {command}"
+            if words[0] == "python":
+                assert importlib.util.find_spec(words[2]), where
+                continue
+            if len(words) > 1 and words[1] != "--help":
+                assert words[1] in subcommands, where
+                options = {w.split("=")[0] for w in words if w.startswith("--")}
+                assert options <= subcommands[words[1]], where
+    paths = [
+        (page.name, m.group(0))
+        for page in _documents_with_prose()
+        for m in re.finditer(r"`benchmarks/\w+\.py`", page.read_text())
+    ]
+    assert not paths, f"a benchmark named by path (run it with python -m): {paths}"

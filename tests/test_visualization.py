@@ -13,11 +13,16 @@ from captum_ext.visualization import (
     explanation_html,
     explanation_text,
     fit_line,
+    generation_html,
+    generation_text,
     GenerationExplanation,
+    HEATMAP_COLUMNS,
     html_page,
     html_tokens,
+    NO_POSITIVE_EVIDENCE,
     normalize,
     notebook_html,
+    positioned_texts,
     special_token_mask,
     supports_color,
     to_records,
@@ -401,3 +406,91 @@ def test_a_generation_explanation_shows_itself():
     page = explanation._repr_html_()
     assert "<b>cat" not in page and "&lt;b&gt;cat&lt;/b&gt;" in page
     assert page.count("<table") == 2  # one heatmap per method
+
+
+def test_top_lists_hold_positive_evidence_only():
+    explanation = Explanation(
+        tokens=["[CLS]", "it", "is", "it", "[SEP]"],
+        scores={
+            "Flat": torch.zeros(5),
+            "Mixed": torch.tensor([9.0, -1.0, 0.001, 2.0, 0.0]),  # "is" reads +0.00
+        },
+        label_names=["neg", "pos"],
+        pred_class=1,
+        pred_prob=0.9,
+        target=1,
+        special_mask=[True, False, False, False, True],
+    )
+    out = explanation_text(explanation, color=False).splitlines()
+    top = [line.split("top: ")[1] for line in out if "top: " in line]
+    # No zero-score token is "top"; the repeated "it" says which one.
+    assert top == [NO_POSITIVE_EVIDENCE, "it@3 (+1.00)"]
+    assert "top: no positive evidence" in repr(explanation)
+
+
+def test_generation_text_names_positions_of_repeated_tokens():
+    explanation = GenerationExplanation(
+        prompt_tokens=["<s>", "k1", "v2", "k1"],
+        target_tokens=["v2", "v9"],
+        scores={"M": torch.tensor([[0.0, 151.0, -3.0, 193.0], [0.0, 0.0, 0.0, 0.0]])},
+        prompt="k1 v2 k1",
+        continuation="v2 v9",
+        generated=True,
+        special_mask=[True, False, False, False],
+    )
+    lines = generation_text(explanation).splitlines()
+    assert lines[-2] == "  v2  k1@3 (+193), k1@1 (+151)"
+    assert lines[-1] == f"  v9  {NO_POSITIVE_EVIDENCE}"
+    assert positioned_texts(["a", "b", "a"]) == ["a@0", "b", "a@2"]
+
+
+def _heatmap_cells(html: str):
+    return re.findall(r'<td class="num( evidence)?"[^>]*>([^<]*)</td>', html)
+
+
+def test_heatmaps_wrap_scale_without_the_predicting_column_and_mark_evidence():
+    prompt = ["<s>"] + [f"w{i}" for i in range(39)]  # 40 columns: 3 bands
+    scores = torch.zeros(2, 40)
+    scores[:, 5] = torch.tensor([0.5, 1.0])
+    scores[:, -1] = -4.0  # the predicting position: outside the scale
+    explanation = GenerationExplanation(
+        prompt_tokens=prompt,
+        target_tokens=["a", "b"],
+        scores={"M": scores},
+        prompt="p",
+        continuation="a b",
+        generated=False,
+        special_mask=[True] + [False] * 39,
+        evidence=[5, -1],
+    )
+    html = generation_html(explanation, heading=4)
+    assert html.count("<h4>M</h4>") == 1 and "<h2>" not in html
+    assert html.count("<tr><th></th>") == -(-40 // HEATMAP_COLUMNS)
+    cells = _heatmap_cells(html)
+    assert len(cells) == 2 * 39  # every real prompt token once per target row
+    assert cells.count((" evidence", "+0.50")) == 1  # row a's evidence, outlined
+    assert ("", "+1.00") in cells and cells.count(("", "-4.00")) == 2
+    assert "black outline marks the prompt token known to decide" in html
+    # Only the predicting position scored: it sets the scale itself.
+    alone = torch.zeros(2, 40)
+    alone[:, -1] = -4.0
+    flat = GenerationExplanation(
+        prompt, ["a", "b"], {"M": alone}, "p", "a b", False, [True] + [False] * 39
+    )
+    assert _heatmap_cells(generation_html(flat)).count(("", "-1.00")) == 2
+
+
+def test_a_method_without_signal_says_so_over_its_heatmap():
+    explanation = GenerationExplanation(
+        ["<s>", "a", "b"],
+        ["c"],
+        {"Flat": torch.tensor([[5.0, 0.0, 0.0]]), "M": torch.tensor([[0.0, 1.0, 2.0]])},
+        "a b",
+        "c",
+        True,
+        [True, False, False],
+    )
+    html = generation_html(explanation)
+    assert html.count("no signal: every prompt token scored the same") == 1
+    assert html.index("no signal") < html.index("<h2>M")
+    assert html.count('<th class="predicting"') == 2  # "b", once per method

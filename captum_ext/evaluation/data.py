@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 import datasets
 import datasets.utils
 
-from captum_ext.evaluation.hub import is_hub_id
+from captum_ext.evaluation.hub import cache_only_unless_reachable, is_hub_id
 
 __all__ = ["DataError", "LoadedExamples", "load_data"]
 
@@ -239,6 +239,21 @@ def _quiet_logs() -> Iterator[None]:
         datasets.utils.logging.set_verbosity(verbosity)
 
 
+@contextmanager
+def _cache_only_unless_reachable() -> Iterator[None]:
+    r"""Offline mode for ``datasets`` too (it keeps its own flag) inside
+    :func:`~captum_ext.evaluation.hub.cache_only_unless_reachable`, so an
+    unreachable Hub means the datasets cache is read at once; restored
+    after."""
+    with cache_only_unless_reachable() as offline:
+        before = datasets.config.HF_HUB_OFFLINE
+        datasets.config.HF_HUB_OFFLINE = before or offline
+        try:
+            yield
+        finally:
+            datasets.config.HF_HUB_OFFLINE = before
+
+
 def _read(
     path: Path,
     split: Optional[str],
@@ -287,7 +302,8 @@ def _read_hub(
     name: str, config_name: Optional[str], split: Optional[str]
 ) -> datasets.Dataset:
     try:
-        with _quiet_logs():  # "Using the latest cached version ..." lines
+        # _quiet_logs: no "Using the latest cached version ..." lines
+        with _quiet_logs(), _cache_only_unless_reachable():
             loaded = datasets.load_dataset(name, config_name, split=split)
     except ConnectionError as error:  # offline or unreachable, and not cached
         raise DataError(_hub_unreachable(name)) from error

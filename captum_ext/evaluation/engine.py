@@ -11,6 +11,7 @@ the table equals a one-process run up to the batch composition (padding
 invariance, within 1e-6).
 """
 
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -63,6 +64,8 @@ __all__ = [
     "kept_scores",
     "merge_method",
     "metric_values",
+    "no_signal",
+    "ranked_tokens",
     "run_benchmark",
     "run_config",
 ]
@@ -250,13 +253,27 @@ class MethodShard:
     seconds: float = 0.0
     forward_seconds: float = 0.0
     kept: Dict[int, Tensor] = field(default_factory=dict)
+    # Rows whose explanation is constant: no ranking to score (see no_signal).
+    constant: List[int] = field(default_factory=list)
+
+    def mark_constant(self, rows: Sequence[int], flags: Tensor) -> None:
+        r"""Records which of a batch's ``rows`` have no signal (``flags``
+        ``[batch]``, :func:`no_signal`); their metric values become NaN."""
+        self.constant += [row for row, flat in zip(rows, flags.tolist()) if flat]
 
     def record(self, column: str, rows: Sequence[int], value: MetricValue) -> None:
-        r"""One batch's values of ``column`` (and its curves), by example row."""
+        r"""One batch's values of ``column`` (and its curves), by example row;
+        NaN for a row marked constant, whose ranking would only be the
+        tie-break's."""
+        void = set(self.constant)
         per_example = value.per_example.reshape(-1).double().cpu().tolist()
+        per_example = [math.nan if r in void else v for r, v in zip(rows, per_example)]
         self.values.setdefault(column, {}).update(zip(rows, per_example))
         if value.curve is not None:
             curve = value.curve.double().cpu().tolist()
+            curve = [
+                [math.nan] * len(c) if r in void else c for r, c in zip(rows, curve)
+            ]
             self.curves.setdefault(column, {}).update(zip(rows, curve))
             self.grids[column] = [float(g) for g in value.grid or []]
 
@@ -266,6 +283,38 @@ class MethodShard:
         self.forward_seconds += min(timing.forward)
         self.ratios.append(timing.ratio)
         self.spreads.append(timing.spread)
+
+
+def no_signal(scores: Tensor, real: Tensor) -> Tensor:
+    r"""``[batch]`` True where an explanation has no signal: on an example
+    with at least two real tokens, every row of its scores is constant over
+    them (e.g. all zero after Grad-CAM's ReLU), so any ranking of its tokens
+    is the tie-break's, not the method's.
+
+    Args:
+        scores (Tensor): ``[batch, pos]``, or ``[batch, T, pos]`` (one row per
+            explained target token).
+        real (Tensor): ``[batch, pos]``, nonzero at the tokens a metric ranks
+            (attended, not special).
+
+    Returns:
+        Tensor: ``[batch]`` bool.
+    """
+    real = real.bool()
+    grid = scores if scores.dim() == 3 else scores[:, None]  # [batch, T, pos]
+    inside = real[:, None].expand_as(grid)
+    high = grid.masked_fill(~inside, -math.inf).amax(-1)  # [batch, T]
+    low = grid.masked_fill(~inside, math.inf).amin(-1)
+    return (high == low).all(-1) & (real.sum(-1) >= 2)
+
+
+def ranked_tokens(
+    input_ids: Tensor, attention_mask: Tensor, special_ids: Sequence[int]
+) -> Tensor:
+    r"""``[batch, pos]``: 1 at the tokens a metric ranks (attended, not one of
+    ``special_ids``), 0 elsewhere."""
+    special = torch.tensor(list(special_ids), dtype=torch.long)
+    return attention_mask * ~torch.isin(input_ids, special.to(input_ids.device))
 
 
 def _other_classes(
@@ -337,6 +386,9 @@ def _score_batch(
     )
     scores = scores.detach().float()  # [batch, pos]
     shard.add_timing(timing)
+    e = batch.encoded
+    real = ranked_tokens(e.input_ids, e.attention_mask, tokenizer.all_special_ids)
+    shard.mark_constant(e.rows, no_signal(scores, real))
     assert batch.shared is not None
     for column, value in metric_values(
         metrics,
@@ -493,6 +545,7 @@ def merge_method(
         spreads=spreads,
         rows=rows,
         per_example={c: [values[c][row] for row in rows] for c in columns if values[c]},
+        constant=sorted({row for shard in shards for row in shard.constant}),
     )
 
 

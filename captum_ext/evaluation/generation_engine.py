@@ -58,6 +58,8 @@ from captum_ext.evaluation.engine import (
     kept_scores,
     merge_method,
     MethodShard,
+    no_signal,
+    ranked_tokens,
     run_config,
 )
 from captum_ext.evaluation.names import (
@@ -291,15 +293,14 @@ def _score_batch(
         batch.target,
         TokenOptions.from_tokenizer(run.tokenizer),
     )
+    # Special tokens (BOS, ...) compete for no place, as no metric ranks them.
+    special = context.tokens.special_token_ids or ()
+    ranked = ranked_tokens(batch.input_ids, batch.attention_mask, special)
+    shard.mark_constant(batch.rows, no_signal(scores, ranked))
     for metric in run.metrics:
         for column, value in metric.compute(context, scores).items():
             shard.record(column, batch.rows, value)
     if batch.evidence is not None:
-        # Special tokens (BOS, ...) compete for no place, as no metric ranks them.
-        special = torch.tensor(context.tokens.special_token_ids, dtype=torch.long)
-        ranked = batch.attention_mask * ~torch.isin(
-            batch.input_ids, special.to(batch.input_ids.device)
-        )
         for k in EVIDENCE_TOP_K:
             accuracy = _evidence_accuracy(scores, batch, batch.evidence, ranked, k)
             shard.record(evidence_column(k), batch.rows, MetricValue(accuracy))
@@ -369,6 +370,7 @@ def _examples(
                 continuation=tokenizer.decode(continuation),
                 generated=generated,
                 special_mask=special_token_mask(tokenizer, prompt),
+                evidence=None if data.evidence is None else list(data.evidence[row]),
             )
         )
     return examples

@@ -20,7 +20,7 @@ from captum_ext._utils.common import check_tokenizer_vocabulary
 from captum_ext._utils.progress import quiet_library_bars
 from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext.defaults.models import quiet_transformers
-from captum_ext.evaluation.hub import is_hub_id
+from captum_ext.evaluation.hub import cache_only_unless_reachable, is_hub_id
 from captum_ext.evaluation.model_files import read_model_config
 
 __all__ = [
@@ -104,12 +104,12 @@ def _hub_error(name: str, revision: Optional[str], error: Exception) -> ValueErr
     from huggingface_hub import constants, errors
 
     if isinstance(error, errors.LocalEntryNotFoundError):
-        if constants.is_offline_mode():
+        if constants.is_offline_mode():  # set by the user, or the Hub unreachable
             return ValueError(
                 f"Hub model {name!r} is not in the local cache "
-                f"({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE is set: unset "
-                "HF_HUB_OFFLINE to download it once, or set HF_HOME to a cache "
-                "that holds it"
+                f"({constants.HF_HUB_CACHE}), and the Hub is unreachable or "
+                "HF_HUB_OFFLINE is set: download it once with a network (and "
+                "HF_HUB_OFFLINE unset), or set HF_HOME to a cache that holds it"
             )
         return ValueError(
             f"cannot download Hub model {name!r}: the Hub is unreachable and the "
@@ -167,7 +167,8 @@ def resolve_model_source(
     from huggingface_hub import hf_hub_download
 
     try:
-        config = Path(hf_hub_download(name, "config.json", revision=revision))
+        with cache_only_unless_reachable():
+            config = Path(hf_hub_download(name, "config.json", revision=revision))
     except Exception as error:  # every failure becomes one line naming the id
         raise _hub_error(name, revision, error) from error
     # The cache's layout: snapshots/<commit>/config.json.
@@ -391,9 +392,11 @@ def _load(
     source = resolve_model_source(path, revision)
     _check_architecture(source.name, read_model_config(source.directory), kind)
     tokenizer_source = resolve_model_source(tokenizer) if tokenizer else source
-    loaded_tokenizer = _tokenizer(tokenizer_source, trust_remote_code)
+    with cache_only_unless_reachable():
+        loaded_tokenizer = _tokenizer(tokenizer_source, trust_remote_code)
     try:
-        with quiet_transformers():  # no weight-loading bar or load report
+        # quiet_transformers: no weight-loading bar or load report
+        with quiet_transformers(), cache_only_unless_reachable():
             model, info = auto_class.from_pretrained(
                 **_pretrained(source, trust_remote_code),
                 attn_implementation="eager",

@@ -85,9 +85,10 @@ DEFINITIONS = {
 GENERATION_DEFINITIONS = {
     "Evidence@1": "planted-evidence accuracy: how often the top-scored prompt "
     "token of a target token is the one prompt token known to decide it (the "
-    "key-value recall task's copied value); ties count in expectation (e "
-    "tokens tied with the evidence share the remaining top places, so constant "
-    "scores score like a random ranking).",
+    "key-value recall task's copied value); partial ties count in expectation "
+    "(e tokens tied with the evidence share the remaining top places). An "
+    "example whose scores are constant (no signal) is left out of this and "
+    "every other column (n/a), not scored as a tie.",
     "Evidence@3": "as Evidence@1, with the evidence among the top 3 prompt tokens.",
     "AOPC": "comprehensiveness: the drop in p(y_t | prompt, y_<t) when the "
     "top-ranked prompt tokens are deleted, averaged over deleting 10 %, ..., "
@@ -145,7 +146,7 @@ def markdown_table(result: BenchmarkResult) -> str:
         lines = [f"### {_md(task)} (n={n})", "", rows[0], rule] + rows[1:]
         parts.append("\n".join(lines))
     note = (
-        "\n\n`*` best per column (Random excluded); arrows give the better "
+        "\n\n`*` best per column, where it beats Random; arrows give the better "
         f"direction; time: {TIME_DEFINITION}"
     )
     return "\n\n".join(parts) + note
@@ -235,7 +236,9 @@ def _config_value(value: Any) -> str:
 
 def _config_html(result: BenchmarkResult) -> str:
     r"""The run's configuration as a two-column list, one setting a line."""
-    items = dict(result.config, **{"wall time": f"{result.wall_seconds:.0f} s"})
+    # The engines' own time: preparing and loading the models is not in it.
+    benchmark = f"{result.wall_seconds:.0f} s (model preparation not included)"
+    items = dict(result.config, **{"benchmark wall time": benchmark})
     rows = "".join(
         f"<dt>{html_safe(str(key))}</dt><dd>{html_safe(_config_value(value))}</dd>"
         for key, value in items.items()
@@ -250,8 +253,11 @@ def _definitions_html(result: BenchmarkResult) -> str:
     )
     return (
         '<h2>how to read this page</h2><dl class="config">'
-        f'{items}</dl><p class="note">* best per column (Random excluded); '
-        "↑/↓ give the better direction. Scores explain the model's predicted "
+        f'{items}</dl><p class="note">* best per column, where it beats Random; '
+        "↑/↓ give the better direction. No signal: the examples on which a "
+        "method's scores were constant over the ranked tokens (e.g. all zero "
+        "after a ReLU); any ranking of them would be the tie-break's, so every "
+        "metric leaves them out (n/a). Scores explain the model's predicted "
         f"class{_GENERATED_NOTE if result.generation_tasks else ''}.</p>"
     )
 
@@ -318,7 +324,9 @@ def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
         body.append(figure_html(path, _layer_caption(result, task, name)))
     body.append("<h3>examples</h3>")
     body += examples_html(
-        result.examples.get(task, []), result.generation_examples.get(task, [])
+        result.examples.get(task, []),
+        result.generation_examples.get(task, []),
+        heading=4,
     )
     return body
 

@@ -28,7 +28,9 @@ class MethodResult:
     ``ratios`` holds one ``t_method / t_forward`` per batch and ``spreads``
     how far that batch's repetitions were apart
     (:class:`~captum_ext.evaluation.timing.PairedTiming`);
-    ``per_example[column]`` is aligned with ``rows`` (positions in the data)."""
+    ``per_example[column]`` is aligned with ``rows`` (positions in the data);
+    ``constant`` lists the rows whose explanation had no signal (constant over
+    the ranked tokens), which every metric leaves out."""
 
     task: str
     method: str
@@ -43,6 +45,8 @@ class MethodResult:
     rows: List[int] = field(default_factory=list)
     per_example: Dict[str, List[float]] = field(default_factory=dict)
     class_agnostic: bool = False  # scores ignore the target: Kendall-tau n/a
+    # Data rows whose explanation was constant (no signal): every metric n/a.
+    constant: List[int] = field(default_factory=list)
 
     @property
     def time_ratio(self) -> float:

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import List, NamedTuple, Sequence
 
 from captum_ext.evaluation.frontier import (
+    budget_front,
+    control_value,
     frontier_metrics,
     frontier_points,
-    pareto_front,
 )
 from captum_ext.evaluation.result_rows import MethodResult, SUSPECT_RATIO, TaskRows
 from captum_ext.evaluation.timing import SPREAD_BOUND, TIMING_PROTOCOL
@@ -47,9 +48,14 @@ __all__ = [
 ]
 
 TIME_COLUMN = "time (x forward)"
+NO_SIGNAL_COLUMN = "no signal"
 NOT_APPLICABLE = "n/a (class-agnostic)"
 UNSCORED = "n/a"  # examples a metric cannot score (NaN), left out of means
 TIMING_FLAG = "⚠"
+NO_SIGNAL_NOTE = (
+    "with a constant explanation (no signal: every token scored the same, so "
+    "any ranking would be the tie-break's)"
+)
 TIME_DEFINITION = (
     f"attribution time divided by one inference forward pass: {TIMING_PROTOCOL} "
     "(median over batches). Every method but the random control runs a forward "
@@ -74,7 +80,8 @@ def column_header(name: str, higher_is_better: bool) -> str:
 
 
 def _best(rows: Sequence[MethodResult], metric: str, higher: bool) -> float:
-    # The random control is a floor to compare against, not a contender.
+    r"""The best value among the methods, NaN when none beats the random
+    control (a floor to compare against, not a contender)."""
     values = [
         row.metrics.get(metric, math.nan)
         for row in rows
@@ -84,23 +91,35 @@ def _best(rows: Sequence[MethodResult], metric: str, higher: bool) -> float:
     ]
     if not values:
         return math.nan
-    return max(values) if higher else min(values)
+    best = max(values) if higher else min(values)
+    floor = control_value(rows, metric)
+    beaten = math.isnan(floor) or (best > floor if higher else best < floor)
+    return best if beaten else math.nan
 
 
 def _metric_cell(row: MethodResult, metric: str, best: float) -> Cell:
     if not row.applies(metric):
         return Cell(NOT_APPLICABLE, "the scores do not depend on the class", "na")
     value = row.metrics.get(metric, math.nan)
+    flat = len(row.constant)
     if math.isnan(value):
-        return Cell(UNSCORED, f"none of the {row.n} examples could be scored", "na")
+        why = f"; {flat} {NO_SIGNAL_NOTE}" if flat else ""
+        return Cell(
+            UNSCORED, f"none of the {row.n} examples could be scored{why}", "na"
+        )
     text = f"{value:.3f}{'*' if value == best else ''}"
     left_out = sum(math.isnan(v) for v in row.per_example.get(metric, []))
     if not left_out:
         return Cell(text)
+    reasons = [f"{flat} {NO_SIGNAL_NOTE}"] if flat else []
+    if left_out > flat:
+        reasons.append(
+            f"{left_out - flat} have no token the metric can perturb (only "
+            "special or unknown tokens)"
+        )
     return Cell(
         f"{text} ({left_out} {UNSCORED})",
-        f"{left_out} of {row.n} examples have no token the metric can perturb "
-        "(only special or unknown tokens); the mean leaves them out",
+        f"{left_out} of {row.n} examples left out of the mean: " + "; ".join(reasons),
         "na",
     )
 
@@ -114,16 +133,34 @@ def _time_cell(row: MethodResult) -> Cell:
 def table_cells(table: TaskRows) -> List[List[Cell]]:
     r"""Header row then one row per method; the best value per metric among the
     non-control methods is marked with ``*`` (direction from the metric's
-    registry entry)."""
+    registry entry) where it beats the random control. Where some method's
+    explanation was constant on some examples, a ``no signal`` column counts
+    them per method."""
     best = {m: _best(table.rows, m, up) for m, up in table.columns.items()}
     header = ["method", "family"]
     header += [column_header(m, up) for m, up in table.columns.items()]
-    cells = [[Cell(text) for text in header + [TIME_COLUMN]]]
+    # Shown only where some explanation was constant: a column of zeros is noise.
+    flat = any(row.constant for row in table.rows)
+    cells = [
+        [Cell(text) for text in header + [NO_SIGNAL_COLUMN] * flat + [TIME_COLUMN]]
+    ]
     for row in table.rows:
         line = [Cell(row.method), Cell(row.family)]
         line += [_metric_cell(row, m, best[m]) for m in table.columns]
+        line += [_no_signal_cell(row)] * flat
         cells.append(line + [_time_cell(row)])
     return cells
+
+
+def _no_signal_cell(row: MethodResult) -> Cell:
+    if not row.constant:
+        return Cell("0")
+    return Cell(
+        f"{len(row.constant)}/{row.n}",
+        f"{len(row.constant)} of {row.n} examples {NO_SIGNAL_NOTE}; every "
+        "metric leaves them out",
+        "na",
+    )
 
 
 def _html_cell(cell: Cell, numeric: bool, tag: str = "td") -> str:
@@ -180,30 +217,48 @@ def figure_html(path: Path, caption: str) -> str:
 
 # ------------------------------------------------------------------- frontier
 def frontier_sentence(table: TaskRows, metric: str) -> str:
-    r"""One sentence: which method is on the ``metric``-cost front from which
-    budget (in forward passes) on the task."""
+    r"""One sentence: which method is the best on ``metric`` from which budget
+    (in forward passes) on the task, one method per budget the timings can
+    tell apart (:func:`~captum_ext.evaluation.frontier.budget_front`); a
+    method not better than the random control is never named."""
     up = table.columns[metric]
-    front = pareto_front(frontier_points(table.rows, metric), up)
+    floor = control_value(table.rows, metric)
+    points = frontier_points(table.rows, metric)
+    front = budget_front(points, up, floor)
     direction = "higher" if up else "lower"
     task = table.task
-    if not front:
+    floor_note = "" if math.isnan(floor) else f"Random ({floor:.3f})"
+    if not points:
         return f"On {task}, no method has both a measured cost and a {metric} value."
+    if not front:
+        return (
+            f"On {task}, no method with a measured cost beats {floor_note} on {metric}."
+        )
     steps = [f"{p.method} ({p.value:.3f}) from {p.cost:.1f}×" for p in front]
     listed = (
         steps[0] if len(steps) == 1 else ", ".join(steps[:-1]) + " and " + steps[-1]
     )
+    spread = max(p.spread for p in points)
+    rules = (
+        f"costs within the timings' own spread, up to {spread:.2f}×, count as "
+        "one budget"
+    )
+    if floor_note:
+        rules += f"; a method must beat {floor_note} to be named"
     return (
         f"On {task}, the best {metric} ({direction} is better) for a budget in "
-        f"forward passes: {listed}."
+        f"forward passes: {listed} ({rules})."
     )
 
 
 _FRONTIER_CAPTION = html_safe(
     "Each method at its time ratio (x, log scale) and metric value (y; a "
     "lower-is-better axis is inverted, so up and left is better everywhere); "
-    "the black line joins the Pareto front: the methods no other method beats "
-    "at the same or lower cost. The random control and flagged timings are "
-    "left out."
+    "the black line joins the front: per budget the timings can tell apart "
+    "(costs within their repetitions' spread count as one), the best method, "
+    "where it beats every cheaper budget's and the random control (dotted "
+    "line). Hollow markers: flagged timings (cost not trusted, never on the "
+    "front)."
 )
 
 
@@ -223,9 +278,12 @@ def frontier_html(tables: Sequence[TaskRows], out_dir: Path) -> List[str]:
 
 # ------------------------------------------------------------------- examples
 def examples_html(
-    examples: Sequence[Explanation], generations: Sequence[GenerationExplanation]
+    examples: Sequence[Explanation],
+    generations: Sequence[GenerationExplanation],
+    heading: int,
 ) -> List[str]:
     r"""A task's kept examples: highlighted texts of a classifier task, target
-    x prompt heatmaps of every method for a generation task."""
+    x prompt heatmaps of every method for a generation task, each method's
+    name an ``<h{heading}>`` (one level below the examples' own heading)."""
     body = [explanation_html(example) for example in examples]
-    return body + [generation_html(example) for example in generations]
+    return body + [generation_html(example, heading) for example in generations]

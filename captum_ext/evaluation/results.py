@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 from torch import Tensor
 
 from captum_ext._utils.atomic import write_text_atomically
-from captum_ext.evaluation.frontier import frontier_points, pareto_front
+from captum_ext.evaluation.frontier import budget_front, control_value, frontier_points
 from captum_ext.evaluation.result_rows import MethodResult, TaskRows
 from captum_ext.evaluation.result_views import (
     column_header,
@@ -95,7 +95,8 @@ class BenchmarkResult:
             if not table.columns:  # no metric: no front to show
                 continue
             metric, up = next(iter(table.columns.items()))
-            front = pareto_front(frontier_points(table.rows, metric), up)
+            floor = control_value(table.rows, metric)
+            front = budget_front(frontier_points(table.rows, metric), up, floor)
             points = ", ".join(
                 f"{p.method} {p.value:.3f} @{p.cost:.1f}x" for p in front
             )
@@ -127,6 +128,7 @@ class BenchmarkResult:
             body += examples_html(
                 self.examples.get(table.task, []),
                 self.generation_examples.get(table.task, []),
+                heading=3,
             )
         return notebook_html("\n".join(body))
 
@@ -158,8 +160,9 @@ class BenchmarkResult:
 
     def table(self) -> List[Dict[str, Any]]:
         r"""One dict per (task, method): metric means, ``class_agnostic`` (where
-        Kendall-τ does not apply), the time ratio with its ``timing_suspect``
-        flag, and the seconds behind it."""
+        Kendall-τ does not apply), ``no_signal`` (how many examples' scores
+        were constant, left out of every metric), the time ratio with its
+        ``timing_suspect`` flag, and the seconds behind it."""
         return [
             {
                 "task": row.task,
@@ -168,6 +171,7 @@ class BenchmarkResult:
                 "n": row.n,
                 **{c: row.metrics.get(c, math.nan) for c in self.metrics},
                 "class_agnostic": row.class_agnostic,
+                "no_signal": len(row.constant),
                 "time_ratio": row.time_ratio,
                 "timing_suspect": row.timing_suspect,
                 "seconds": row.seconds,
@@ -177,13 +181,21 @@ class BenchmarkResult:
         ]
 
     def per_example(self) -> List[Dict[str, Any]]:
-        r"""One dict per (task, method, example row) with every metric value."""
+        r"""One dict per (task, method, example row) with every metric value
+        and ``no_signal`` (the explanation was constant: every value NaN)."""
         records = []
         for row in self.rows:
+            constant = set(row.constant)
             for i, data_row in enumerate(row.rows):
                 values = {c: v[i] for c, v in row.per_example.items()}
                 records.append(
-                    {"task": row.task, "method": row.method, "row": data_row, **values}
+                    {
+                        "task": row.task,
+                        "method": row.method,
+                        "row": data_row,
+                        **values,
+                        "no_signal": data_row in constant,
+                    }
                 )
         return records
 
@@ -270,6 +282,7 @@ def _generation_json(example: GenerationExplanation) -> Dict[str, Any]:
         "prompt_tokens": example.prompt_tokens,
         "target_tokens": example.target_tokens,
         "special_mask": example.specials(),
+        "evidence": example.evidence,
         "scores": {k: v.tolist() for k, v in example.scores.items()},
     }
 

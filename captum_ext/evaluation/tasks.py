@@ -13,8 +13,14 @@ from typing import Any, List, Optional, Sequence
 
 from torch import nn
 
+from captum_ext._utils.progress import duration
+from captum_ext.defaults.cache import cache_root
 from captum_ext.defaults.data import load_split, TaskExamples, TASKS
-from captum_ext.defaults.generator import DEFAULT_RECIPE, load_default_generator
+from captum_ext.defaults.generator import (
+    DEFAULT_RECIPE,
+    generator_cache_name,
+    load_default_generator,
+)
 from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 from captum_ext.defaults.recall import encode_examples
 from captum_ext.evaluation.data import LoadedExamples
@@ -38,6 +44,7 @@ __all__ = [
     "benchmark_default_tasks",
     "default_decoder_texts",
     "default_task",
+    "first_run_estimate",
     "recall_data",
     "run_default_tasks",
 ]
@@ -48,6 +55,50 @@ DECODER_TASK = "sentiment"
 # The generation task: the default generator on key-value recall.
 GENERATION_TASK = "recall"
 BUILT_IN_TASKS = TASKS + (GENERATION_TASK,)
+
+
+# Seconds each one-time piece took in the README's first command on a clean
+# clone, idle 2-core CPU (docs/guide/measured.rst, 2026-11-25), and the
+# benchmark of the three tasks at the default --n 64 in that run.
+PREPARATION_SECONDS = {
+    "sentiment": 222.0,
+    "source": 30.0,
+    "decoders": 78.0,
+    GENERATION_TASK: 155.0,
+}
+BENCHMARK_SECONDS = 531.0
+
+
+def _missing(tasks: Sequence[str]) -> List[str]:
+    r"""The one-time pieces ``tasks`` need that the cache lacks."""
+    root = cache_root()
+    cached = {
+        "sentiment": any(root.glob("default-sentiment-*")),
+        "source": any(root.glob("default-source-*")),
+        "decoders": any(root.glob("fitted-decoder-*")),
+        GENERATION_TASK: (root / generator_cache_name()).is_dir(),
+    }
+    wanted = [t for t in tasks if t in cached]
+    if any(t in TASKS for t in tasks):
+        wanted.append("decoders")
+    return [piece for piece in wanted if not cached[piece]]
+
+
+def first_run_estimate(tasks: Sequence[str]) -> Optional[str]:
+    r"""What the run will take when the default models of ``tasks`` are not
+    cached yet, added up from the measured pieces (:data:`PREPARATION_SECONDS`,
+    :data:`BENCHMARK_SECONDS`); None when everything is cached."""
+    missing = _missing(tasks)
+    if not missing:
+        return None
+    pieces = ", ".join(f"{p} {duration(PREPARATION_SECONDS[p])}" for p in missing)
+    total = sum(PREPARATION_SECONDS[p] for p in missing) + BENCHMARK_SECONDS
+    return (
+        f"first run: preparing the default models once ({pieces}), then the "
+        f"benchmark (about {duration(BENCHMARK_SECONDS)} at --n 64): about "
+        f"{duration(total)} in all on an idle 2-core CPU, longer on a busy "
+        f"one; later runs reuse the models cached in {cache_root()}"
+    )
 
 
 @dataclass

@@ -269,7 +269,7 @@ def test_results_write_csv_and_json(tmp_path):
     result = run(tiny_data(3), methods=["NormXLogit", "Random"], metrics=["aopc"])
     table = result.to_csv(tmp_path / "table.csv").read_text().splitlines()
     assert table[0] == (
-        "task,method,family,n,AOPC,class_agnostic,time_ratio,timing_suspect,"
+        "task,method,family,n,AOPC,class_agnostic,no_signal,time_ratio,timing_suspect,"
         "seconds,forward_seconds"
     )
     assert len(table) == 3
@@ -330,3 +330,49 @@ def test_kendall_tau_of_a_class_agnostic_method_is_missing_not_one(tmp_path):
     document = json.loads(result.to_json(tmp_path / "results.json").read_text())
     attention = document["table"][0]
     assert attention["method"] == "Attention" and attention[KENDALL] is None
+
+
+def test_no_signal_flags_examples_whose_every_row_is_constant():
+    real = torch.tensor([[0, 1, 1, 1, 0], [0, 1, 1, 0, 0], [0, 1, 0, 0, 0]])
+    scores = torch.tensor(
+        [
+            [9.0, 2.0, 2.0, 2.0, -5.0],  # constant on the ranked tokens
+            [0.0, 0.0, 1e-7, 0.0, 0.0],  # a tiny difference is still a ranking
+            [4.0, 3.0, 0.0, 0.0, 0.0],  # one ranked token: nothing to tie
+        ]
+    )
+    assert engine.no_signal(scores, real).tolist() == [True, False, False]
+    # [batch, T, pos]: constant only when every target row is.
+    rows = torch.stack([scores[0], scores[0] + torch.tensor([0.0, 0, 0, 1, 0])])
+    both = torch.stack([torch.stack([scores[0], scores[0] * 2]), rows])
+    assert engine.no_signal(both, real[[0, 0]]).tolist() == [True, False]
+    ids = torch.tensor([[101, 7, 8, 102]])
+    mask = engine.ranked_tokens(ids, torch.ones_like(ids), [101, 102])
+    assert mask.tolist() == [[0, 1, 1, 0]]
+
+
+def zero_on_even_rows(model, tokenizer):
+    def explain(input_ids, attention_mask, target, token_type_ids=None):
+        scores = torch.rand(input_ids.shape, generator=torch.Generator().manual_seed(0))
+        scores[::2] = 0.0  # no signal on rows 0 and 2 of each batch
+        return scores * attention_mask
+
+    return explain
+
+
+def test_constant_explanations_are_left_out_of_every_metric_and_counted(monkeypatch):
+    spec = MethodSpec("Flat", zero_on_even_rows, "captum_ext")
+    monkeypatch.setitem(METHODS, "Flat", spec)
+    result = run(tiny_data(4), methods=["Flat"], metrics=["aopc", "sufficiency"])
+    row = result.rows[0]
+    flat = [row.rows[i] for i in range(4) if i % 2 == 0]  # batch of 4, rows 0, 2
+    assert sorted(row.constant) == sorted(flat) and len(flat) == 2
+    for column, values in row.per_example.items():
+        by_row = dict(zip(row.rows, values))
+        assert all(math.isnan(by_row[r]) for r in flat), column
+        kept = [v for r, v in by_row.items() if r not in flat]
+        assert all(math.isfinite(v) for v in kept)
+        assert row.metrics[column] == pytest.approx(sum(kept) / len(kept))
+    assert [r["no_signal"] for r in result.table()] == [2]
+    records = result.per_example()
+    assert [r["row"] for r in records if r["no_signal"]] == sorted(flat)

@@ -4,6 +4,7 @@ library metrics and planted-evidence accuracy on the same explanations, they do
 not depend on the batch, greedy continuations are generated once for every
 method, and bad choices get clear errors."""
 
+import dataclasses
 import math
 import zlib
 
@@ -223,8 +224,11 @@ def test_kept_examples_are_each_methods_target_by_prompt_scores(lm, result):
         torch.testing.assert_close(
             first.scores[name], explain(ids, mask, target)[0].float()
         )
+    # The planted evidence rides along, for the heatmaps to outline.
+    assert [e.evidence for e in examples] == [list(e) for e in EVIDENCE[:3]]
     document = result.to_dict()
     assert document["generation_examples"]["tiny"][0]["target_tokens"] == ["a", "mat"]
+    assert document["generation_examples"]["tiny"][0]["evidence"] == list(EVIDENCE[0])
     assert document["config"]["generation"]["tiny"]["continuations"] == "given"
 
 
@@ -332,3 +336,32 @@ def test_on_the_default_generator_attcat_finds_the_planted_evidence():
     assert rows["FeatureAblation"]["Evidence@3"] >= rows["Random"]["Evidence@3"] + 0.4
     assert rows["AttCAT"]["AOPC"] > rows["Random"]["AOPC"] + 0.05
     assert [row.method for row in result.rows][0] == "AttCAT"  # ranked first
+
+
+LOGAT = METHODS["LogAt"]
+
+
+def _zero_on_first_row(model, tokenizer):
+    explain = LOGAT.build_generation(model, tokenizer)  # the registry's own
+
+    def flat_first(ids, mask, target):
+        scores = explain(ids, mask, target)  # [batch, T, P]
+        return torch.cat([torch.zeros_like(scores[:1]), scores[1:]])
+
+    return flat_first
+
+
+def test_an_example_without_signal_is_left_out_of_every_column(lm, monkeypatch):
+    spec = dataclasses.replace(LOGAT, generation=_zero_on_first_row)
+    monkeypatch.setitem(METHODS, "LogAt", spec)
+    result = run(lm, prompts(), methods=["LogAt"], batch_size=4)
+    row = result.rows[0]
+    assert len(row.constant) == 1  # the batch's first prompt (batches by length)
+    flat = row.rows.index(row.constant[0])
+    for column, values in row.per_example.items():
+        assert math.isnan(values[flat]), column
+    # The others are scored (Soft-NC and Evidence have their own NaN cases).
+    for column in ("AOPC", "Sufficiency", "LOdds"):
+        values = row.per_example[column]
+        assert all(map(math.isfinite, values[:flat] + values[flat + 1 :]))
+    assert "| 1/4 |" in markdown_table(result)

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import transformers
 from captum_ext.evaluation.data import DataError, load_data
-from captum_ext.evaluation.hub import DATA_SUFFIXES, is_hub_id
+from captum_ext.evaluation.hub import DATA_SUFFIXES, hub_reachable, is_hub_id
 from captum_ext.evaluation.models import (
     load_classifier,
     ModelSource,
@@ -32,6 +32,7 @@ from tests.helpers import (
 ROOT = Path(__file__).resolve().parents[2]
 COMMIT = "0123456789abcdef0123456789abcdef01234567"  # a snapshot's commit hash
 TEXTS = ["the movie was great fun !", "a boring plot and bad acting ."]
+UNREACHABLE = "http://127.0.0.1:9"  # the discard port: connection refused
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +47,19 @@ def hf_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
-def _run(home: Path, argv: List[str], cwd: Path) -> subprocess.CompletedProcess:
-    env: Dict[str, str] = dict(os.environ, HF_HOME=str(home), HF_HUB_OFFLINE="1")
-    env["HF_DATASETS_OFFLINE"] = "1"
+def _run(
+    home: Path, argv: List[str], cwd: Path, offline: bool = True
+) -> subprocess.CompletedProcess:
+    r"""``argv`` in a subprocess on the cache ``home``: in offline mode, or
+    (``offline=False``) with no offline variable and a Hub endpoint that
+    refuses connections, as on a machine without a network."""
+    env: Dict[str, str] = dict(os.environ, HF_HOME=str(home))
+    for variable in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env.pop(variable, None)
+    if offline:
+        env["HF_HUB_OFFLINE"] = env["HF_DATASETS_OFFLINE"] = "1"
+    else:
+        env["HF_ENDPOINT"] = UNREACHABLE
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env.pop("HF_TOKEN", None)
     return subprocess.run(
@@ -109,6 +120,34 @@ def test_offline_without_a_cache_entry_is_one_clear_line(
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and named in lines[0] and variable in lines[0], lines
+
+
+def test_an_unreachable_hub_reads_the_cache_at_once_and_a_miss_is_one_line(
+    hf_home, tmp_path
+):
+    argv = ["-m", "captum_ext.cli", "benchmark", "--model", "org/tiny"]
+    argv += ["--data", "org/reviews", "--split", "train", "--label-column", "label"]
+    argv += ["--methods", "Random", "--metrics", "aopc", "--out", "out"]
+    done = _run(hf_home, argv + ["--no-progress"], tmp_path, offline=False)
+    assert done.returncode == 0, done.stderr
+    assert "Retrying" not in done.stderr and "Retry" not in done.stdout
+    for absent in (["--model", "org/absent"], ["--data", "org/absent"]):
+        missing = list(argv)
+        missing[missing.index(absent[0]) + 1] = absent[1]
+        done = _run(hf_home, missing, tmp_path, offline=False)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "'org/absent'" in lines[0], lines
+        assert "unreachable" in lines[0], lines
+
+
+def test_hub_reachable_is_false_offline_or_when_refused(monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "ENDPOINT", UNREACHABLE)
+    assert not hub_reachable()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert not hub_reachable()
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from captum_ext.evaluation import figures, frontier, report, result_views
 from captum_ext.evaluation.report import markdown_table, write_report
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
 from captum_ext.visualization import Explanation
+from matplotlib.text import Text
 
 GRID = [0.1, 0.5, 1.0]
 
@@ -78,7 +79,10 @@ def test_examples_a_metric_cannot_score_are_counted_as_n_a():
     page = result_views.html_table(
         result_views.table_cells(result.task_rows("sentiment"))
     )
-    assert 'title="2 of 4 examples have no token the metric can perturb' in page
+    assert (
+        'title="2 of 4 examples left out of the mean: 2 have no token the metric '
+        "can perturb" in page
+    )
 
 
 def test_implausible_time_ratio_is_flagged_except_for_the_control():
@@ -136,7 +140,8 @@ def test_random_control_is_never_marked_best():
     result = _fake_result()
     result.rows[1].metrics["AOPC"] = 0.9  # Random beats AttCAT on AOPC
     lines = markdown_table(result).splitlines()
-    assert lines[4].startswith("| AttCAT | captum_ext | 0.400* |")
+    # No method beats Random on AOPC: no star at all.
+    assert lines[4].startswith("| AttCAT | captum_ext | 0.400 | -1.250* |")
     assert lines[5].startswith("| Random | control | 0.900 |")
 
 
@@ -296,32 +301,60 @@ def _frontier_result() -> BenchmarkResult:
     )
 
 
-def test_pareto_front_on_a_hand_made_table():
-    FrontPoint, front = frontier.FrontPoint, frontier.pareto_front
+def test_budget_front_names_one_method_per_budget_the_timings_tell_apart():
+    FrontPoint, front = frontier.FrontPoint, frontier.budget_front
     points = [
-        FrontPoint("a", 1.0, 0.3),
-        FrontPoint("b", 2.0, 0.5),
-        FrontPoint("c", 3.0, 0.45),  # beaten by b: cheaper and better
-        FrontPoint("d", 2.0, 0.5),  # b's twin: neither beats the other
-        FrontPoint("e", 30.0, 0.6),
-        FrontPoint("f", 1.0, 0.2),  # beaten by a at the same cost
-        FrontPoint("g", math.nan, 0.9),  # no cost: never on the front
+        FrontPoint("a", 1.0, 0.3, 1.1),
+        FrontPoint("b", 1.05, 0.35, 1.1),  # a's budget (5 % < 10 %), better
+        FrontPoint("c", 2.0, 0.5, 1.1),
+        FrontPoint("d", 2.0, 0.5, 1.1),  # c's twin: not better, not named
+        FrontPoint("e", 30.0, 0.6, 1.1),
+        FrontPoint("f", 1.0, 0.2, 1.1),  # worse than a at the same cost
+        FrontPoint("g", math.nan, 0.9, 1.1),  # no cost: never on the front
+        FrontPoint("h", 40.0, 0.55, 1.1),  # dearer and worse than e
     ]
-    assert [p.method for p in front(points, True)] == ["a", "b", "d", "e"]
+    assert [p.method for p in front(points, True)] == ["b", "c", "e"]
     # Lower is better: the cheapest with the lowest value wins everything.
     assert [p.method for p in front(points, False)] == ["f"]
-    assert front([], True) == []
+    # A method must beat the random control's value strictly.
+    assert [p.method for p in front(points, True, floor=0.5)] == ["e"]
+    assert front(points, True, floor=0.9) == [] and front([], True) == []
+    # Without a spread (exact costs), 5 % apart are two budgets.
+    exact = [p._replace(spread=1.0) for p in points[:2]]
+    assert [p.method for p in front(exact, True)] == ["a", "b"]
+
+
+def test_budget_front_does_not_follow_timing_noise():
+    FrontPoint, front = frontier.FrontPoint, frontier.budget_front
+    # Two runs of one job: the same values, costs jittered within the spread.
+    run_1 = [
+        FrontPoint("Attention", 1.00, 0.325, 1.2),
+        FrontPoint("Norm", 0.95, 0.275, 1.2),
+    ]
+    run_2 = [
+        FrontPoint("Attention", 0.96, 0.325, 1.2),
+        FrontPoint("Norm", 1.02, 0.275, 1.2),
+    ]
+    assert [p.method for p in front(run_1, True)] == ["Attention"]
+    assert [p.method for p in front(run_2, True)] == ["Attention"]
 
 
 def test_frontier_leaves_out_the_control_flagged_timings_and_na_cells():
     result = _frontier_result()
     rows = result.task_rows("sentiment").rows
-    aopc = frontier.pareto_front(frontier.frontier_points(rows, "AOPC"), True)
-    assert [p.method for p in aopc] == ["Cheap", "Mid", "Twin", "Costly"]
+    aopc = frontier.budget_front(frontier.frontier_points(rows, "AOPC"), True)
+    assert [p.method for p in aopc] == ["Cheap", "Mid", "Costly"]
+    assert [p.method for p in frontier.flagged_points(rows, "AOPC")] == ["Flagged"]
+    assert frontier.control_value(rows, "AOPC") == 0.10
+    # A cost's spread: the median over batches (one disturbed batch moves it not).
+    rows[0].spreads = [1.1, 1.9, 1.2]
+    assert frontier.frontier_points(rows, "AOPC")[0].spread == 1.2
     tau_points = frontier.frontier_points(rows, "Kendall-tau")
     assert "Costly" not in [p.method for p in tau_points]
-    tau = frontier.pareto_front(tau_points, False)
+    tau = frontier.budget_front(tau_points, False)
     assert [p.method for p in tau] == ["Cheap", "Mid"]
+    # Random's τ of 0.0 is better than every method's: none is named.
+    assert frontier.budget_front(tau_points, False, floor=0.0) == []
 
 
 def test_frontier_sentence_names_each_method_with_its_budget():
@@ -329,9 +362,43 @@ def test_frontier_sentence_names_each_method_with_its_budget():
     sentence = result_views.frontier_sentence(table, "AOPC")
     assert sentence == (
         "On sentiment, the best AOPC (higher is better) for a budget in forward "
-        "passes: Cheap (0.300) from 1.0×, Mid (0.500) from 2.0×, Twin (0.500) "
-        "from 2.0× and Costly (0.600) from 30.0×."
+        "passes: Cheap (0.300) from 1.0×, Mid (0.500) from 2.0× and Costly "
+        "(0.600) from 30.0× (costs within the timings' own spread, up to 1.00×, "
+        "count as one budget; a method must beat Random (0.100) to be named)."
     )
+    tau = result_views.frontier_sentence(table, "Kendall-tau")
+    assert tau == (
+        "On sentiment, no method with a measured cost beats Random (0.000) on "
+        "Kendall-tau."
+    )
+
+
+def test_frontier_figure_draws_flagged_timings_hollow_and_labels_apart(tmp_path):
+    table = _frontier_result().task_rows("sentiment")
+    # Crowd the cheap end: four more methods within 10 % of one forward pass.
+    for index in range(4):
+        row = _point_row(f"Crowded {index}", "captum", 1.0 + 0.02 * index, 0.3, 0.5)
+        table.rows.append(row)
+    fig = figures.frontier_drawing(table)
+    fig.tight_layout()  # as saved
+    fig.canvas.draw()  # places the annotations' text
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        labels = [t for t in ax.texts if t.get_text() != "Random"]
+        # The text's own box (an annotation's box would include its leader line).
+        boxes = [Text.get_window_extent(t, renderer) for t in labels]
+        # One marker per method (the front's rings are the larger ones).
+        points = [c for c in ax.collections if c.get_sizes()[0] < 50]
+        # Every method but the control, flagged included, has its label.
+        assert len(boxes) == len(points) >= 9
+        for i, box in enumerate(boxes):
+            assert not any(box.overlaps(other) for other in boxes[i + 1 :])
+        # The flagged timing is drawn hollow (no face), every other point filled.
+        faces = [c.get_facecolor() for c in points]
+        assert sum(len(face) == 0 or face[0][3] == 0 for face in faces) == 1
+        assert "Flagged (flagged)" in [t.get_text() for t in labels]
+    assert figures.frontier_figure(table, tmp_path / "front.png")
+    assert (tmp_path / "front.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_frontier_is_at_the_top_of_the_report_and_in_results_md(tmp_path):
@@ -365,3 +432,34 @@ def test_a_result_shows_the_reports_table_and_highlights_in_a_notebook():
     assert page.count('src="data:image/png;base64,') == 1  # the frontier
     # The report's styles apply inside the result only.
     assert "body {" not in page and ".captum-ext mark.tok" in page
+
+
+def test_no_signal_examples_are_counted_and_their_method_never_starred():
+    result = _fake_result()
+    flat = _row("Flat", "captum_ext", math.nan, math.nan)
+    flat.metrics = {}
+    flat.curves = {"AOPC": (GRID, [math.nan] * 3)}
+    flat.constant = [0, 1, 2, 3]
+    result.rows.insert(1, flat)
+    attcat = result.rows[0]
+    attcat.constant = [2]
+    attcat.per_example = {"AOPC": [0.5, 0.4, math.nan, 0.3], "LOdds": [-1.25]}
+    lines = markdown_table(result).splitlines()
+    header = "| method | family | AOPC ↑ | LOdds ↓ | no signal | time (x forward) |"
+    assert lines[2] == header
+    assert lines[4] == "| AttCAT | captum_ext | 0.400* (1 n/a) | -1.250* | 1/4 | 2.0 |"
+    assert lines[5] == "| Flat | captum_ext | n/a | n/a | 4/4 | 2.0 |"
+    assert lines[6] == "| Random | control | 0.100 | n/a | 0 | 2.0 |"
+    cells = result_views.table_cells(result.task_rows("sentiment"))
+    assert "1 with a constant explanation (no signal" in cells[1][2].note
+    assert [r.method for r in figures.curve_rows(result.rows, "AOPC")] == [
+        "AttCAT",
+        "Random",
+    ]
+    # A best value no better than Random's gets no star.
+    attcat.metrics["AOPC"] = 0.1
+    assert (
+        markdown_table(result)
+        .splitlines()[4]
+        .startswith("| AttCAT | captum_ext | 0.100 (1 n/a) |")
+    )

@@ -5,8 +5,9 @@ chosen method fits decoders; recall is the default generator on held-out
 prompts with their planted evidence."""
 
 import pytest
+from captum_ext._utils.progress import duration
 from captum_ext.defaults.data import TaskExamples
-from captum_ext.defaults.generator import DEFAULT_RECIPE
+from captum_ext.defaults.generator import DEFAULT_RECIPE, generator_cache_name
 from captum_ext.evaluation import tasks
 from captum_ext.evaluation.options import BenchmarkOptions
 
@@ -116,3 +117,18 @@ def test_bad_task_and_n():
         tasks.default_task("nope", 3)
     with pytest.raises(ValueError, match="n must be >= 1"):
         tasks.default_task("sentiment", 0)
+
+
+def test_the_first_run_is_estimated_from_the_measured_pieces(tmp_path, monkeypatch):
+    monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path))
+    estimate = tasks.first_run_estimate(["sentiment", "recall"])
+    pieces = tasks.PREPARATION_SECONDS
+    total = pieces["sentiment"] + pieces["decoders"] + pieces["recall"]
+    total += tasks.BENCHMARK_SECONDS
+    assert estimate is not None and "sentiment 3 min 42 s" in estimate
+    assert "recall 2 min 35 s" in estimate and "source" not in estimate
+    assert f"about {duration(total)} in all" in estimate and str(tmp_path) in estimate
+    for name in ("default-sentiment-v1", "fitted-decoder-v1-x", generator_cache_name()):
+        (tmp_path / name).mkdir()
+    assert tasks.first_run_estimate(["sentiment", "recall"]) is None
+    assert "source 30 s" in tasks.first_run_estimate(["source"])

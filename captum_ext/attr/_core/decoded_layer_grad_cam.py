@@ -65,7 +65,18 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
     target step (minus :math:`\log p(y'_t)` with a contrast target), the
     decoder by default the model's own final norm + LM head, and all T rows
     come from one teacher-forced forward pass, T backward passes and one
-    decoding of ``h_l``.
+    decoding of ``h_l``. On a model that is nearly certain of its continuation
+    the default ReLU can leave nothing: on the default recall generator
+    (``hidden_states[1]`` of 2, p(y_t) = 0.999 for "k1 v2 v9 ; k3 v7 v1 ;
+    k1" -> "v2"), the gradient of :math:`\log p(y_t)` reaches layer 1 almost
+    only at the position that predicts :math:`y_t` (elsewhere
+    :math:`|a_j| < 10^{-9}`), and there :math:`a_j = -7.6 \cdot 10^{-4}`:
+    growing that state along itself would lower :math:`\log p(y_t)`. Every
+    token's sum :math:`\sum_j M_{ij} D_{ij} a_j` is then a positive weight
+    times that one negative number, so every signed score is negative and
+    ``relu="outside"`` (or ``"inside"``) returns all zeros, which the
+    benchmark reports as "no signal" and ``explain-generation`` as "no
+    positive evidence". ``relu=None`` shows the signed scores.
     """
 
     def __init__(
