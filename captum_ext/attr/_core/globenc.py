@@ -532,8 +532,9 @@ class GlobEnc(Attribution):
             for k, (layer, norm) in enumerate(zip(layers, next_norms(adapter)))
         ]
         # Padded positions may hold NaN (Llama's eager mask in float64): they
-        # are no example's output, so they are left out of the NaN/inf check.
-        return factors, torch.where(batch.valid[..., None], logits, 0)
+        # are no example's output, so they are left out of the NaN/inf check
+        # (in place: [pos, vocab] is the largest output of the forward pass).
+        return factors, logits.masked_fill_(~batch.valid[..., None], 0)
 
 
 def _work_factors(layer: _LayerInputs, parts: BlockParts, variant: str) -> Factors:

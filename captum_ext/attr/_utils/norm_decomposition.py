@@ -97,7 +97,8 @@ class Factors:
         gram = sources @ sources.transpose(-1, -2)  # [batch, j, k, k]
         for start, block in self.attention():
             weights = self._weights(start, block)  # [batch, j, rows, k]
-            squared = ((weights @ gram) * weights).sum(-1).transpose(1, 2)
+            # In place: the block's temporaries are what grows with the rows.
+            squared = (weights @ gram).mul_(weights).sum(-1).transpose(1, 2)
             scale = self.scale[:, start : start + squared.shape[1], None]
             yield start, scale * squared.clamp(min=0).sqrt()  # [batch, rows, j]
 
