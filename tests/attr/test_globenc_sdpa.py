@@ -4,11 +4,12 @@ model loaded with eager attention (float64): every family, every variant,
 padding, tiny blocks of query rows, sliding windows; the model and
 transformers' attention registry are left as they were, also when it raises."""
 
+import threading
 from functools import partial
 
 import pytest
 import torch
-from captum_ext.attr import GlobEnc
+from captum_ext.attr import AttCAT, GlobEnc
 from captum_ext.attr._core.globenc import VARIANTS
 from captum_ext.attr._utils.decoder_decomposition import DECODER_VARIANTS
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -151,3 +152,36 @@ def test_model_and_registry_untouched_also_when_it_raises(causal_lm):
     finally:
         handle.remove()
     _assert_untouched(model, before)
+
+
+def test_threads_sharing_the_registry_wrapper_get_their_own_scores():
+    r"""GlobEnc in one thread and AttCAT in another, on two sdpa models, under
+    one installed wrapper: each thread records only its own model's attention."""
+    models = [
+        tiny_causal_lm("llama", seed=s, attn_implementation="sdpa") for s in (0, 1)
+    ]
+    batch = continuation_batch()
+
+    def attcat(model):
+        return AttCAT(model).attribute(
+            batch["input_ids"],
+            target=batch["target"],
+            additional_forward_args=(batch["attention_mask"],),
+        )
+
+    runs = [partial(_generation, models[0], batch), partial(attcat, models[1])]
+    alone = [run() for run in runs]
+    results = {}
+
+    def repeat(index):
+        for _ in range(3):
+            results[index] = runs[index]()
+
+    threads = [threading.Thread(target=repeat, args=(i,)) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index in (0, 1):
+        torch.testing.assert_close(results[index], alone[index], rtol=0, atol=0)
+    assert "sdpa" not in ALL_ATTENTION_FUNCTIONS._local_mapping
