@@ -9,9 +9,11 @@ from functools import partial
 
 import pytest
 import torch
+from captum_ext.adapters import attention as attention_module
 from captum_ext.attr import AttCAT, GlobEnc
 from captum_ext.attr._core.globenc import VARIANTS
 from captum_ext.attr._utils.decoder_decomposition import DECODER_VARIANTS
+from captum_ext.attr._utils.norm_decomposition import Factors
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from tests.helpers import (
@@ -185,3 +187,29 @@ def test_threads_sharing_the_registry_wrapper_get_their_own_scores():
     for index in (0, 1):
         torch.testing.assert_close(results[index], alone[index], rtol=0, atol=0)
     assert "sdpa" not in ALL_ATTENTION_FUNCTIONS._local_mapping
+
+
+@pytest.mark.parametrize("causal_lm", (False, True), ids=("classifier", "lm"))
+def test_attribute_forms_no_layer_matrix_on_sdpa(causal_lm, monkeypatch):
+    r"""With blocks of one query row, every ``N^l`` comes one row at a time and
+    no layer's whole matrix is joined (only ``attribute_matrices`` joins)."""
+    monkeypatch.setattr(attention_module, "BLOCK_ELEMENTS", 1)
+    rows = []
+    norm_blocks = Factors.norm_blocks
+
+    def recording(factors):
+        for start, block in norm_blocks(factors):
+            rows.append(block.shape[1])
+            yield start, block
+
+    monkeypatch.setattr(Factors, "norm_blocks", recording)
+    monkeypatch.setattr(Factors, "norms", None)  # calling it would raise
+    if causal_lm:
+        batch = continuation_batch()
+        _generation(tiny_causal_lm("qwen2", attn_implementation="sdpa"), batch)
+        width = batch["input_ids"].shape[1] + batch["target"].shape[1] - 1
+    else:
+        batch = token_batch()
+        _classifier(tiny_classifier("bert", attn_implementation="sdpa"), batch)
+        width = batch["input_ids"].shape[1]
+    assert rows == [1] * (2 * width)  # 2 layers, one row per block

@@ -508,7 +508,7 @@ class GlobEnc(Attribution):
         adapter = self.adapter
         logits, layers = _capture(adapter, batch)
         resolve_target(target, logits)  # validated only: GlobEnc is class-agnostic
-        factors = [
+        factors: List[Callable[[], Factors]] = [
             partial(_work_factors, layer, adapter.block_parts(k + 1), variant)
             for k, layer in enumerate(layers)
         ]
@@ -520,7 +520,7 @@ class GlobEnc(Attribution):
         adapter = self.adapter
         logits, layers = capture_decoder(adapter, batch)
         dtype = result_dtype(logits.dtype)
-        factors = [
+        factors: List[Callable[[], Factors]] = [
             partial(
                 _decoder_work_factors,
                 layer,
