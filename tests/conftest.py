@@ -9,6 +9,7 @@ from typing import Iterator, Tuple
 
 import pytest
 import torch
+from captum_ext.adapters import attention as attention_module
 from captum_ext.defaults.models import load_default_model
 
 from tests.helpers import embedding_decoders_in_registry
@@ -45,3 +46,15 @@ def no_decoder_fitting() -> Iterator[None]:
     (the tied input embeddings) instead of decoders fitted on real text."""
     with embedding_decoders_in_registry():
         yield
+
+
+@pytest.fixture(params=[None, 1, 400], ids=["one-block", "row-blocks", "few-rows"])
+def block_elements(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> object:
+    r"""Attention recomputed from the query and key in one block, a query row
+    at a time, and a few rows at a time (tiny batches: 3 x 4 heads x ~10 keys
+    per row): :data:`captum_ext.adapters.attention.BLOCK_ELEMENTS`."""
+    if request.param is not None:
+        monkeypatch.setattr(attention_module, "BLOCK_ELEMENTS", request.param)
+    return request.param

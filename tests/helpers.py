@@ -227,6 +227,63 @@ def assert_same_state(before: Dict[str, object], after: Dict[str, object]) -> No
 
 
 # ----------------------------------------------------------------------------
+# Attention read from the query and key (sdpa) against the eager maps.
+def sdpa_and_eager(family: str, causal_lm: bool) -> Tuple[nn.Module, nn.Module]:
+    r"""The same float64 tiny model loaded with ``sdpa`` and with ``eager``."""
+    build = tiny_causal_lm if causal_lm else tiny_classifier
+    return (
+        build(family, dtype=torch.float64, attn_implementation="sdpa"),
+        build(family, dtype=torch.float64, attn_implementation="eager"),
+    )
+
+
+def sliding_window_lm(implementation: str) -> nn.Module:
+    r"""A float64 tiny Mistral whose attention sees the last 3 positions."""
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=37,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        sliding_window=3,
+        pad_token_id=PAD_ID,
+    )
+    model = transformers.AutoModelForCausalLM.from_config(
+        config, attn_implementation=implementation
+    )
+    return model.double().eval()
+
+
+def eager_one_at_a_time(
+    scores: Callable[[Dict[str, Tensor]], Tensor], batch: Dict[str, Tensor]
+) -> Tensor:
+    r"""The reference: each example alone, unpadded (Llama-style eager attention
+    gives NaN on left-padded rows in float64), placed at its real positions of
+    the padded batch's result (``scores(one_example_batch)``); columns after
+    the prompt's (``attribute_generated``) go after the padded prompt."""
+    rows = []
+    for index, real in enumerate(batch["attention_mask"].bool()):
+        one = {"input_ids": batch["input_ids"][index, real][None]}
+        one["attention_mask"] = torch.ones_like(one["input_ids"])
+        if "target" in batch:
+            steps = batch["target"][index] != -100
+            one["target"] = batch["target"][index, steps][None]
+        alone = scores(one)[0]
+        generated = alone.shape[-1] - int(real.sum())
+        width = len(real) + (batch["target"].shape[1] if generated else 0)
+        row = alone.new_zeros(*alone.shape[:-1], width)
+        after = len(real) + torch.arange(generated)
+        row[..., torch.cat([real.nonzero()[:, 0], after])] = alone
+        if "target" in batch:
+            row = torch.cat([row, row.new_zeros(len(steps) - len(row), *row.shape[1:])])
+        rows.append(row)
+    return torch.stack(rows)
+
+
+# ----------------------------------------------------------------------------
 # Models that are not plain *ForSequenceClassification (adapters' checks).
 def tiny_base_model(family: str, seed: int = 0) -> nn.Module:
     r"""A random-init bare ``*Model`` (no head at all) in eval mode: the body of

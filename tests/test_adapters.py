@@ -151,13 +151,6 @@ def test_unknown_model_is_rejected():
     assert "bert" in supported_families()
 
 
-def test_sdpa_attention_is_rejected_with_the_fix():
-    adapter = get_adapter(tiny_classifier("bert", attn_implementation="sdpa"))
-    with pytest.raises(ValueError, match="attn_implementation='eager'"):
-        adapter.require_attention_weights("AttCAT")
-    get_adapter(tiny_classifier("bert")).require_attention_weights("AttCAT")
-
-
 @pytest.mark.parametrize("layer", [3, -4, 1.0])
 def test_layer_out_of_range(layer):
     adapter = get_adapter(tiny_classifier("bert"))

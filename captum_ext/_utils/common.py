@@ -345,8 +345,9 @@ def run_model(
 ) -> Any:
     r"""One forward pass of the model on ``batch`` (Hugging Face output object).
 
-    Callers that ask for ``attentions`` check
-    :meth:`ModelAdapter.require_attention_weights` first, with their own name.
+    Callers that read attention run it inside
+    :meth:`ModelAdapter.attention_capture` and ask for ``attentions`` only
+    where the capture says so (eager attention).
     With ``classifier`` (callers that explain a class), raises
     :class:`UnsupportedModelError` unless the output has ``logits`` ``[batch, C]``.
     """

@@ -14,6 +14,7 @@ from torch import nn, Tensor
 from captum_ext.adapters.errors import UnsupportedModelError
 from captum_ext.adapters.placement import read_parameter
 from captum_ext.adapters.pre_norm import (
+    _GEMMA_PRE_NORM,
     _GPT2_PRE_NORM,
     _LLAMA_PRE_NORM,
     _PreNormPaths,
@@ -271,21 +272,16 @@ _GPT2 = _Family(
 _register(_GPT2, "gpt2")
 # The same decoder-only model, under other module names (Gemma scales its
 # embeddings inside embed_tokens, so hidden_states[0] is still its output).
-_register(
-    replace(
-        _GPT2,
-        name="llama",
-        embedding_output=("embed_tokens",),
-        blocks="layers",
-        final_output="norm",
-        pre_norm=_LLAMA_PRE_NORM,
-    ),
-    "llama",
-    "mistral",
-    "qwen2",
-    "qwen3",
-    "gemma",
+_LLAMA = replace(
+    _GPT2,
+    name="llama",
+    embedding_output=("embed_tokens",),
+    blocks="layers",
+    final_output="norm",
+    pre_norm=_LLAMA_PRE_NORM,
 )
+_register(_LLAMA, "llama", "mistral", "qwen2", "qwen3")
+_register(replace(_LLAMA, name="gemma", pre_norm=_GEMMA_PRE_NORM), "gemma")
 
 
 def supported_families() -> List[str]:

@@ -91,18 +91,6 @@ def _check_layer(layer: int, num_layers: int) -> int:
     return layer % (n + 1)
 
 
-def _check_attention_weights(config: Any, method: str) -> None:
-    impl = getattr(config, "_attn_implementation", None) or "eager"
-    if impl != "eager":
-        raise ValueError(
-            f"{method} needs attention weights, but this model uses "
-            f"attn_implementation={impl!r}, which returns none. Load it with "
-            "from_pretrained(..., attn_implementation='eager') or call "
-            "model.set_attn_implementation('eager'); captum_ext never changes "
-            "the model for you."
-        )
-
-
 class ModelAdapter:
     r"""What the attribution methods need from one Hugging Face model: its
     sizes, the modules that produce each ``hidden_states[l]``, its heads, and
@@ -250,10 +238,6 @@ class ModelAdapter:
             f"{reason}; load a decoder-only model with AutoModelForCausalLM "
             f"(families: {', '.join(_causal_lm_families())})"
         )
-
-    def require_attention_weights(self, method: str) -> None:
-        r"""Raises if the model's attention implementation returns no weights."""
-        _check_attention_weights(self.config, method)
 
     def attention_capture(self, method: str) -> AttentionCapture:
         r"""An :class:`~captum_ext.adapters.attention.AttentionCapture` of this

@@ -7,7 +7,7 @@ decomposition reads (:mod:`captum_ext.attr._utils.decoder_decomposition`)::
 and the per-family paths to them (GPT-2: LayerNorm and the fused ``c_attn``;
 Llama-style: RMSNorm and grouped ``v_proj``)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional, Tuple
 
 import torch
@@ -24,7 +24,8 @@ class NormParams:
     r"""One per-position normalisation
     ``y = weight * (x - c(x)) / sqrt(mean_d((x - c(x))^2) + eps) + bias``:
     a LayerNorm (``centred``: ``c(x)`` is the mean over the hidden dimension) or
-    an RMSNorm (``c(x) = 0``, no bias). ``module`` is the norm itself, whose
+    an RMSNorm (``c(x) = 0``, no bias; Gemma's scales by ``1 + `` its stored
+    weight: ``weight_offset=1``). ``module`` is the norm itself, whose
     real input gives each position's statistics; its ``weight`` and ``bias`` are
     read when used, through accelerate's hook where the norm is offloaded
     (:func:`~captum_ext.adapters.placement.read_parameter`)."""
@@ -32,13 +33,14 @@ class NormParams:
     module: nn.Module
     eps: float
     centred: bool
+    weight_offset: float = 0.0
 
     @property
     def weight(self) -> Tensor:  # [d]
         weight = read_parameter(self.module, "weight")
         if weight is None:  # a LayerNorm with elementwise_affine=False
             return torch.ones(getattr(self.module, "normalized_shape"))
-        return weight
+        return weight + self.weight_offset if self.weight_offset else weight
 
     @property
     def bias(self) -> Optional[Tensor]:  # [d]; None for RMSNorm
@@ -95,14 +97,24 @@ def _layer_norm(module: nn.Module, what: str) -> NormParams:
 
 def _rms_norm(module: nn.Module, what: str) -> NormParams:
     r"""Llama's RMSNorm: ``weight * x / sqrt(mean(x^2) + variance_epsilon)``."""
+    return NormParams(module, _rms_eps(module, what, "variance_epsilon"), False)
+
+
+def _gemma_rms_norm(module: nn.Module, what: str) -> NormParams:
+    r"""Gemma's RMSNorm: ``(1 + weight) * x / sqrt(mean(x^2) + eps)``."""
+    eps = _rms_eps(module, what, "eps")
+    return NormParams(module, eps, centred=False, weight_offset=1.0)
+
+
+def _rms_eps(module: nn.Module, what: str, eps_name: str) -> float:
     weight = getattr(module, "weight", None)
-    eps = getattr(module, "variance_epsilon", None)
+    eps = getattr(module, eps_name, None)
     if not isinstance(weight, Tensor) or not isinstance(eps, float):
         raise UnsupportedModelError(
             f"the {what} is a {type(module).__name__}, not an RMSNorm with "
-            "weight and variance_epsilon"
+            f"weight and {eps_name}"
         )
-    return NormParams(module, eps, centred=False)
+    return eps
 
 
 def _projection(module: nn.Module, what: str) -> nn.Module:
@@ -145,6 +157,7 @@ _LLAMA_PRE_NORM = _PreNormPaths(
     mlp="mlp",
     norm=_rms_norm,
 )
+_GEMMA_PRE_NORM = replace(_LLAMA_PRE_NORM, norm=_gemma_rms_norm)
 
 
 def _named_part(root: nn.Module, path: str, what: str) -> nn.Module:

@@ -183,7 +183,9 @@ class MethodSpec:
             target class (Kendall-tau does not apply).
         needs_gradients (bool): True when the method runs a backward pass.
         needs_attention_weights (bool): True when it reads the attention
-            probabilities (an eager-attention model).
+            probabilities (from eager attention maps, or recomputed from the
+            query and key of any implementation of transformers' attention
+            interface: informative, it gates nothing).
         causal_lm (bool): True when it explains what a causal LM generates
             (then ``generation`` is given, and only then).
         layer_map (MethodFactory, optional): like ``factory``, for scores per

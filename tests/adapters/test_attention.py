@@ -8,7 +8,6 @@ from functools import partial
 
 import pytest
 import torch
-import transformers
 from captum_ext.adapters import attention as attention_module, UnsupportedModelError
 from captum_ext.adapters.attention import AttentionInputs
 from captum_ext.attr import AttCAT, AttentionRollout, CAT, LastLayerAttention
@@ -18,7 +17,10 @@ from tests.helpers import (
     ALL_FAMILIES,
     CAUSAL_LM_FAMILIES,
     continuation_batch,
+    eager_one_at_a_time,
     is_causal,
+    sdpa_and_eager,
+    sliding_window_lm,
     tiny_causal_lm,
     tiny_classifier,
     token_batch,
@@ -42,41 +44,6 @@ def _generation_scores(method, model, batch):
     )
 
 
-def _pair(family, causal_lm):
-    build = tiny_causal_lm if causal_lm else tiny_classifier
-    return (
-        build(family, dtype=torch.float64, attn_implementation="sdpa"),
-        build(family, dtype=torch.float64, attn_implementation="eager"),
-    )
-
-
-def _eager_one_at_a_time(scores, batch):
-    r"""The reference: each example alone, unpadded (Llama-style eager attention
-    gives NaN on left-padded rows in float64), placed at its real positions of
-    the padded batch's result (``scores(one_example_batch)``)."""
-    rows = []
-    for index, real in enumerate(batch["attention_mask"].bool()):
-        one = {"input_ids": batch["input_ids"][index, real][None]}
-        one["attention_mask"] = torch.ones_like(one["input_ids"])
-        if "target" in batch:
-            steps = batch["target"][index] != -100
-            one["target"] = batch["target"][index, steps][None]
-        alone = scores(one)[0]
-        row = alone.new_zeros(*alone.shape[:-1], real.shape[0])
-        row[..., real] = alone
-        if "target" in batch:
-            row = torch.cat([row, row.new_zeros(len(steps) - len(row), *row.shape[1:])])
-        rows.append(row)
-    return torch.stack(rows)
-
-
-@pytest.fixture(params=[None, 1, 40], ids=["one-block", "row-blocks", "few-rows"])
-def block_elements(request, monkeypatch):
-    if request.param is not None:
-        monkeypatch.setattr(attention_module, "BLOCK_ELEMENTS", request.param)
-    return request.param
-
-
 def _float32_softmax(family, method):
     r"""Llama-style eager attention takes its softmax in float32 even in a
     float64 model, so its gradients (not its probabilities) are float32-precise:
@@ -89,10 +56,10 @@ def _float32_softmax(family, method):
 def test_classifier_sdpa_equals_eager(family, method, block_elements):
     if _float32_softmax(family, method):
         pytest.skip("float32 softmax in the eager model: see test_attcat_alpha_*")
-    sdpa, eager = _pair(family, causal_lm=False)
+    sdpa, eager = sdpa_and_eager(family, causal_lm=False)
     pad_side = "left" if is_causal(family) else "right"
     batch = token_batch((7, 4, 9), pad_side=pad_side, causal=is_causal(family))
-    expected = _eager_one_at_a_time(partial(_classifier_scores, method, eager), batch)
+    expected = eager_one_at_a_time(partial(_classifier_scores, method, eager), batch)
     torch.testing.assert_close(
         _classifier_scores(method, sdpa, batch), expected, rtol=1e-6, atol=1e-12
     )
@@ -103,9 +70,9 @@ def test_classifier_sdpa_equals_eager(family, method, block_elements):
 def test_causal_lm_sdpa_equals_eager(family, method, block_elements):
     if _float32_softmax(family, method):
         pytest.skip("float32 softmax in the eager model: see test_attcat_alpha_*")
-    sdpa, eager = _pair(family, causal_lm=True)
+    sdpa, eager = sdpa_and_eager(family, causal_lm=True)
     batch = continuation_batch((5, 3, 7), (3, 1, 2))
-    expected = _eager_one_at_a_time(partial(_generation_scores, method, eager), batch)
+    expected = eager_one_at_a_time(partial(_generation_scores, method, eager), batch)
     torch.testing.assert_close(
         _generation_scores(method, sdpa, batch), expected, rtol=1e-6, atol=1e-12
     )
@@ -129,7 +96,7 @@ def _eager_alpha(model, batch):
 @pytest.mark.parametrize("family", CAUSAL_LM_FAMILIES)
 def test_attcat_alpha_from_sdpa_equals_eager(family, block_elements):
     r"""Per layer, AttCAT on sdpa is CAT on sdpa times alpha of the eager maps."""
-    sdpa, eager = _pair(family, causal_lm=True)
+    sdpa, eager = sdpa_and_eager(family, causal_lm=True)
     batch = continuation_batch((5, 3, 7), (3, 1, 2))
 
     def per_layer(method, one):
@@ -146,37 +113,18 @@ def test_attcat_alpha_from_sdpa_equals_eager(family, block_elements):
 
     torch.testing.assert_close(
         per_layer(AttCAT, batch),
-        _eager_one_at_a_time(weighted, batch),
+        eager_one_at_a_time(weighted, batch),
         rtol=1e-6,
         atol=1e-12,
     )
 
 
-def _sliding_window_model(implementation):
-    torch.manual_seed(0)
-    config = transformers.MistralConfig(
-        vocab_size=99,
-        hidden_size=32,
-        intermediate_size=37,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        sliding_window=3,
-        pad_token_id=0,
-    )
-    model = transformers.AutoModelForCausalLM.from_config(
-        config, attn_implementation=implementation
-    )
-    return model.double().eval()
-
-
 @pytest.mark.parametrize("method", METHODS[1:], ids=lambda m: m.__name__)
 def test_sliding_window_sdpa_equals_eager(method, block_elements):
-    models = [_sliding_window_model(i) for i in ("sdpa", "eager")]
+    models = [sliding_window_lm(i) for i in ("sdpa", "eager")]
     batch = continuation_batch((9, 4, 7), (3, 2, 3))
     sdpa = _generation_scores(method, models[0], batch)
-    eager = _eager_one_at_a_time(partial(_generation_scores, method, models[1]), batch)
+    eager = eager_one_at_a_time(partial(_generation_scores, method, models[1]), batch)
     torch.testing.assert_close(sdpa, eager, rtol=1e-6, atol=1e-12)
     # The window bites: keys more than 3 positions back get no attention.
     if method is LastLayerAttention:

@@ -76,7 +76,6 @@ class MethodConfig:
     name: str
     factory: Callable[[nn.Module], AttributeFn]
     families: Tuple[str, ...] = ALL_FAMILIES
-    needs_attention: bool = False  # reads attention weights (eager only)
     needs_gradients: bool = False
     unsupported_match: str = ""
     layered: Optional[Callable[[nn.Module, int], AttributeFn]] = None
@@ -174,7 +173,6 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
     MethodConfig(
         "AttCAT",
         lambda m: _caller(AttCAT(m)),
-        needs_attention=True,
         needs_gradients=True,
         cancels_after_layernorm=True,
         bfloat16_encoder_tolerance=1.2,  # measured: up to 0.77 (0.053 pre-LN)
@@ -182,7 +180,6 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
     MethodConfig(
         "AttCAT-outputs",
         lambda m: _caller(AttCAT(m, layers="outputs")),
-        needs_attention=True,
         needs_gradients=True,
         bfloat16_tolerance=0.04,  # measured: up to 0.018
     ),
@@ -191,7 +188,6 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
             f"GlobEnc-{variant}",
             lambda m, v=variant: _caller(GlobEnc(m), variant=v),
             families=POST_LN_FAMILIES,
-            needs_attention=True,
             unsupported_match="not a post-LayerNorm encoder",
             bfloat16_tolerance=0.01,  # measured: up to 0.002
         )
@@ -218,13 +214,11 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
     MethodConfig(
         "LastLayerAttention",
         lambda m: _caller(LastLayerAttention(m)),
-        needs_attention=True,
         bfloat16_tolerance=0.003,  # measured: up to 0.001
     ),
     MethodConfig(
         "AttentionRollout",
         lambda m: _caller(AttentionRollout(m)),
-        needs_attention=True,
         bfloat16_tolerance=0.003,  # measured: up to 0.0015
     ),
     MethodConfig(

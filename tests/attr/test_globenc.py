@@ -226,12 +226,6 @@ def test_unsupported_family_raises(family):
         GlobEnc(tiny_classifier(family))
 
 
-def test_sdpa_raises():
-    model = tiny_classifier("bert", attn_implementation="sdpa")
-    with pytest.raises(ValueError, match="attn_implementation='eager'"):
-        _attribute(model, token_batch())
-
-
 def test_unknown_variant_raises():
     with pytest.raises(ValueError, match="variant"):
         _attribute(tiny_classifier("bert"), token_batch(), variant="N-Enc")

@@ -2,9 +2,9 @@
 r"""GlobEnc: global token attribution from norms of the decomposed transformer
 blocks (post-LN encoders; pre-LN decoders explaining generated tokens)."""
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import partial
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -20,16 +20,28 @@ from captum_ext._utils.common import (
 )
 from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.teacher_forcing import teacher_forced_batch, TeacherForcedBatch
-from captum_ext.adapters import BlockParts, get_adapter, ModelAdapter, NormParams
+from captum_ext.adapters import (
+    AttentionInputs,
+    BlockParts,
+    get_adapter,
+    ModelAdapter,
+    NormParams,
+    PreNormParts,
+)
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.decoder_decomposition import (
     capture_decoder,
     decoder_factors,
     DECODER_VARIANTS,
+    DecoderLayer,
     next_norms,
 )
 from captum_ext.attr._utils.norm_decomposition import Factors, single_call, through_norm
-from captum_ext.attr._utils.rollout import rollout_products, rollout_row, rollout_rows
+from captum_ext.attr._utils.rollout import (
+    rollout_products,
+    rollout_rows_in_blocks,
+    RowBlocks,
+)
 
 __all__ = ["GlobEnc", "VARIANTS"]
 
@@ -42,7 +54,7 @@ class _LayerInputs:
     r"""What one block's forward pass exposes to the decomposition."""
 
     hidden: Tensor  # [batch, pos, d]  block input x = hidden_states[l - 1]
-    attention: Tensor  # [batch, heads, pos, pos]
+    attention: AttentionInputs  # its probabilities, a block of rows at a time
     value: Tensor  # [batch, pos, d]  value projection output, bias b_V included
     pre_ln1: Tensor  # [batch, pos, d]  real LN1 input: dense(context) + b_O + x
     pre_ln2: Tensor  # [batch, pos, d]  real LN2 input: FFN(out1) + out1
@@ -54,16 +66,23 @@ def _capture(
     r"""One forward pass; returns the logits and every block's inputs."""
     blocks = range(1, adapter.num_layers + 1)
     parts = [adapter.block_parts(layer) for layer in blocks]
-    with HookSet() as hooks:
+    capture = adapter.attention_capture("GlobEnc")
+    with HookSet() as hooks, capture:
         values = [hooks.capture_output(p.value) for p in parts]
         pre_ln1 = [hooks.capture_input(p.layernorm1) for p in parts]
         pre_ln2 = [hooks.capture_input(p.layernorm2) for p in parts]
-        output = run_model(adapter, batch, hidden_states=True, attentions=True)
+        output = run_model(
+            adapter,
+            batch,
+            hidden_states=True,
+            attentions=capture.output_attentions,
+        )
+    attention = capture.layers(output)
     # In the model's dtype: each layer goes to float32 only when it is decomposed.
     layers = [
         _LayerInputs(
             output.hidden_states[k],
-            output.attentions[k],
+            attention[k],
             single_call(values[k], "value projection", layer),
             single_call(pre_ln1[k], "first LayerNorm", layer),
             single_call(pre_ln2[k], "second LayerNorm", layer),
@@ -75,17 +94,21 @@ def _capture(
 
 def _in_work_dtype(layer: _LayerInputs) -> _LayerInputs:
     r"""One layer's inputs in float32 (or wider), where its decomposition runs:
-    norms of half-precision sums lose too many digits."""
+    norms of half-precision sums lose too many digits (the attention's blocks
+    are computed in the values' dtype)."""
     dtype = result_dtype(layer.hidden.dtype)
-    return _LayerInputs(
-        *(getattr(layer, field.name).to(dtype) for field in fields(_LayerInputs))
-    )
+    tensors = {
+        field.name: getattr(layer, field.name).to(dtype)
+        for field in fields(_LayerInputs)
+        if field.name != "attention"
+    }
+    return replace(layer, **tensors)
 
 
 def _factors(layer: _LayerInputs, parts: BlockParts, variant: str) -> Factors:
     r"""The decomposition of one block for ``variant`` (one of :data:`VARIANTS`)."""
     batch, pos, d = layer.value.shape
-    heads = layer.attention.shape[1]
+    heads = layer.attention.num_heads
     value = layer.value.view(batch, pos, heads, d // heads)
     weight = parts.output_weight  # [d, d]
     depth = VARIANTS.index(variant)
@@ -100,12 +123,6 @@ def _factors(layer: _LayerInputs, parts: BlockParts, variant: str) -> Factors:
 
 def _through_layernorm(factors: Factors, pre_ln: Tensor, norm: NormParams) -> Factors:
     return through_norm(factors, pre_ln, norm.weight, norm.eps, centred=True)
-
-
-def _masked(matrix: Tensor, valid: Tensor) -> Tensor:
-    r"""Zeroes pad rows and pad columns of ``[batch, pos, pos]`` (also where a
-    padded row is NaN, as Llama's eager mask makes it in float64)."""
-    return torch.where(valid[:, :, None] & valid[:, None, :], matrix, 0)
 
 
 class GlobEnc(Attribution):
@@ -151,9 +168,9 @@ class GlobEnc(Attribution):
     GlobEnc is class-agnostic: the attribution does not depend on ``target``.
 
     **Causal language models** (``*ForCausalLM`` of GPT-2 and the Llama family:
-    Llama, Mistral, Qwen2) explain a given continuation ``y_1 .. y_T`` under
-    teacher forcing (:mod:`captum_ext._utils.teacher_forcing`). Their pre-LN
-    block ``h' = h + Attn(norm_1(h))``, ``h'' = h' + MLP(norm_2(h'))`` is
+    Llama, Mistral, Qwen2, Qwen3, Gemma) explain a given continuation ``y_1 ..
+    y_T`` under teacher forcing (:mod:`captum_ext._utils.teacher_forcing`). Their
+    pre-LN block ``h' = h + Attn(norm_1(h))``, ``h'' = h' + MLP(norm_2(h'))`` is
     decomposed as (derivation and choices: ``docs/generation_globenc.rst``)
 
     .. math::
@@ -182,15 +199,25 @@ class GlobEnc(Attribution):
     :class:`~captum_ext.UnsupportedModelError`.
 
     Supported families: BERT, RoBERTa (and XLM-R, CamemBERT), ELECTRA, DistilBERT
-    classifiers; GPT-2, Llama, Mistral and Qwen2 causal LMs; all loaded with
-    ``attn_implementation="eager"`` (the method reads the attention
-    probabilities). The ``n^2`` decomposed vectors are never formed: their norms
-    come from the per-source Gram matrices of the heads, so the memory on top of
-    the forward pass is O(batch * heads * n^2), like one layer's attention.
-    The forward pass runs in the model's dtype; the decomposition runs in
-    float32, one layer at a time, and the scores are float32 (float64 for a
-    float64 model). ``internal_batch_size`` bounds the batch of each forward
-    pass and decomposition.
+    classifiers; GPT-2, Llama, Mistral (sliding windows included), Qwen2, Qwen3
+    and Gemma causal LMs; with any attention implementation of transformers'
+    attention interface (``"sdpa"``, the default of ``from_pretrained``, flash
+    kernels) or ``"eager"``. With eager attention the model's own maps are
+    used; otherwise the probabilities are recomputed from the query and key the
+    model computes, a block of receiving rows at a time
+    (:class:`~captum_ext.adapters.AttentionCapture`; a family whose attention
+    does not go through the interface raises
+    :class:`~captum_ext.UnsupportedModelError`). The ``n^2`` decomposed vectors
+    are never formed: their norms come from the per-source Gram matrices of the
+    heads, one block of rows of ``N^l`` at a time, and the rollout carries only
+    the rows it reads (the classification position; the ``T`` predicting
+    positions) down from the last layer, so on a non-eager model the memory on
+    top of the forward pass is linear in ``n`` (the blocks are bounded by
+    :data:`~captum_ext.adapters.attention.BLOCK_ELEMENTS`). The forward pass runs
+    in the model's dtype; the decomposition runs in float32, one layer at a
+    time, and the scores are float32 (float64 for a float64 model).
+    ``internal_batch_size`` bounds the batch of each forward pass and
+    decomposition.
 
     More details can be found in the original paper:
     https://aclanthology.org/2022.naacl-main.19/
@@ -203,7 +230,8 @@ class GlobEnc(Attribution):
             model (torch.nn.Module): A Hugging Face post-LayerNorm encoder
                         (``*ForSequenceClassification`` of the BERT, RoBERTa,
                         ELECTRA or DistilBERT family) or a pre-LayerNorm causal
-                        LM (``*ForCausalLM`` of GPT-2, Llama, Mistral, Qwen2).
+                        LM (``*ForCausalLM`` of GPT-2, Llama, Mistral, Qwen2,
+                        Qwen3, Gemma), with any attention implementation.
                         Other families raise
                         :class:`~captum_ext.UnsupportedModelError`.
         """
@@ -280,16 +308,14 @@ class GlobEnc(Attribution):
 
         Examples::
 
-            >>> model = AutoModelForSequenceClassification.from_pretrained(
-            ...     name, attn_implementation="eager")
+            >>> model = AutoModelForSequenceClassification.from_pretrained(name)
             >>> enc = tokenizer(texts, padding=True, return_tensors="pt")
             >>> globenc = GlobEnc(model)
             >>> attr = globenc.attribute(
             ...     enc["input_ids"],
             ...     additional_forward_args=(enc["attention_mask"],))
             >>> # A causal LM explaining the continuation `target_ids` [batch, T]:
-            >>> lm = AutoModelForCausalLM.from_pretrained(
-            ...     name, attn_implementation="eager")
+            >>> lm = AutoModelForCausalLM.from_pretrained(name)
             >>> tokenizer.padding_side = "left"
             >>> enc = tokenizer(prompts, padding=True, return_tensors="pt")
             >>> attr = GlobEnc(lm).attribute(
@@ -318,7 +344,10 @@ class GlobEnc(Attribution):
     ) -> Tensor:
         r"""
         The full token-to-token matrices of every layer (for a causal LM: of
-        the sequence ``inputs`` itself, lower triangular).
+        the sequence ``inputs`` itself, lower triangular). The output itself is
+        quadratic in the sequence (``[layers, pos, pos]`` per example), so every
+        layer's matrix is formed whole (:meth:`attribute` forms none); for long
+        inputs use :meth:`attribute`.
 
         Args:
 
@@ -349,7 +378,6 @@ class GlobEnc(Attribution):
         variants = DECODER_VARIANTS if self.adapter.is_causal_lm else VARIANTS
         if variant not in variants:
             raise ValueError(_variant_message(variant, variants))
-        self.adapter.require_attention_weights("GlobEnc")
         return parse_token_batch(self.adapter, inputs, additional_forward_args)
 
     def _teacher_forced(
@@ -425,13 +453,11 @@ class GlobEnc(Attribution):
         self, batch: TokenBatch, target: TargetType, variant: str, rollout: bool
     ) -> Tuple[Tensor, Tensor]:
         r"""The classification position's row ``[batch, pos]`` and the logits."""
-        matrices, logits = self._matrices(batch, target, variant)
+        layers, logits = self._norm_blocks(batch, target, variant)
         position = self.adapter.tokens.classification_position(
             batch.input_ids, batch.attention_mask
         )
-        if not rollout:
-            matrices = matrices[:, -1:]
-        return rollout_row(matrices.unbind(1), position), logits
+        return _read_rows(layers, position[:, None], rollout)[:, 0], logits
 
     def _predicting_rows(
         self,
@@ -444,11 +470,9 @@ class GlobEnc(Attribution):
     ) -> Tuple[Tensor, Tensor]:
         r"""Rows ``positions`` ``[T]`` of ``G^L`` laid out as ``score_mask``
         ``[batch, T, width]`` and zero outside it; and the logits."""
-        matrices, logits = self._matrices(batch, target, variant)
-        if not rollout:
-            matrices = matrices[:, -1:]
-        every = positions.expand(len(matrices), -1)  # [batch, T]
-        rows = rollout_rows(matrices.unbind(1), every)  # [batch, T, P + T - 1]
+        layers, logits = self._norm_blocks(batch, target, variant)
+        every = positions.expand(len(batch.input_ids), -1)  # [batch, T]
+        rows = _read_rows(layers, every, rollout)  # [batch, T, P + T - 1]
         # width P + T adds y_T's position, which no row may score.
         width = score_mask.shape[-1]
         rows = nn.functional.pad(rows, (0, max(width - rows.shape[-1], 0)))
@@ -459,53 +483,90 @@ class GlobEnc(Attribution):
     ) -> Tuple[Tensor, Tensor]:
         r"""``G^1 .. G^L`` (or ``N^1 .. N^L``) ``[batch, layers, pos, pos]`` and
         the logits."""
-        matrices, logits = self._matrices(batch, target, variant)
-        return (
-            torch.stack(rollout_products(matrices.unbind(1)), dim=1)
-            if rollout
-            else matrices
-        ), logits
+        layers, logits = self._norm_blocks(batch, target, variant)
+        matrices = [torch.cat([b for _, b in blocks()], dim=1) for blocks in layers]
+        if rollout:
+            matrices = rollout_products(matrices)
+        return torch.stack(matrices, dim=1), logits
 
-    def _matrices(
+    def _norm_blocks(
         self, batch: TokenBatch, target: TargetType, variant: str
-    ) -> Tuple[Tensor, Tensor]:
-        r"""Per-layer ``N^l`` ``[batch, layers, pos, pos]`` (float32) and the
-        logits (``[batch, C]``; causal LMs: ``[batch, pos, vocab]``, zero on
-        padding)."""
+    ) -> Tuple[List[RowBlocks], Tensor]:
+        r"""Per-layer ``N^l`` (first layer first), each as blocks of receiving
+        rows ``[batch, rows, pos]`` (float32) computed when iterated, zero on
+        pad rows and columns; and the logits (``[batch, C]``; causal LMs:
+        ``[batch, pos, vocab]``, zero on padding)."""
         if self.adapter.is_causal_lm:
-            norms, logits = self._decoder_norms(batch, variant)
+            factors, logits = self._decoder_factors(batch, variant)
         else:
-            norms, logits = self._encoder_norms(batch, target, variant)
-        masked = [_masked(matrix, batch.valid) for matrix in norms]
-        return torch.stack(masked, dim=1), logits
+            factors, logits = self._encoder_factors(batch, target, variant)
+        return [partial(_masked_blocks, f, batch.valid) for f in factors], logits
 
-    def _encoder_norms(
+    def _encoder_factors(
         self, batch: TokenBatch, target: TargetType, variant: str
-    ) -> Tuple[List[Tensor], Tensor]:
+    ) -> Tuple[List[Callable[[], Factors]], Tensor]:
         adapter = self.adapter
         logits, layers = _capture(adapter, batch)
         resolve_target(target, logits)  # validated only: GlobEnc is class-agnostic
-        norms = [
-            _factors(_in_work_dtype(layer), adapter.block_parts(k + 1), variant).norms()
+        factors: List[Callable[[], Factors]] = [
+            partial(_work_factors, layer, adapter.block_parts(k + 1), variant)
             for k, layer in enumerate(layers)
         ]
-        return norms, logits
+        return factors, logits
 
-    def _decoder_norms(
+    def _decoder_factors(
         self, batch: TokenBatch, variant: str
-    ) -> Tuple[List[Tensor], Tensor]:
+    ) -> Tuple[List[Callable[[], Factors]], Tensor]:
         adapter = self.adapter
         logits, layers = capture_decoder(adapter, batch)
         dtype = result_dtype(logits.dtype)
-        norms = [
-            decoder_factors(
-                layer.to(dtype), adapter.pre_norm_parts(k + 1), norm, variant
-            ).norms()
+        factors: List[Callable[[], Factors]] = [
+            partial(
+                _decoder_work_factors,
+                layer,
+                dtype,
+                adapter.pre_norm_parts(k + 1),
+                norm,
+                variant,
+            )
             for k, (layer, norm) in enumerate(zip(layers, next_norms(adapter)))
         ]
         # Padded positions may hold NaN (Llama's eager mask in float64): they
-        # are no example's output, so they are left out of the NaN/inf check.
-        return norms, torch.where(batch.valid[..., None], logits, 0)
+        # are no example's output, so they are left out of the NaN/inf check
+        # (in place: [pos, vocab] is the largest output of the forward pass).
+        return factors, logits.masked_fill_(~batch.valid[..., None], 0)
+
+
+def _work_factors(layer: _LayerInputs, parts: BlockParts, variant: str) -> Factors:
+    return _factors(_in_work_dtype(layer), parts, variant)
+
+
+def _decoder_work_factors(
+    layer: DecoderLayer,
+    dtype: torch.dtype,
+    parts: PreNormParts,
+    norm: NormParams,
+    variant: str,
+) -> Factors:
+    return decoder_factors(layer.to(dtype), parts, norm, variant)
+
+
+def _masked_blocks(
+    factors: Callable[[], Factors], valid: Tensor
+) -> Iterator[Tuple[int, Tensor]]:
+    r"""One layer's ``N^l`` a block of rows at a time, its factors built (in
+    the work dtype) only now: zero on pad rows and pad columns (also where a
+    padded row is NaN, as Llama's eager mask makes it in float64)."""
+    for start, block in factors().norm_blocks():  # [batch, rows, pos]
+        rows = valid[:, start : start + block.shape[1]]
+        yield start, torch.where(rows[:, :, None] & valid[:, None, :], block, 0)
+
+
+def _read_rows(layers: List[RowBlocks], positions: Tensor, rollout: bool) -> Tensor:
+    r"""Rows ``positions`` ``[batch, rows]`` of ``G^L`` (of ``N^L`` alone
+    without ``rollout``), ``[batch, rows, pos]``: the top layer's rows, then
+    every lower layer multiplied in a block at a time."""
+    return rollout_rows_in_blocks(layers if rollout else layers[-1:], positions)
 
 
 def _variant_message(variant: str, variants: Tuple[str, ...]) -> str:

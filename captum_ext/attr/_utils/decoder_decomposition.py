@@ -18,7 +18,7 @@ last block), which maps every ``z_ij`` linearly once the receiving position's
 statistics are fixed.
 """
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, replace
 from typing import List, Tuple
 
 import torch
@@ -27,6 +27,7 @@ from torch import Tensor
 from captum_ext._utils.common import run_model, TokenBatch
 from captum_ext._utils.hooks import HookSet
 from captum_ext.adapters import (
+    AttentionInputs,
     ModelAdapter,
     NormParams,
     PreNormParts,
@@ -51,13 +52,19 @@ class DecoderLayer:
     r"""What one pre-LN block's forward pass exposes to the decomposition."""
 
     hidden: Tensor  # [batch, pos, d]  block input h: the real input of norm_1
-    attention: Tensor  # [batch, heads, pos, pos]
+    attention: AttentionInputs  # its probabilities, a block of rows at a time
     value: Tensor  # [batch, pos, kv_heads * head_dim]  v_j, bias b_V included
     output: Tensor  # [batch, pos, d]  block output h'': the next norm's input
 
     def to(self, dtype: torch.dtype) -> "DecoderLayer":
-        r"""The layer in ``dtype`` (the decomposition's work dtype)."""
-        return DecoderLayer(*(getattr(self, f.name).to(dtype) for f in fields(self)))
+        r"""The layer in ``dtype`` (the decomposition's work dtype; the
+        attention's blocks are computed in the values' dtype)."""
+        return replace(
+            self,
+            hidden=self.hidden.to(dtype),
+            value=self.value.to(dtype),
+            output=self.output.to(dtype),
+        )
 
 
 def next_norms(adapter: ModelAdapter) -> List[NormParams]:
@@ -71,11 +78,14 @@ def capture_decoder(
     adapter: ModelAdapter, batch: TokenBatch
 ) -> Tuple[Tensor, List[DecoderLayer]]:
     r"""One forward pass; returns the logits ``[batch, pos, vocab]`` and every
-    block's :class:`DecoderLayer` (in the model's dtype). Raises
+    block's :class:`DecoderLayer` (in the model's dtype; its attention from
+    the model's own query and key unless the model is eager, see
+    :class:`~captum_ext.adapters.AttentionCapture`). Raises
     :class:`UnsupportedModelError` when a block is not the sequential pre-LN
-    block the decomposition assumes."""
+    block the decomposition assumes or its attention cannot be read."""
     parts = [adapter.pre_norm_parts(k) for k in range(1, adapter.num_layers + 1)]
-    with HookSet() as hooks:
+    capture = adapter.attention_capture("GlobEnc")
+    with HookSet() as hooks, capture:
         # The stream h^0 .. h^L: the inputs of every norm_1 and of the final norm.
         stream = [hooks.capture_input(p.norm1.module) for p in parts]
         stream.append(hooks.capture_input(adapter.final_norm().module))
@@ -88,7 +98,10 @@ def capture_decoder(
             )
             for p in parts
         ]
-        output = run_model(adapter, batch, attentions=True, classifier=False)
+        output = run_model(
+            adapter, batch, attentions=capture.output_attentions, classifier=False
+        )
+    attention = capture.layers(output)
     states = [single_call(s, "stream", k) for k, s in enumerate(stream)]
     layers = []
     for k, part in enumerate(parts):
@@ -100,9 +113,7 @@ def capture_decoder(
         _check_sequential(adapter, block, batch, (states[k], attention_out, middle))
         _check_sequential(adapter, block, batch, (middle, mlp_out, states[block]))
         value = part.values(single_call(values[k], "value projection", block))
-        layers.append(
-            DecoderLayer(states[k], output.attentions[k], value, states[block])
-        )
+        layers.append(DecoderLayer(states[k], attention[k], value, states[block]))
     return output.logits, layers
 
 
@@ -135,7 +146,7 @@ def decoder_factors(
 ) -> Factors:
     r"""The factored decomposition of one block for ``variant`` (one of
     :data:`DECODER_VARIANTS`), in ``layer``'s dtype."""
-    heads = layer.attention.shape[1]
+    heads = layer.attention.num_heads
     weight = parts.output_weight  # [d, heads * head_dim]
     value = _query_head_values(layer.value, heads, weight.shape[1])
     depth = DECODER_VARIANTS.index(variant)
