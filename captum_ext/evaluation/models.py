@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 r"""Loading the user's classifier or causal LM: a local Hugging Face
 sequence-classifier (or ``*ForCausalLM``) directory (``save_pretrained``) or a
-Hub model id, with eager attention so the
-attention-reading methods work, and a clear error for everything else.
+Hub model id, loaded the default way (``sdpa`` attention where the family has
+it: the attention-reading methods recompute what they need from its query and
+key), and a clear error for everything else.
 
 A Hub id goes through ``huggingface_hub`` and ``from_pretrained`` and their
 cache, so ``HF_HOME``, ``HF_HUB_OFFLINE`` and ``HF_TOKEN`` (or ``hf auth
@@ -289,7 +290,7 @@ def load_classifier(
     trust_remote_code: bool = False,
 ) -> Tuple[nn.Module, Any]:
     r"""A Hugging Face sequence classifier and its tokenizer, from a local
-    directory or a Hub id, ready to explain: eval mode, eager attention, on
+    directory or a Hub id, ready to explain: eval mode, the default attention (sdpa), on
     ``device`` in ``dtype``.
 
     A Hub id is loaded through the Hub cache (``HF_HOME``; offline with
@@ -352,7 +353,7 @@ def load_causal_lm(
 ) -> Tuple[nn.Module, Any]:
     r"""A Hugging Face causal language model (``AutoModelForCausalLM``) and its
     tokenizer, as :func:`load_classifier` loads a classifier (same arguments,
-    same errors): eval mode, eager attention, a pad token (the EOS token when
+    same errors): eval mode, the default attention, a pad token (the EOS token when
     the tokenizer has none). The adapter must see a causal LM
     (``is_causal_lm``: an LM head, no classification head), or
     :class:`UnsupportedModelError` says what the model lacks."""
@@ -399,7 +400,6 @@ def _load(
         with quiet_transformers(), cache_only_unless_reachable():
             model, info = auto_class.from_pretrained(
                 **_pretrained(source, trust_remote_code),
-                attn_implementation="eager",
                 dtype=chosen_dtype,
                 output_loading_info=True,
             )

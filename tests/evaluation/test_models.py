@@ -23,10 +23,12 @@ def model_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("tiny_model"))
 
 
-def test_loads_a_classifier_eager_in_eval_mode_in_the_asked_dtype(model_dir):
+def test_loads_a_classifier_the_default_way_in_eval_mode_in_the_asked_dtype(
+    model_dir,
+):
     model, tokenizer = load_classifier(model_dir, dtype="bfloat16", max_length=12)
     assert not model.training
-    assert model.config._attn_implementation == "eager"
+    assert model.config._attn_implementation == "sdpa"  # from_pretrained's default
     assert next(model.parameters()).dtype == torch.bfloat16
     assert tokenizer.model_max_length == 12
     assert model.config.id2label[2] == "<mixed>"
