@@ -29,14 +29,12 @@ from captum_ext._utils.progress import Progress
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX, teacher_forced_batch
 from captum_ext.adapters import get_adapter
 from captum_ext.defaults.cache import cached_directory
+from captum_ext.defaults.flags import FlagTask
 from captum_ext.defaults.recall import (
-    BOS,
     encode_examples,
-    EOS,
     recall_tokenizer,
     RecallExample,
     RecallTask,
-    SEPARATOR,
 )
 
 __all__ = [
@@ -45,6 +43,9 @@ __all__ = [
     "load_default_generator",
     "recall_accuracy",
 ]
+
+# A task the generator learns: its vocabulary, examples and training rows.
+Task = Union[RecallTask, FlagTask]
 
 # Bump when the training code changes in a way the recipe's fields do not show.
 _CODE_VERSION = 1
@@ -61,7 +62,12 @@ class GeneratorRecipe:
     held-out accuracy reaches ``target_accuracy``.
     """
 
-    task: RecallTask = field(default_factory=RecallTask)
+    task: Task = field(default_factory=RecallTask)
+    # The prompts trained on when they differ from ``task``'s (which the held-out
+    # accuracy is measured on): shorter ones train many times faster, and the
+    # lookup learned on them carries over to longer prompts (rotary positions
+    # are relative). None: ``task``.
+    train_task: Optional[Task] = None
     # Width 64 reached 0.78 after 3,000 steps, 0.19 after 5,000 with a longer
     # schedule; width 128 reached 0.93 after 1,000 (measured, same seed).
     hidden_size: int = 128
@@ -82,7 +88,10 @@ class GeneratorRecipe:
 
     def fingerprint(self) -> str:
         r"""Hex digest of the recipe and the training code's version."""
-        text = json.dumps([_CODE_VERSION, asdict(self)], sort_keys=True)
+        # Fields left at None are left out: a field added later keeps the
+        # names (and caches) of the recipes that do not use it.
+        fields = {k: v for k, v in asdict(self).items() if v is not None}
+        text = json.dumps([_CODE_VERSION, fields], sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def seeds(self) -> Tuple[int, int, int]:
@@ -94,6 +103,11 @@ class GeneratorRecipe:
 
 
 DEFAULT_RECIPE = GeneratorRecipe()
+
+# Flag sum (:mod:`captum_ext.defaults.flags`): an answer that copies no prompt
+# token, trained with the default recipe's model and optimiser (issue 30):
+# 200 steps, 10 s of CPU time, held-out accuracy 1.000 (measured).
+FLAG_RECIPE = GeneratorRecipe(task=FlagTask())
 
 
 def generator_cache_name(recipe: GeneratorRecipe = DEFAULT_RECIPE) -> str:
@@ -195,15 +209,18 @@ def _load(path: Path) -> Tuple[Any, Any]:
     return model, tokenizer
 
 
+def _eval_batch_size(task: Task) -> int:
+    r"""Prompts per evaluation pass: 256, fewer for long prompts, so that one
+    layer's eager attention maps (``[batch, heads, L, L]``) stay near 256 MiB."""
+    return max(1, min(256, 2**24 // task.longest_prompt() ** 2))
+
+
 def _new_model(recipe: GeneratorRecipe, tokenizer: Any) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    task = recipe.task
-    query = 1 + task.values_per_key + 1  # key, values, <eos>
-    longest = (
-        1
-        + (2 + task.values_per_key) * task.max_pairs
-        + (1 + recipe.extra_queries) * query
+    longest = max(
+        task.longest_row(recipe.extra_queries)
+        for task in (recipe.task, recipe.train_task or recipe.task)
     )
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -232,7 +249,7 @@ def _build(recipe: GeneratorRecipe, out: Path) -> None:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(recipe.seed)
         model = _new_model(recipe, tokenizer)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         # The matmuls are tiny: on 2 busy cores a second thread only spins
         # (one step took 10x longer with 2 threads than with 1, measured).
         torch.set_num_threads(1)
@@ -241,6 +258,8 @@ def _build(recipe: GeneratorRecipe, out: Path) -> None:
         finally:
             torch.set_num_threads(threads)
         seconds = time.perf_counter() - start
+        # The wall time on an idle machine: one thread's CPU time.
+        cpu_seconds = time.process_time() - cpu_start
     if accuracy < recipe.target_accuracy:
         raise RuntimeError(
             f"the default generator reached {accuracy:.3f} held-out accuracy after "
@@ -254,8 +273,11 @@ def _build(recipe: GeneratorRecipe, out: Path) -> None:
         fingerprint=recipe.fingerprint(),
         steps=steps,
         train_seconds=round(seconds, 1),
+        train_cpu_seconds=round(cpu_seconds, 1),
         validation_accuracy=accuracy,
-        test_accuracy=recall_accuracy(model, tokenizer, test),
+        test_accuracy=recall_accuracy(
+            model, tokenizer, test, _eval_batch_size(recipe.task)
+        ),
         parameters=sum(p.numel() for p in model.parameters()),
         torch=torch.__version__,
         threads=1,
@@ -275,6 +297,8 @@ def _train(
     r"""Trains until the validation accuracy reaches the target or
     ``max_steps``; returns ``(steps, last validation accuracy)``."""
     first_seed, _, _ = recipe.seeds()
+    trained = recipe.train_task or recipe.task
+    evaluated = _eval_batch_size(recipe.task)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay
     )
@@ -287,9 +311,9 @@ def _train(
         )
         for step in range(1, recipe.max_steps + 1):
             model.train()
-            examples = recipe.task.sample(recipe.batch_size, first_seed + step)
+            examples = trained.sample(recipe.batch_size, first_seed + step)
             input_ids, labels = _multi_query_batch(
-                examples, tokenizer, recipe.extra_queries, first_seed + step
+                trained, examples, tokenizer, recipe.extra_queries, first_seed + step
             )
             logits = model(input_ids=input_ids).logits  # [batch, len, vocab]
             loss = torch.nn.functional.cross_entropy(
@@ -302,7 +326,7 @@ def _train(
             optimizer.zero_grad(set_to_none=True)
             postfix = f"loss {loss.item():.3f}"
             if step % recipe.eval_every == 0 or step == recipe.max_steps:
-                accuracy = recall_accuracy(model, tokenizer, validation)
+                accuracy = recall_accuracy(model, tokenizer, validation, evaluated)
                 postfix += f", held-out accuracy {accuracy:.3f}"
             progress.update(1, postfix)
             if accuracy >= recipe.target_accuracy:
@@ -311,29 +335,16 @@ def _train(
 
 
 def _multi_query_batch(
-    examples: Sequence[RecallExample], tokenizer: Any, extra_queries: int, seed: int
+    task: Task,
+    examples: Sequence[RecallExample],
+    tokenizer: Any,
+    extra_queries: int,
+    seed: int,
 ) -> Tuple[Tensor, Tensor]:
-    r"""Training sequences ``[batch, len]`` and their labels: each prompt, its
-    continuation and ``<eos>``, then up to ``extra_queries`` more queries of the
-    same prompt's other keys with their values and ``<eos>`` (``k9 v5 v4
-    <eos>``). Only answers and ``<eos>`` are labelled (-100 elsewhere: the
-    prompts are random). The first query is exactly an evaluation example; the
-    extra ones give several answers per sequence, which trains recall several
-    times faster per second (as multi-query associative recall does)."""
+    r"""Training sequences ``[batch, len]`` and their labels (-100 where a
+    token is not labelled): each example's ``task.training_row``, right-padded."""
     rng = random.Random(seed)
-    rows: List[Tuple[List[str], List[bool]]] = []
-    for example in examples:
-        pairs = [p.split() for p in example.prompt.split(f" {SEPARATOR} ")[:-1]]
-        answers = {words[0]: words[1:] for words in pairs}
-        queried = example.prompt.split()[-1]
-        others = [key for key in answers if key != queried]
-        keys = [queried] + rng.sample(others, min(extra_queries, len(others)))
-        words, labelled = [BOS] + example.prompt.split()[:-1], [False]
-        labelled += [False] * (len(words) - 1)
-        for key in keys:
-            words += [key, *answers[key], EOS]
-            labelled += [False] + [True] * (len(answers[key]) + 1)
-        rows.append((words, labelled))
+    rows = [task.training_row(example, extra_queries, rng) for example in examples]
     width = max(len(words) for words, _ in rows)
     input_ids = torch.full((len(rows), width), tokenizer.pad_token_id)
     labels = torch.full((len(rows), width), IGNORE_INDEX)

@@ -37,7 +37,7 @@ that, like Llama's, starts every encoded text with ``<bos>``.
 
 import random
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple, TYPE_CHECKING
+from typing import Dict, List, Protocol, Sequence, Tuple, TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -68,12 +68,21 @@ class RecallExample:
 
     Positions count the prompt's whitespace-separated words from 0 (the
     tokenizer's ``<bos>`` is not a word; :func:`encode_examples` maps words to
-    token positions)."""
+    token positions). ``needed[t]`` is the set of prompt words the ``t``-th
+    continuation token needs: for recall the queried pair's key (where to
+    look) and the value (what to copy). The query key that ends the prompt is
+    needed too, but it is the input of the position that predicts the first
+    value, which several methods score first for reasons of their own
+    (issue 30), so the set holds only what a model must find. Other tasks with
+    planted evidence (:mod:`captum_ext.defaults.flags`) use the same record,
+    with no single-token ``evidence`` and ``key_position`` -1 where they have
+    none."""
 
     prompt: str
     continuation: str  # the queried values, space-separated (no end token)
     evidence: Tuple[int, ...]  # word position of the t-th queried value
     key_position: int  # word position of the queried pair's key
+    needed: Tuple[Tuple[int, ...], ...] = ()  # word positions y_t needs
 
 
 @dataclass(frozen=True)
@@ -141,11 +150,52 @@ class RecallTask:
                 pair_values = rng.sample(self.values, self.values_per_key)
             words += [key, *pair_values, SEPARATOR]
         words.append(keys[queried])
-        return RecallExample(" ".join(words), " ".join(answer), evidence, key_position)
+        needed = tuple((key_position, position) for position in evidence)
+        prompt, continuation = " ".join(words), " ".join(answer)
+        return RecallExample(prompt, continuation, evidence, key_position, needed)
+
+    def training_row(
+        self, example: RecallExample, extra_queries: int, rng: random.Random
+    ) -> Tuple[List[str], List[bool]]:
+        r"""``(words, labelled)``: ``<bos>``, the prompt, its continuation and
+        ``<eos>``, then up to ``extra_queries`` more queries of the same
+        prompt's other keys, drawn with ``rng``, with their values and
+        ``<eos>`` (``k9 v5 v4 <eos>``). Only answers and ``<eos>`` are labelled
+        (the prompts are random). The first query is exactly an evaluation
+        example; the extra ones give several answers per sequence, which trains
+        recall several times faster per second (as multi-query associative
+        recall does)."""
+        pairs = [p.split() for p in example.prompt.split(f" {SEPARATOR} ")[:-1]]
+        answers = {words[0]: words[1:] for words in pairs}
+        queried = example.prompt.split()[-1]
+        others = [key for key in answers if key != queried]
+        keys = [queried] + rng.sample(others, min(extra_queries, len(others)))
+        words = [BOS] + example.prompt.split()[:-1]
+        labelled = [False] * len(words)
+        for key in keys:
+            words += [key, *answers[key], EOS]
+            labelled += [False] + [True] * (len(answers[key]) + 1)
+        return words, labelled
+
+    def longest_row(self, extra_queries: int) -> int:
+        r"""Tokens of the longest :meth:`training_row`."""
+        query = 2 + self.values_per_key  # key, values, <eos>
+        return (
+            1 + (2 + self.values_per_key) * self.max_pairs + (1 + extra_queries) * query
+        )
+
+    def longest_prompt(self) -> int:
+        r"""Tokens of the longest prompt, ``<bos>`` included."""
+        return 2 + (2 + self.values_per_key) * self.max_pairs
 
 
-def recall_tokenizer(task: RecallTask) -> "PreTrainedTokenizerFast":
-    r"""A Hugging Face fast tokenizer for ``task``'s words: one token per
+class _Words(Protocol):
+    def vocabulary(self) -> List[str]: ...
+
+
+def recall_tokenizer(task: _Words) -> "PreTrainedTokenizerFast":
+    r"""A Hugging Face fast tokenizer for ``task``'s words (a
+    :class:`RecallTask`, or any task with a ``vocabulary()``): one token per
     whitespace-separated word (``<unk>`` for unknown words), ``<bos>`` in front of
     every encoded text (as Llama's tokenizers do), ``<eos>``/``<pad>`` declared,
     prompts padded on the left (as ``generate()`` wants them). Saved and loaded
@@ -180,7 +230,8 @@ class RecallBatch:
     attention_mask: Tensor  # [batch, P]
     target: Tensor  # [batch, T]: the continuation's ids, IGNORE_INDEX after it
     evidence: Tensor  # [batch, T]: prompt position of y_t's evidence, or -1
-    key_position: Tensor  # [batch]: prompt position of the queried pair's key
+    key_position: Tensor  # [batch]: prompt position of the queried pair's key, or -1
+    needed: Tensor  # [batch, T, S]: prompt positions y_t needs, -1 after them
 
 
 def encode_examples(
@@ -201,7 +252,7 @@ def encode_examples(
     Returns:
         RecallBatch: evidence positions index the padded prompt, so
         ``input_ids[b, evidence[b, t]] == target[b, t]`` wherever
-        ``evidence[b, t] >= 0``.
+        ``evidence[b, t] >= 0``; so do ``needed`` and ``key_position``.
     """
     if not examples:
         raise ValueError("no examples to encode")
@@ -214,15 +265,25 @@ def encode_examples(
     steps = max(len(c) for c in continuations)
     target = torch.full((len(examples), steps), IGNORE_INDEX, dtype=torch.long)
     evidence = torch.full_like(target, -1)
-    key_position = torch.empty(len(examples), dtype=torch.long)
+    key_position = torch.full((len(examples),), -1, dtype=torch.long)
+    widest = max((len(s) for e in examples for s in e.needed), default=0)
+    needed = torch.full((len(examples), steps, widest), -1, dtype=torch.long)
     for row, (example, continuation) in enumerate(zip(examples, continuations)):
         target[row, : len(continuation)] = torch.tensor(continuation)
         # word index -> token position (after <bos> and the left padding)
         position = {w: p for p, w in enumerate(prompts.word_ids(row)) if w is not None}
+        position[-1] = -1
+        for t, words in enumerate(example.needed):
+            needed[row, t, : len(words)] = torch.tensor([position[w] for w in words])
         evidence[row, : len(example.evidence)] = torch.tensor(
-            [position[w] for w in example.evidence]
+            [position[w] for w in example.evidence], dtype=torch.long
         )
         key_position[row] = position[example.key_position]
     return RecallBatch(
-        prompts["input_ids"], prompts["attention_mask"], target, evidence, key_position
+        prompts["input_ids"],
+        prompts["attention_mask"],
+        target,
+        evidence,
+        key_position,
+        needed,
     )
