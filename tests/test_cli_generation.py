@@ -229,7 +229,7 @@ def test_benchmark_tasks_default_to_the_built_in_ones():
     from captum_ext.cli import _parser, BENCHMARK_TASKS
     from captum_ext.evaluation.tasks import BUILT_IN_TASKS
 
-    built_in = ("sentiment", "source", "recall", "flags")
+    built_in = ("sentiment", "source", "recall", "recall_long", "flags")
     assert BENCHMARK_TASKS == BUILT_IN_TASKS == built_in
     assert _parser().parse_args(["benchmark"]).tasks == list(BUILT_IN_TASKS)
 

@@ -36,8 +36,9 @@ that, like Llama's, starts every encoded text with ``<bos>``.
 """
 
 import random
+from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Protocol, Sequence, Tuple, TYPE_CHECKING
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple, TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -93,8 +94,14 @@ class RecallTask:
         n_keys (int): size of the key vocabulary ``k0 ..``.
         n_values (int): size of the value vocabulary ``v0 ..``.
         min_pairs (int): fewest key–value pairs in a prompt (at least 1).
-        max_pairs (int): most pairs (at most ``n_keys``).
+        max_pairs (int): most pairs (at most ``n_keys`` when every key is
+            distinct).
         values_per_key (int): values per pair, the continuation's length.
+        unique_keys (int, optional): None: every pair's key is distinct. ``u``:
+            ``u`` pairs have keys of their own, the queried one among them; the
+            others draw theirs, repeats allowed, from the keys left, so a
+            prompt can hold hundreds of distractor pairs over a small key
+            vocabulary (the long-context variant). Default: None.
     """
 
     n_keys: int = 32
@@ -102,12 +109,21 @@ class RecallTask:
     min_pairs: int = 2
     max_pairs: int = 8
     values_per_key: int = 2
+    unique_keys: Optional[int] = None
 
     def __post_init__(self) -> None:
-        if not 1 <= self.min_pairs <= self.max_pairs <= self.n_keys:
+        most = self.n_keys if self.unique_keys is None else self.max_pairs
+        if not 1 <= self.min_pairs <= self.max_pairs <= most:
             raise ValueError(
                 "need 1 <= min_pairs <= max_pairs <= n_keys, got "
                 f"{self.min_pairs}, {self.max_pairs}, {self.n_keys}"
+            )
+        if self.unique_keys is not None and not (
+            1 <= self.unique_keys <= self.min_pairs and self.unique_keys < self.n_keys
+        ):
+            raise ValueError(
+                "need 1 <= unique_keys <= min_pairs and unique_keys < n_keys, got "
+                f"{self.unique_keys}, {self.min_pairs}, {self.n_keys}"
             )
         if not 1 <= self.values_per_key <= self.n_values:
             raise ValueError(
@@ -135,8 +151,7 @@ class RecallTask:
 
     def _example(self, rng: random.Random) -> RecallExample:
         n_pairs = rng.randint(self.min_pairs, self.max_pairs)
-        keys = rng.sample(self.keys, n_pairs)
-        queried = rng.randrange(n_pairs)
+        keys, queried = self._keys(rng, n_pairs)
         answer = rng.sample(self.values, self.values_per_key)  # distinct values
         words: List[str] = []
         evidence: Tuple[int, ...] = ()
@@ -154,19 +169,31 @@ class RecallTask:
         prompt, continuation = " ".join(words), " ".join(answer)
         return RecallExample(prompt, continuation, evidence, key_position, needed)
 
+    def _keys(self, rng: random.Random, n_pairs: int) -> Tuple[List[str], int]:
+        r"""Each pair's key and the queried pair's index."""
+        if self.unique_keys is None:
+            return rng.sample(self.keys, n_pairs), rng.randrange(n_pairs)
+        own = rng.sample(self.keys, self.unique_keys)
+        rest = [key for key in self.keys if key not in own]
+        keys = own + [rng.choice(rest) for _ in range(n_pairs - len(own))]
+        rng.shuffle(keys)
+        return keys, keys.index(rng.choice(own))
+
     def training_row(
         self, example: RecallExample, extra_queries: int, rng: random.Random
     ) -> Tuple[List[str], List[bool]]:
         r"""``(words, labelled)``: ``<bos>``, the prompt, its continuation and
         ``<eos>``, then up to ``extra_queries`` more queries of the same
-        prompt's other keys, drawn with ``rng``, with their values and
+        prompt's other keys that occur once, drawn with ``rng``, with their
+        values and
         ``<eos>`` (``k9 v5 v4 <eos>``). Only answers and ``<eos>`` are labelled
         (the prompts are random). The first query is exactly an evaluation
         example; the extra ones give several answers per sequence, which trains
         recall several times faster per second (as multi-query associative
         recall does)."""
         pairs = [p.split() for p in example.prompt.split(f" {SEPARATOR} ")[:-1]]
-        answers = {words[0]: words[1:] for words in pairs}
+        counts = Counter(words[0] for words in pairs)
+        answers = {words[0]: words[1:] for words in pairs if counts[words[0]] == 1}
         queried = example.prompt.split()[-1]
         others = [key for key in answers if key != queried]
         keys = [queried] + rng.sample(others, min(extra_queries, len(others)))

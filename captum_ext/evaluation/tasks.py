@@ -3,9 +3,10 @@ r"""The built-in tasks as plain inputs of the engines: a default fine-tuned
 classifier (:mod:`captum_ext.defaults.models`) and the first examples of its
 held-out split (:mod:`captum_ext.defaults.data`), and the default generators
 (:mod:`captum_ext.defaults.generator`) on held-out prompts with their planted
-evidence: key-value recall (``recall``, :mod:`captum_ext.defaults.recall`)
-and flag sum (``flags``, :mod:`captum_ext.defaults.flags`: an answer that
-copies no prompt token).
+evidence: key-value recall (``recall``, :mod:`captum_ext.defaults.recall`),
+its long-context variant (``recall_long``: over 1,024 prompt tokens, 16
+prompts at most, as each costs about 30 short ones) and flag sum (``flags``,
+:mod:`captum_ext.defaults.flags`: an answer that copies no prompt token).
 Nothing about them is special to the engines.
 """
 
@@ -22,6 +23,7 @@ from captum_ext.defaults.generator import (
     FLAG_RECIPE,
     GeneratorRecipe,
     load_default_generator,
+    LONG_RECALL_RECIPE,
 )
 from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 from captum_ext.defaults.recall import encode_examples, RecallTask
@@ -59,6 +61,7 @@ GENERATION_TASK = "recall"
 # Each generation task's generator recipe and its most prompts (None: n).
 GENERATION_TASKS: Dict[str, Tuple[GeneratorRecipe, Optional[int]]] = {
     GENERATION_TASK: (DEFAULT_RECIPE, None),
+    "recall_long": (LONG_RECALL_RECIPE, 16),
     "flags": (FLAG_RECIPE, None),
 }
 BUILT_IN_TASKS = TASKS + tuple(GENERATION_TASKS)

@@ -155,6 +155,35 @@ def test_a_flag_recipe_trains_and_caches(counted_training, tmp_path):
     assert (tmp_path / generator_cache_name(recipe) / "training.json").is_file()
 
 
+def test_spread_positions_keep_pairs_together_within_the_span():
+    recipe = GeneratorRecipe(**{**TINY.__dict__, "position_span": 60})
+    task = RecallTask(n_keys=4, n_values=4, min_pairs=3, max_pairs=4)
+    tokenizer = recall_tokenizer(task)
+    examples = task.sample(6, seed=0)
+    input_ids, _ = generator._multi_query_batch(task, examples, tokenizer, 1, 0)
+    positions = generator._spread_positions(input_ids, tokenizer, recipe, step=1)
+    steps = positions.diff(dim=1)  # [batch, len - 1]
+    after = input_ids[:, :-1] == tokenizer.convert_tokens_to_ids(";")
+    assert bool((steps[~after] == 1).all())  # consecutive inside a pair
+    assert bool((steps >= 1).all()) and int(positions.max()) < 60
+    assert bool((steps[after] > 1).any())  # gaps after some separators
+    same = generator._spread_positions(input_ids, tokenizer, recipe, step=1)
+    assert torch.equal(positions, same)
+    assert generator._spread_positions(input_ids, tokenizer, TINY, 1) is None
+
+
+def test_init_starts_from_that_recipes_model(counted_training, monkeypatch):
+    recipe = GeneratorRecipe(**{**TINY.__dict__, "init": TINY, "position_span": 40})
+    assert recipe.fingerprint() != TINY.fingerprint()
+    model, _ = load_default_generator(recipe=recipe)
+    assert counted_training == [TINY, recipe]  # the init trained first
+    assert model.config.max_position_embeddings == 64  # covers the span
+    other = GeneratorRecipe(**{**TINY.__dict__, "task": FlagTask(min_words=2)})
+    wrong = GeneratorRecipe(**{**other.__dict__, "init": TINY})
+    with pytest.raises(ValueError, match="same vocabulary"):
+        load_default_generator(recipe=wrong)
+
+
 def test_long_prompts_are_evaluated_in_small_batches():
     # [batch, heads, L, L] float32 maps of one layer near 256 MiB at most
     assert generator._eval_batch_size(generator.DEFAULT_RECIPE.task) == 256
@@ -170,6 +199,15 @@ def test_default_generator_recalls_held_out_prompts():
     recipe = generator.DEFAULT_RECIPE
     held_out = recipe.task.sample(1000, seed=recipe.seeds()[2] + 1)
     assert recall_accuracy(model, tokenizer, held_out) >= ACCURACY_FLOOR
+
+
+@pytest.mark.integration
+def test_long_recall_generator_recalls_over_1024_prompt_tokens():
+    recipe = generator.LONG_RECALL_RECIPE
+    model, tokenizer = load_default_generator(recipe=recipe)
+    held_out = recipe.task.sample(64, seed=recipe.seeds()[2] + 1)
+    assert min(len(tokenizer(e.prompt)["input_ids"]) for e in held_out) >= 1024
+    assert recall_accuracy(model, tokenizer, held_out, batch_size=8) >= 0.9
 
 
 @pytest.mark.integration

@@ -42,8 +42,10 @@ def splits_read(monkeypatch, no_decoder_fitting):
 
 
 def test_the_tasks_in_one_result_without_reading_training_texts(splits_read):
+    # recall_long (1,000-token prompts) is left out to keep the test fast
     result = tasks.benchmark_default_tasks(
         3,
+        ("sentiment", "source", "recall", "flags"),
         methods=["Random", "AttCAT"],
         metrics=["aopc"],
         progress=False,
@@ -103,6 +105,21 @@ def test_flag_data_has_the_two_flags_as_its_only_evidence():
         total = sum(int(words[p][1:]) for p in flags)
         assert continuation == f"a{total % recipe.task.n_flags}"
         assert continuation not in words  # the answer copies no prompt token
+
+
+def test_long_recall_has_16_prompts_of_over_1024_tokens_at_most():
+    recipe, most = tasks.GENERATION_TASKS["recall_long"]
+    assert most == 16
+    _, tokenizer = tiny_recall_generator(task=recipe.task)
+    data = tasks.recall_data(4, tokenizer, recipe)
+    assert min(len(tokenizer(t)["input_ids"]) for t in data.texts) >= 1024
+    for prompt, continuation, evidence in zip(
+        data.texts, data.continuations, data.evidence
+    ):
+        ids = tokenizer(prompt)["input_ids"]
+        answer = tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        assert [ids[position] for position in evidence] == answer
+        assert ids.count(ids[-1]) == 2  # the queried key: unique among hundreds
 
 
 def test_a_task_cap_bounds_its_prompts(splits_read, monkeypatch):
