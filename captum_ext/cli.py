@@ -41,8 +41,9 @@ __all__ = ["main"]
 
 TASKS = ("sentiment", "source")
 # The benchmark's built-in tasks: the two classifiers and the default
-# generator's key-value recall (evaluation/tasks.py BUILT_IN_TASKS).
-BENCHMARK_TASKS = TASKS + ("recall",)
+# generators' key-value recall, long recall and flag sum (evaluation/tasks.py
+# BUILT_IN_TASKS).
+BENCHMARK_TASKS = TASKS + ("recall", "recall_long", "flags")
 # Every metric name --metrics takes: the classifiers' and generated text's.
 ALL_METRIC_NAMES = tuple(dict.fromkeys(METRIC_NAMES + GENERATION_METRIC_NAMES))
 # Fits the 15-minute budget on 2 CPU cores with first-time model preparation.
@@ -131,7 +132,8 @@ def _data_options(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         metavar="NAME",
         help=f"metric names: {_names(METRIC_NAMES)}; with --prompt-column or "
-        f"for the task recall: {_names(GENERATION_METRIC_NAMES)}",
+        f"for the tasks recall, recall_long and flags: "
+        f"{_names(GENERATION_METRIC_NAMES)}",
     )
     parser.add_argument("--batch-size", type=int, default=16, help="default: 16")
     parser.add_argument(
@@ -188,9 +190,10 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         choices=BENCHMARK_TASKS,
         default=list(BENCHMARK_TASKS),
-        help="built-in tasks: the sentiment and source classifiers, and recall "
-        "(what the default generator generates, scored against planted "
-        "evidence); default: all three",
+        help="built-in tasks: the sentiment and source classifiers, and recall, "
+        "recall_long (over 1,024 prompt tokens, 16 prompts at most) and flags "
+        "(an answer decided by two tokens it does not copy): what the default "
+        "generators generate, scored against planted evidence; default: all",
     )
     _prompt_options(bench)
     bench.add_argument(

@@ -120,15 +120,16 @@ def tiny_causal_lm(
     return model.to(dtype).eval()
 
 
-def tiny_recall_generator(seed: int = 0) -> Tuple[nn.Module, Any]:
-    r"""A random-init tiny Llama over the key-value recall vocabulary and its
-    tokenizer: the default generator's interface, untrained."""
+def tiny_recall_generator(seed: int = 0, task: Any = None) -> Tuple[nn.Module, Any]:
+    r"""A random-init tiny Llama over ``task``'s vocabulary (default: the
+    key-value recall task's) and its tokenizer: the default generator's
+    interface, untrained, with positions for the long recall prompts."""
     from captum_ext.defaults.recall import recall_tokenizer, RecallTask
 
-    tokenizer = recall_tokenizer(RecallTask())
+    tokenizer = recall_tokenizer(task or RecallTask())
     torch.manual_seed(seed)
     config = transformers.LlamaConfig(
-        **dict(_SIZES, vocab_size=len(tokenizer)),
+        **dict(_SIZES, vocab_size=len(tokenizer), max_position_embeddings=2048),
         intermediate_size=37,
         num_key_value_heads=2,
         bos_token_id=tokenizer.bos_token_id,

@@ -285,11 +285,12 @@ def test_benchmark_prompt_column_needs_your_model(tmp_path, capsys):
     one_line_error(capsys, code, "--prompt-column applies to your causal LM")
 
 
-def test_benchmark_tasks_default_to_the_three_built_in_ones():
+def test_benchmark_tasks_default_to_the_built_in_ones():
     from captum_ext.cli import _parser, BENCHMARK_TASKS
     from captum_ext.evaluation.tasks import BUILT_IN_TASKS
 
-    assert BENCHMARK_TASKS == BUILT_IN_TASKS == ("sentiment", "source", "recall")
+    built_in = ("sentiment", "source", "recall", "recall_long", "flags")
+    assert BENCHMARK_TASKS == BUILT_IN_TASKS == built_in
     assert _parser().parse_args(["benchmark"]).tasks == list(BUILT_IN_TASKS)
 
 
@@ -299,11 +300,14 @@ def test_benchmark_tasks_recall_runs_the_default_generator(
     from captum_ext.evaluation import tasks
 
     monkeypatch.setattr(
-        tasks, "load_default_generator", lambda device=None: tiny_recall_generator()
+        tasks,
+        "load_default_generator",
+        lambda device, recipe: tiny_recall_generator(task=recipe.task),
     )
     argv = ["benchmark", "--tasks", "recall", "--n", "3", "--methods", "LogAt"]
     argv += ["Random", "--metrics", "aopc", "--out", str(tmp_path), "--no-progress"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "### recall (n=3)" in out
-    assert "| method | family | Evidence@1 ↑ | Evidence@3 ↑ | AOPC ↑ |" in out
+    header = "| method | family | Evidence@1 ↑ | Evidence@3 ↑ | EvidenceSet@1 ↑ "
+    assert header + "| EvidenceSet@3 ↑ | AOPC ↑ |" in out

@@ -36,8 +36,9 @@ that, like Llama's, starts every encoded text with ``<bos>``.
 """
 
 import random
+from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple, TYPE_CHECKING
+from typing import Dict, List, Optional, Protocol, Sequence, Tuple, TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -68,12 +69,21 @@ class RecallExample:
 
     Positions count the prompt's whitespace-separated words from 0 (the
     tokenizer's ``<bos>`` is not a word; :func:`encode_examples` maps words to
-    token positions)."""
+    token positions). ``needed[t]`` is the set of prompt words the ``t``-th
+    continuation token needs: for recall the queried pair's key (where to
+    look) and the value (what to copy). The query key that ends the prompt is
+    needed too, but it is the input of the position that predicts the first
+    value, which several methods score first for reasons of their own
+    (issue 30), so the set holds only what a model must find. Other tasks with
+    planted evidence (:mod:`captum_ext.defaults.flags`) use the same record,
+    with no single-token ``evidence`` and ``key_position`` -1 where they have
+    none."""
 
     prompt: str
     continuation: str  # the queried values, space-separated (no end token)
     evidence: Tuple[int, ...]  # word position of the t-th queried value
     key_position: int  # word position of the queried pair's key
+    needed: Tuple[Tuple[int, ...], ...] = ()  # word positions y_t needs
 
 
 @dataclass(frozen=True)
@@ -84,8 +94,14 @@ class RecallTask:
         n_keys (int): size of the key vocabulary ``k0 ..``.
         n_values (int): size of the value vocabulary ``v0 ..``.
         min_pairs (int): fewest key–value pairs in a prompt (at least 1).
-        max_pairs (int): most pairs (at most ``n_keys``).
+        max_pairs (int): most pairs (at most ``n_keys`` when every key is
+            distinct).
         values_per_key (int): values per pair, the continuation's length.
+        unique_keys (int, optional): None: every pair's key is distinct. ``u``:
+            ``u`` pairs have keys of their own, the queried one among them; the
+            others draw theirs, repeats allowed, from the keys left, so a
+            prompt can hold hundreds of distractor pairs over a small key
+            vocabulary (the long-context variant). Default: None.
     """
 
     n_keys: int = 32
@@ -93,12 +109,21 @@ class RecallTask:
     min_pairs: int = 2
     max_pairs: int = 8
     values_per_key: int = 2
+    unique_keys: Optional[int] = None
 
     def __post_init__(self) -> None:
-        if not 1 <= self.min_pairs <= self.max_pairs <= self.n_keys:
+        most = self.n_keys if self.unique_keys is None else self.max_pairs
+        if not 1 <= self.min_pairs <= self.max_pairs <= most:
             raise ValueError(
                 "need 1 <= min_pairs <= max_pairs <= n_keys, got "
                 f"{self.min_pairs}, {self.max_pairs}, {self.n_keys}"
+            )
+        if self.unique_keys is not None and not (
+            1 <= self.unique_keys <= self.min_pairs and self.unique_keys < self.n_keys
+        ):
+            raise ValueError(
+                "need 1 <= unique_keys <= min_pairs and unique_keys < n_keys, got "
+                f"{self.unique_keys}, {self.min_pairs}, {self.n_keys}"
             )
         if not 1 <= self.values_per_key <= self.n_values:
             raise ValueError(
@@ -126,8 +151,7 @@ class RecallTask:
 
     def _example(self, rng: random.Random) -> RecallExample:
         n_pairs = rng.randint(self.min_pairs, self.max_pairs)
-        keys = rng.sample(self.keys, n_pairs)
-        queried = rng.randrange(n_pairs)
+        keys, queried = self._keys(rng, n_pairs)
         answer = rng.sample(self.values, self.values_per_key)  # distinct values
         words: List[str] = []
         evidence: Tuple[int, ...] = ()
@@ -141,11 +165,64 @@ class RecallTask:
                 pair_values = rng.sample(self.values, self.values_per_key)
             words += [key, *pair_values, SEPARATOR]
         words.append(keys[queried])
-        return RecallExample(" ".join(words), " ".join(answer), evidence, key_position)
+        needed = tuple((key_position, position) for position in evidence)
+        prompt, continuation = " ".join(words), " ".join(answer)
+        return RecallExample(prompt, continuation, evidence, key_position, needed)
+
+    def _keys(self, rng: random.Random, n_pairs: int) -> Tuple[List[str], int]:
+        r"""Each pair's key and the queried pair's index."""
+        if self.unique_keys is None:
+            return rng.sample(self.keys, n_pairs), rng.randrange(n_pairs)
+        own = rng.sample(self.keys, self.unique_keys)
+        rest = [key for key in self.keys if key not in own]
+        keys = own + [rng.choice(rest) for _ in range(n_pairs - len(own))]
+        rng.shuffle(keys)
+        return keys, keys.index(rng.choice(own))
+
+    def training_row(
+        self, example: RecallExample, extra_queries: int, rng: random.Random
+    ) -> Tuple[List[str], List[bool]]:
+        r"""``(words, labelled)``: ``<bos>``, the prompt, its continuation and
+        ``<eos>``, then up to ``extra_queries`` more queries of the same
+        prompt's other keys that occur once, drawn with ``rng``, with their
+        values and
+        ``<eos>`` (``k9 v5 v4 <eos>``). Only answers and ``<eos>`` are labelled
+        (the prompts are random). The first query is exactly an evaluation
+        example; the extra ones give several answers per sequence, which trains
+        recall several times faster per second (as multi-query associative
+        recall does)."""
+        pairs = [p.split() for p in example.prompt.split(f" {SEPARATOR} ")[:-1]]
+        counts = Counter(words[0] for words in pairs)
+        answers = {words[0]: words[1:] for words in pairs if counts[words[0]] == 1}
+        queried = example.prompt.split()[-1]
+        others = [key for key in answers if key != queried]
+        keys = [queried] + rng.sample(others, min(extra_queries, len(others)))
+        words = [BOS] + example.prompt.split()[:-1]
+        labelled = [False] * len(words)
+        for key in keys:
+            words += [key, *answers[key], EOS]
+            labelled += [False] + [True] * (len(answers[key]) + 1)
+        return words, labelled
+
+    def longest_row(self, extra_queries: int) -> int:
+        r"""Tokens of the longest :meth:`training_row`."""
+        query = 2 + self.values_per_key  # key, values, <eos>
+        return (
+            1 + (2 + self.values_per_key) * self.max_pairs + (1 + extra_queries) * query
+        )
+
+    def longest_prompt(self) -> int:
+        r"""Tokens of the longest prompt, ``<bos>`` included."""
+        return 2 + (2 + self.values_per_key) * self.max_pairs
 
 
-def recall_tokenizer(task: RecallTask) -> "PreTrainedTokenizerFast":
-    r"""A Hugging Face fast tokenizer for ``task``'s words: one token per
+class _Words(Protocol):
+    def vocabulary(self) -> List[str]: ...
+
+
+def recall_tokenizer(task: _Words) -> "PreTrainedTokenizerFast":
+    r"""A Hugging Face fast tokenizer for ``task``'s words (a
+    :class:`RecallTask`, or any task with a ``vocabulary()``): one token per
     whitespace-separated word (``<unk>`` for unknown words), ``<bos>`` in front of
     every encoded text (as Llama's tokenizers do), ``<eos>``/``<pad>`` declared,
     prompts padded on the left (as ``generate()`` wants them). Saved and loaded
@@ -180,7 +257,8 @@ class RecallBatch:
     attention_mask: Tensor  # [batch, P]
     target: Tensor  # [batch, T]: the continuation's ids, IGNORE_INDEX after it
     evidence: Tensor  # [batch, T]: prompt position of y_t's evidence, or -1
-    key_position: Tensor  # [batch]: prompt position of the queried pair's key
+    key_position: Tensor  # [batch]: prompt position of the queried pair's key, or -1
+    needed: Tensor  # [batch, T, S]: prompt positions y_t needs, -1 after them
 
 
 def encode_examples(
@@ -201,7 +279,7 @@ def encode_examples(
     Returns:
         RecallBatch: evidence positions index the padded prompt, so
         ``input_ids[b, evidence[b, t]] == target[b, t]`` wherever
-        ``evidence[b, t] >= 0``.
+        ``evidence[b, t] >= 0``; so do ``needed`` and ``key_position``.
     """
     if not examples:
         raise ValueError("no examples to encode")
@@ -214,15 +292,25 @@ def encode_examples(
     steps = max(len(c) for c in continuations)
     target = torch.full((len(examples), steps), IGNORE_INDEX, dtype=torch.long)
     evidence = torch.full_like(target, -1)
-    key_position = torch.empty(len(examples), dtype=torch.long)
+    key_position = torch.full((len(examples),), -1, dtype=torch.long)
+    widest = max((len(s) for e in examples for s in e.needed), default=0)
+    needed = torch.full((len(examples), steps, widest), -1, dtype=torch.long)
     for row, (example, continuation) in enumerate(zip(examples, continuations)):
         target[row, : len(continuation)] = torch.tensor(continuation)
         # word index -> token position (after <bos> and the left padding)
         position = {w: p for p, w in enumerate(prompts.word_ids(row)) if w is not None}
+        position[-1] = -1
+        for t, words in enumerate(example.needed):
+            needed[row, t, : len(words)] = torch.tensor([position[w] for w in words])
         evidence[row, : len(example.evidence)] = torch.tensor(
-            [position[w] for w in example.evidence]
+            [position[w] for w in example.evidence], dtype=torch.long
         )
         key_position[row] = position[example.key_position]
     return RecallBatch(
-        prompts["input_ids"], prompts["attention_mask"], target, evidence, key_position
+        prompts["input_ids"],
+        prompts["attention_mask"],
+        target,
+        evidence,
+        key_position,
+        needed,
     )

@@ -64,7 +64,10 @@ class LoadedExamples:
     continuations (``None``: the model generates them); ``evidence[i][t]``, when
     known (a task with planted evidence, e.g. key-value recall), is the position
     of the prompt token that decides continuation token ``t``, counted in the
-    prompt's own token ids (the tokenizer's BOS included), -1 for none.
+    prompt's own token ids (the tokenizer's BOS included), -1 for none;
+    ``evidence_sets[i][t]``, when known, lists the positions of every prompt
+    token that continuation token ``t`` needs (recall: the queried key and the
+    value; a task whose answer copies nothing: the tokens that decide it).
     ``columns`` names the source column of each field (``{"texts": "prompt",
     ...}``).
     """
@@ -78,6 +81,7 @@ class LoadedExamples:
     continuations: Optional[List[str]] = None
     columns: Dict[str, str] = field(default_factory=dict)
     evidence: Optional[List[List[int]]] = None
+    evidence_sets: Optional[List[List[List[int]]]] = None
 
     def __post_init__(self) -> None:
         if not self.rows:
@@ -88,10 +92,11 @@ class LoadedExamples:
             self.labels,
             self.continuations,
             self.evidence,
+            self.evidence_sets,
         ]
         if any(c is not None and len(c) != len(self.texts) for c in columns):
             raise ValueError(
-                "texts, text_pairs, labels, continuations, evidence and rows "
+                "texts, text_pairs, labels, continuations, evidence (sets) and rows "
                 "differ in length"
             )
 
@@ -116,6 +121,7 @@ class LoadedExamples:
             labels=pick(self.labels),
             continuations=pick(self.continuations),
             evidence=pick(self.evidence),
+            evidence_sets=pick(self.evidence_sets),
             rows=[self.rows[i] for i in positions],
         )
 

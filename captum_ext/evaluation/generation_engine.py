@@ -24,7 +24,9 @@ per prompt as the method itself would batch it. Then the scores are scored:
   (:func:`~captum_ext.evaluation.planted_evidence.planted_evidence_accuracy`
   per example, ties counted in expectation, the tokenizer's special tokens
   such as BOS ranked below every other prompt token, as no metric ranks them),
-  when the data has ``evidence``.
+  when the data has ``evidence``; ``EvidenceSet@1`` and ``EvidenceSet@3``,
+  the share of each target's whole evidence set (every token it needs) in the
+  top 1 or 3, when the data has ``evidence_sets``.
 
 The table is sorted by ``Evidence@1`` when present. Under ``torchrun`` the
 examples are dealt to the ranks as in the classifier engine
@@ -82,7 +84,12 @@ from captum_ext.evaluation.timing import clock_for, time_paired
 from captum_ext.metrics import TokenOptions
 from captum_ext.visualization import GenerationExplanation, special_token_mask
 
-__all__ = ["EVIDENCE_TOP_K", "evidence_column", "run_generation_benchmark"]
+__all__ = [
+    "EVIDENCE_TOP_K",
+    "evidence_column",
+    "evidence_set_column",
+    "run_generation_benchmark",
+]
 
 # Planted-evidence accuracy at these k (the recall sanity check's 1 and 3).
 EVIDENCE_TOP_K = (1, 3)
@@ -93,6 +100,11 @@ def evidence_column(top_k: int) -> str:
     return f"Evidence@{top_k}"
 
 
+def evidence_set_column(top_k: int) -> str:
+    r"""The table column of evidence-set accuracy at ``top_k``."""
+    return f"EvidenceSet@{top_k}"
+
+
 @dataclass
 class _PromptBatch:
     r"""One batch of prompts and the continuations every method explains."""
@@ -101,7 +113,8 @@ class _PromptBatch:
     input_ids: Tensor  # [batch, P], left-padded
     attention_mask: Tensor  # [batch, P]
     target: Tensor  # [batch, T], right-padded with -100
-    evidence: Optional[Tensor]  # [batch, T] positions in the padded prompt, -1 none
+    evidence: Optional[Tensor]  # [batch, T, 1] positions in the padded prompt, -1 none
+    evidence_sets: Optional[Tensor]  # [batch, T, S] the same, -1 after a set
     prompts: List[List[int]]  # each row's own prompt ids
     continuations: List[List[int]]  # each row's continuation ids
 
@@ -136,7 +149,8 @@ class _Encoded:
     prompts: List[List[int]]
     given: Optional[List[List[int]]]  # None: generated greedily
     max_new_tokens: Optional[int]
-    evidence: Optional[List[List[int]]]
+    evidence: Optional[List[List[List[int]]]]  # each step's one position, as a set
+    evidence_sets: Optional[List[List[List[int]]]]
 
 
 def _encoded(
@@ -148,21 +162,33 @@ def _encoded(
     prompts, given, max_new_tokens = encode_prompts(
         tokenizer, data, max_length, options.max_new_tokens
     )
-    evidence = data.evidence
-    if evidence is not None:
-        if given is None:
+    evidence = None
+    if data.evidence is not None:
+        evidence = [[[position] for position in row] for row in data.evidence]
+    for sets in (evidence, data.evidence_sets):
+        if sets is not None:
+            _check_evidence(data, prompts, given, sets)
+    return _Encoded(prompts, given, max_new_tokens, evidence, data.evidence_sets)
+
+
+def _check_evidence(
+    data: LoadedExamples,
+    prompts: List[List[int]],
+    given: Optional[List[List[int]]],
+    evidence: List[List[List[int]]],
+) -> None:
+    if given is None:
+        raise ValueError(
+            "planted evidence marks the prompt tokens that decide the given "
+            "continuations; the data gives none (add its continuations)"
+        )
+    for row, (prompt, steps, target) in enumerate(zip(prompts, evidence, given)):
+        if len(steps) > len(target) or any(p >= len(prompt) for s in steps for p in s):
             raise ValueError(
-                "planted evidence marks the prompt tokens that decide the given "
-                "continuations; the data gives none (add its continuations)"
+                f"{data.source}: row {data.rows[row]}'s evidence positions "
+                f"{list(steps)} do not fit its {len(prompt)} prompt and "
+                f"{len(target)} continuation tokens"
             )
-        for row, (prompt, steps, target) in enumerate(zip(prompts, evidence, given)):
-            if len(steps) > len(target) or any(p >= len(prompt) for p in steps):
-                raise ValueError(
-                    f"{data.source}: row {data.rows[row]}'s evidence positions "
-                    f"{list(steps)} do not fit its {len(prompt)} prompt and "
-                    f"{len(target)} continuation tokens"
-                )
-    return _Encoded(prompts, given, max_new_tokens, evidence)
 
 
 def _batches(
@@ -199,6 +225,7 @@ def _batches(
                 mask,
                 target,
                 _evidence(encoded.evidence, chunk, prompts, target),
+                _evidence(encoded.evidence_sets, chunk, prompts, target),
                 [prompt.tolist() for prompt in prompts],
                 [continuation.tolist() for continuation in continuations],
             )
@@ -207,20 +234,23 @@ def _batches(
 
 
 def _evidence(
-    evidence: Optional[List[List[int]]],
+    evidence: Optional[List[List[List[int]]]],
     chunk: List[int],
     prompts: List[Tensor],
     target: Tensor,
 ) -> Optional[Tensor]:
-    r"""``[batch, T]`` evidence positions moved past each row's left padding."""
+    r"""``[batch, T, S]`` evidence positions moved past each row's left
+    padding."""
     if evidence is None:
         return None
     width = max(len(prompt) for prompt in prompts)
-    out = torch.full(target.shape, -1, dtype=torch.long)
+    size = max([len(s) for row in chunk for s in evidence[row]], default=1)
+    out = torch.full((*target.shape, size), -1, dtype=torch.long)
     for b, (row, prompt) in enumerate(zip(chunk, prompts)):
-        for t, position in enumerate(evidence[row]):
-            if position >= 0:
-                out[b, t] = width - len(prompt) + position
+        for t, positions in enumerate(evidence[row]):
+            for s, position in enumerate(positions):
+                if position >= 0:
+                    out[b, t, s] = width - len(prompt) + position
     return out.to(target.device)
 
 
@@ -228,7 +258,8 @@ def _evidence_accuracy(
     scores: Tensor, batch: _PromptBatch, evidence: Tensor, ranked: Tensor, top_k: int
 ) -> Tensor:
     r"""``[batch]`` planted-evidence accuracy of each example (NaN for one
-    without evidence) among the ``ranked`` ``[batch, P]`` prompt positions."""
+    without evidence) among the ``ranked`` ``[batch, P]`` prompt positions;
+    ``evidence`` is ``[batch, T, S]``."""
     values = [
         (
             planted_evidence_accuracy(
@@ -300,10 +331,15 @@ def _score_batch(
     for metric in run.metrics:
         for column, value in metric.compute(context, scores).items():
             shard.record(column, batch.rows, value)
-    if batch.evidence is not None:
+    for evidence, column_of in (
+        (batch.evidence, evidence_column),
+        (batch.evidence_sets, evidence_set_column),
+    ):
+        if evidence is None:
+            continue
         for k in EVIDENCE_TOP_K:
-            accuracy = _evidence_accuracy(scores, batch, batch.evidence, ranked, k)
-            shard.record(evidence_column(k), batch.rows, MetricValue(accuracy))
+            accuracy = _evidence_accuracy(scores, batch, evidence, ranked, k)
+            shard.record(column_of(k), batch.rows, MetricValue(accuracy))
     width = batch.input_ids.shape[1]
     for b, row in enumerate(batch.rows):
         if row in run.keep:
@@ -377,10 +413,16 @@ def _examples(
 
 
 def _ranked(rows: List[MethodResult]) -> List[MethodResult]:
-    r"""Rows by decreasing ``Evidence@1`` (unscored last), when it was scored."""
-    column = evidence_column(1)
-    if not any(column in row.metrics for row in rows):
+    r"""Rows by decreasing ``Evidence@1`` (unscored last), when it was scored,
+    else by ``EvidenceSet@1``."""
+    scored = [
+        column
+        for column in (evidence_column(1), evidence_set_column(1))
+        if any(column in row.metrics for row in rows)
+    ]
+    if not scored:
         return rows
+    column = scored[0]
 
     def key(row: MethodResult) -> float:
         value = row.metrics.get(column, math.nan)
@@ -475,8 +517,12 @@ def run_generation_benchmark(
     max_length = checked_max_length(model, tokenizer, options.max_length)
     encoded = _encoded(tokenizer, data, max_length, options)
     columns = {c: up for m in metrics for c, up in m.columns.items()}
-    if data.evidence is not None:
-        columns = {**{evidence_column(k): True for k in EVIDENCE_TOP_K}, **columns}
+    for known, column in (
+        (data.evidence_sets, evidence_set_column),
+        (data.evidence, evidence_column),
+    ):
+        if known is not None:
+            columns = {**{column(k): True for k in EVIDENCE_TOP_K}, **columns}
     keep = range(min(options.n_examples, len(data)))
     run = _Run(model, tokenizer, metrics, keep)
     default_device = next(model.parameters()).device

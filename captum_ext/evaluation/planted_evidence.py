@@ -25,23 +25,38 @@ def planted_evidence_accuracy(
     top_k: int = 1,
 ) -> float:
     r"""Fraction of targets whose evidence position is among the ``top_k``
-    highest-scoring prompt positions.
+    highest-scoring prompt positions, or, for a set of evidence positions, the
+    fraction of the set found there.
 
     Ties are broken uniformly at random, in expectation: with ``g`` positions
-    scoring strictly above the evidence and ``e`` positions (the evidence
-    included) scoring exactly as much, a target counts
+    scoring strictly above an evidence position and ``e`` positions (that one
+    included) scoring exactly as much, it is among the top ``k`` with
+    probability
 
     .. math::
-        \frac{\min(e, \max(0, k - g))}{e}
+        c = \frac{\min(e, \max(0, k - g))}{e}
 
     so constant attributions score ``k / P`` like a random ranking, never 1.
+    A target whose evidence is a set ``S`` (every token its answer needs)
+    counts the expected share of the set in the top ``k``, out of as many as
+    fit there:
+
+    .. math::
+        \frac{\sum_{s \in S} c_s}{\min(k, |S|)}
+
+    so at ``k = 1`` it counts the top position being any token of the set,
+    and at ``k >= |S|`` the whole set being in the top ``k``. A one-position
+    set is the single-position accuracy above.
 
     Args:
         attributions (Tensor): ``[batch, T, P]`` scores of the prompt positions
             for each target step (the generative contract's layout; columns
             beyond ``P`` of ``[batch, T, P + T]`` must be sliced off first).
-        evidence (Tensor): ``[batch, T]`` integer prompt positions; a negative
-            entry (no planted evidence, e.g. ``<eos>``, or no target) is skipped.
+        evidence (Tensor): ``[batch, T]`` integer prompt positions, or
+            ``[batch, T, S]`` sets of them padded with negative entries; a
+            negative entry (no planted evidence, e.g. ``<eos>``, or no
+            target, or past the set's end) is skipped, a target with none at
+            all too.
         attention_mask (Tensor, optional): ``[batch, P]``; positions where it is 0
             (padding) never count as ranked above the evidence. Default: all
             positions count.
@@ -54,37 +69,45 @@ def planted_evidence_accuracy(
     Raises ``ValueError`` for mismatched shapes, ``top_k < 1``, evidence outside
     the prompt or on padding, no target with evidence, and NaN scores.
     """
-    scores, evidence = _checked(attributions, evidence, attention_mask, top_k)
-    scored = evidence >= 0  # [batch, T]
-    # [batch, T, 1]: the evidence's own score
-    own = scores.gather(-1, evidence.clamp(min=0)[..., None])
-    above = (scores > own).sum(-1).to(torch.float64)  # [batch, T]
-    tied = (scores == own).sum(-1).to(torch.float64)  # >= 1: the evidence
-    credit = (top_k - above).clamp(min=0).minimum(tied) / tied
-    return float(credit[scored].mean())
+    sets = evidence[..., None] if evidence.dim() == 2 else evidence  # [batch, T, S]
+    scores, sets = _checked(attributions, sets, attention_mask, top_k)
+    found = sets >= 0  # [batch, T, S]
+    # [batch, T, S]: each evidence position's own score
+    own = scores.gather(-1, sets.clamp(min=0))
+    above = (scores[:, :, None, :] > own[..., None]).sum(-1).to(torch.float64)
+    tied = (scores[:, :, None, :] == own[..., None]).sum(-1).to(torch.float64)
+    credit = (top_k - above).clamp(min=0).minimum(tied) / tied  # tied >= 1
+    size = found.sum(-1)  # [batch, T]
+    share = (credit * found).sum(-1) / size.clamp(max=top_k).clamp(min=1)
+    return float(share[size > 0].mean())
 
 
 def _checked(
     attributions: Tensor,
-    evidence: Tensor,
+    sets: Tensor,
     attention_mask: Optional[Tensor],
     top_k: int,
 ) -> "tuple[Tensor, Tensor]":
-    if attributions.dim() != 3 or evidence.shape != attributions.shape[:2]:
+    if (
+        attributions.dim() != 3
+        or sets.dim() != 3
+        or sets.shape[:2] != (attributions.shape[:2])
+    ):
         raise ValueError(
-            "attributions must be [batch, T, P] and evidence [batch, T]; got "
-            f"{tuple(attributions.shape)} and {tuple(evidence.shape)}"
+            "attributions must be [batch, T, P] and evidence [batch, T] or "
+            f"[batch, T, S]; got {tuple(attributions.shape)} and "
+            f"{tuple(sets.shape)}"
         )
-    if evidence.dtype.is_floating_point or evidence.dtype == torch.bool:
-        raise ValueError(f"evidence must be integer positions, got {evidence.dtype}")
+    if sets.dtype.is_floating_point or sets.dtype == torch.bool:
+        raise ValueError(f"evidence must be integer positions, got {sets.dtype}")
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if bool(torch.isnan(attributions).any()):
         raise ValueError("attributions contain NaN")
     width = attributions.shape[-1]
-    if bool((evidence >= width).any()):
+    if bool((sets >= width).any()):
         raise ValueError(f"evidence positions must be < P = {width}")
-    if not bool((evidence >= 0).any()):
+    if not bool((sets >= 0).any()):
         raise ValueError("no target has evidence (all entries are negative)")
     scores = attributions.to(torch.float64)
     if attention_mask is not None:
@@ -94,8 +117,8 @@ def _checked(
                 f", got {tuple(attention_mask.shape)}"
             )
         valid = attention_mask.bool()[:, None, :].expand_as(scores)
-        on_padding = ~valid.gather(-1, evidence.clamp(min=0)[..., None])[..., 0]
-        if bool((on_padding & (evidence >= 0)).any()):
+        on_padding = ~valid.gather(-1, sets.clamp(min=0))
+        if bool((on_padding & (sets >= 0)).any()):
             raise ValueError("an evidence position is on padding")
         scores = scores.masked_fill(~valid, -torch.inf)
-    return scores, evidence.long()
+    return scores, sets.long()

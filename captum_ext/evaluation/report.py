@@ -90,6 +90,12 @@ GENERATION_DEFINITIONS = {
     "example whose scores are constant (no signal) is left out of this and "
     "every other column (n/a), not scored as a tie.",
     "Evidence@3": "as Evidence@1, with the evidence among the top 3 prompt tokens.",
+    "EvidenceSet@1": "as Evidence@1 on the set of prompt tokens a target token "
+    "needs (recall: the queried pair's key and the copied value; flag sum: the "
+    "two flags that decide a label found nowhere in the prompt): how often the "
+    "top-scored prompt token is one of them.",
+    "EvidenceSet@3": "the expected share of that set among the top 3 prompt "
+    "tokens (of min(3, set size)): 1 when the whole set is there.",
     "AOPC": "comprehensiveness: the drop in p(y_t | prompt, y_<t) when the "
     "top-ranked prompt tokens are deleted, averaged over deleting 10 %, ..., "
     "100 % of the non-special prompt tokens (positions recomputed).",

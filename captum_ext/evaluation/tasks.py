@@ -1,28 +1,35 @@
 #!/usr/bin/env python3
 r"""The built-in tasks as plain inputs of the engines: a default fine-tuned
 classifier (:mod:`captum_ext.defaults.models`) and the first examples of its
-held-out split (:mod:`captum_ext.defaults.data`), and the default generator
-(:mod:`captum_ext.defaults.generator`) on held-out key-value recall prompts
-with their planted evidence (:mod:`captum_ext.defaults.recall`). Nothing about
-them is special to the engines.
+held-out split (:mod:`captum_ext.defaults.data`), and the default generators
+(:mod:`captum_ext.defaults.generator`) on held-out prompts with their planted
+evidence: key-value recall (``recall``, :mod:`captum_ext.defaults.recall`),
+its long-context variant (``recall_long``: over 1,024 prompt tokens, 16
+prompts at most, as each costs about 30 short ones) and flag sum (``flags``,
+:mod:`captum_ext.defaults.flags`: an answer that copies no prompt token).
+Nothing about them is special to the engines.
 """
 
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from torch import nn
+from torch import nn, Tensor
 
 from captum_ext._utils.progress import duration
+from captum_ext._utils.teacher_forcing import IGNORE_INDEX
 from captum_ext.defaults.cache import cache_root
 from captum_ext.defaults.data import load_split, TaskExamples, TASKS
 from captum_ext.defaults.generator import (
     DEFAULT_RECIPE,
+    FLAG_RECIPE,
     generator_cache_name,
+    GeneratorRecipe,
     load_default_generator,
+    LONG_RECALL_RECIPE,
 )
 from captum_ext.defaults.models import load_default_model, MAX_LENGTH
-from captum_ext.defaults.recall import encode_examples
+from captum_ext.defaults.recall import encode_examples, RecallTask
 from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.engine import run_benchmark
 from captum_ext.evaluation.generation_engine import run_generation_benchmark
@@ -41,6 +48,7 @@ __all__ = [
     "BUILT_IN_TASKS",
     "DefaultTask",
     "GENERATION_TASK",
+    "GENERATION_TASKS",
     "benchmark_default_tasks",
     "default_decoder_texts",
     "default_task",
@@ -54,19 +62,29 @@ __all__ = [
 DECODER_TASK = "sentiment"
 # The generation task: the default generator on key-value recall.
 GENERATION_TASK = "recall"
-BUILT_IN_TASKS = TASKS + (GENERATION_TASK,)
+# Each generation task's generator recipe and its most prompts (None: n).
+GENERATION_TASKS: Dict[str, Tuple[GeneratorRecipe, Optional[int]]] = {
+    GENERATION_TASK: (DEFAULT_RECIPE, None),
+    "recall_long": (LONG_RECALL_RECIPE, 16),
+    "flags": (FLAG_RECIPE, None),
+}
+BUILT_IN_TASKS = TASKS + tuple(GENERATION_TASKS)
 
 
 # Seconds each one-time piece took in the README's first command on a clean
-# clone, idle 2-core CPU (docs/guide/measured.rst, 2026-11-25), and the
-# benchmark of the three tasks at the default --n 64 in that run.
+# clone, idle 2-core CPU (docs/guide/measured.rst, 2026-11-25; the two later
+# generators: their training's CPU seconds on a busy machine), and the
+# benchmark of each task at the default --n 64 (the first three tasks: 531 s
+# together in that run; recall_long: 381 s for its 16 prompts, busy machine).
 PREPARATION_SECONDS = {
     "sentiment": 222.0,
     "source": 30.0,
     "decoders": 78.0,
     GENERATION_TASK: 155.0,
+    "recall_long": 324.0,
+    "flags": 11.0,
 }
-BENCHMARK_SECONDS = 531.0
+BENCHMARK_SECONDS = 531.0 + 381.0
 
 
 def _missing(tasks: Sequence[str]) -> List[str]:
@@ -76,7 +94,10 @@ def _missing(tasks: Sequence[str]) -> List[str]:
         "sentiment": any(root.glob("default-sentiment-*")),
         "source": any(root.glob("default-source-*")),
         "decoders": any(root.glob("fitted-decoder-*")),
-        GENERATION_TASK: (root / generator_cache_name()).is_dir(),
+        **{
+            task: (root / generator_cache_name(recipe)).is_dir()
+            for task, (recipe, _) in GENERATION_TASKS.items()
+        },
     }
     wanted = [t for t in tasks if t in cached]
     if any(t in TASKS for t in tasks):
@@ -129,28 +150,58 @@ def default_task(name: str, n: int, device: Any = None) -> DefaultTask:
     return DefaultTask(name, model, tokenizer, load_split(name).head(n))
 
 
-def recall_data(n: int, tokenizer: Any) -> LoadedExamples:
-    r"""``n`` key-value recall prompts of the default generator's task, drawn
-    with its held-out test seed (``GeneratorRecipe.seeds()``: never a training
-    or validation prompt), their continuations (the queried values) and each
-    value's evidence position in the prompt's own tokens (``<bos>`` is 0), as
-    ``tokenizer`` (the default generator's) encodes them."""
+def recall_data(
+    n: int, tokenizer: Any, recipe: GeneratorRecipe = DEFAULT_RECIPE
+) -> LoadedExamples:
+    r"""``n`` prompts of ``recipe``'s task (default: the default generator's
+    key-value recall), drawn with its held-out test seed
+    (``GeneratorRecipe.seeds()``: never a training or validation prompt),
+    their continuations (the queried values, or the flag sum's label), each
+    continuation token's single evidence position (recall: the value; None
+    for a task where no single token decides the answer) and its evidence set
+    (every prompt token it needs: recall's queried key and value, the two
+    flags), in the prompt's own tokens (``<bos>`` is 0) as ``tokenizer`` (the
+    generator's) encodes them."""
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    seed = DEFAULT_RECIPE.seeds()[2]
-    examples = DEFAULT_RECIPE.task.sample(n, seed)
+    seed = recipe.seeds()[2]
+    examples = recipe.task.sample(n, seed)
     batch = encode_examples(examples, tokenizer)  # positions in the padded batch
     padding = batch.attention_mask.shape[1] - batch.attention_mask.sum(1)  # [n]
-    evidence = batch.evidence - padding[:, None]
+    name = "key-value recall" if isinstance(recipe.task, RecallTask) else "flag sum"
     return LoadedExamples(
-        source=f"key-value recall, held-out seed {seed}",
+        source=f"{name}, held-out seed {seed}",
         texts=[e.prompt for e in examples],
         continuations=[e.continuation for e in examples],
-        evidence=[
-            [int(p) for p, real in zip(row, steps) if real]
-            for row, steps in zip(evidence, batch.evidence >= 0)
-        ],
+        evidence=(
+            _own_positions(batch.evidence[..., None], padding, batch.target)
+            if bool((batch.evidence >= 0).any())
+            else None
+        ),
+        evidence_sets=_own_sets(batch.needed, padding, batch.target),
     )
+
+
+def _own_sets(
+    positions: Tensor, padding: Tensor, target: Tensor
+) -> List[List[List[int]]]:
+    r"""``[n, T, S]`` positions in the padded batch -> each row's target steps'
+    positions in its own prompt (negative entries left out)."""
+    return [
+        [
+            [int(p - pad) for p in step if p >= 0]
+            for step, real in zip(row, steps)
+            if real
+        ]
+        for row, pad, steps in zip(positions, padding, target != IGNORE_INDEX)
+    ]
+
+
+def _own_positions(
+    positions: Tensor, padding: Tensor, target: Tensor
+) -> List[List[int]]:
+    r"""``[n, T, 1]`` single positions -> each row's list of them."""
+    return [[step[0] for step in row] for row in _own_sets(positions, padding, target)]
 
 
 def benchmark_default_tasks(
@@ -178,7 +229,7 @@ def _applicable(
 def _task_options(name: str, options: BenchmarkOptions) -> Optional[BenchmarkOptions]:
     r"""``options`` for task ``name``: the chosen methods and metrics it knows,
     or None (with a notice) when it knows none of them."""
-    generation = name == GENERATION_TASK
+    generation = name in GENERATION_TASKS
     methods = _applicable(
         options.methods, GENERATION_METHOD_NAMES if generation else METHOD_NAMES
     )
@@ -211,10 +262,11 @@ def run_default_tasks(
     r""":func:`~captum_ext.evaluation.engine.run_benchmark` on the first ``n``
     held-out examples of each built-in classifier task in ``tasks`` and
     :func:`~captum_ext.evaluation.generation_engine.run_generation_benchmark`
-    on ``n`` held-out recall prompts (:func:`recall_data`) for ``"recall"``,
-    one result. ``options``' ``task``, ``max_length`` and ``decoder_texts``
-    are the task's; a task runs the chosen methods and metrics it knows and is
-    skipped, with a notice, when it knows none of them."""
+    on ``n`` held-out prompts (:func:`recall_data`; fewer where the task caps
+    them) for each generation task, one result. ``options``' ``task``,
+    ``max_length`` and ``decoder_texts`` are the task's; a task runs the
+    chosen methods and metrics it knows and is skipped, with a notice, when it
+    knows none of them."""
     check_names(options.methods, METHOD_NAMES, "method")
     check_names(
         options.metrics,
@@ -231,8 +283,9 @@ def run_default_tasks(
         if for_task is None:
             continue
         if isinstance(for_task, GenerationBenchmarkOptions):
-            model, tokenizer = load_default_generator(device=options.device)
-            data = recall_data(n, tokenizer)
+            recipe, most = GENERATION_TASKS[name]
+            model, tokenizer = load_default_generator(options.device, recipe)
+            data = recall_data(min(n, most or n), tokenizer, recipe)
             results.append(run_generation_benchmark(model, tokenizer, data, for_task))
             continue
         chosen = check_names(for_task.methods, METHOD_NAMES, "method")

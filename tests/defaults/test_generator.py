@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 from captum_ext.defaults import generator
+from captum_ext.defaults.flags import FlagTask
 from captum_ext.defaults.generator import (
     generator_cache_name,
     GeneratorRecipe,
@@ -114,10 +115,105 @@ def test_unreached_target_caches_nothing(counted_training, tmp_path):
     assert not (tmp_path / generator_cache_name(recipe)).exists()
 
 
+def test_the_shipped_recipe_keeps_its_cache_name():
+    # train_task (None) is left out of the hash: the cache built before it existed
+    assert generator_cache_name() == "default-generator-706d28d5f66a07e0"
+    shorter = RecallTask(n_keys=4, n_values=4, min_pairs=1, max_pairs=1)
+    other = GeneratorRecipe(**{**TINY.__dict__, "train_task": shorter})
+    assert other.fingerprint() != TINY.fingerprint()
+
+
+def test_train_task_is_trained_on_and_task_evaluated_on(counted_training, monkeypatch):
+    shorter = RecallTask(n_keys=4, n_values=4, min_pairs=1, max_pairs=1)
+    recipe = GeneratorRecipe(**{**TINY.__dict__, "train_task": shorter})
+    sampled, evaluated = [], []
+    sample, accuracy = generator._multi_query_batch, generator.recall_accuracy
+
+    def training_batch(task, examples, *args):
+        sampled.append((task, {e.prompt.count(";") for e in examples}))
+        return sample(task, examples, *args)
+
+    def held_out(model, tokenizer, examples, batch_size=256):
+        evaluated.extend(e.prompt.count(";") for e in examples)
+        return accuracy(model, tokenizer, examples, batch_size)
+
+    monkeypatch.setattr(generator, "_multi_query_batch", training_batch)
+    monkeypatch.setattr(generator, "recall_accuracy", held_out)
+    model, _ = load_default_generator(recipe=recipe)
+    assert sampled == [(shorter, {1})]  # one step: target 0.0
+    assert set(evaluated) == {1, 2}  # TINY.task's 1-2 pairs
+    assert model.config.max_position_embeddings >= TINY.task.longest_prompt()
+
+
+def test_a_flag_recipe_trains_and_caches(counted_training, tmp_path):
+    recipe = GeneratorRecipe(
+        **{**TINY.__dict__, "task": FlagTask(min_words=2, max_words=6)}
+    )
+    model, tokenizer = load_default_generator(recipe=recipe)
+    assert counted_training == [recipe]
+    assert len(tokenizer) == len(FlagTask().vocabulary()) == model.config.vocab_size
+    assert (tmp_path / generator_cache_name(recipe) / "training.json").is_file()
+
+
+def test_spread_positions_keep_pairs_together_within_the_span():
+    recipe = GeneratorRecipe(**{**TINY.__dict__, "position_span": 60})
+    task = RecallTask(n_keys=4, n_values=4, min_pairs=3, max_pairs=4)
+    tokenizer = recall_tokenizer(task)
+    examples = task.sample(6, seed=0)
+    input_ids, _ = generator._multi_query_batch(task, examples, tokenizer, 1, 0)
+    positions = generator._spread_positions(input_ids, tokenizer, recipe, step=1)
+    steps = positions.diff(dim=1)  # [batch, len - 1]
+    after = input_ids[:, :-1] == tokenizer.convert_tokens_to_ids(";")
+    assert bool((steps[~after] == 1).all())  # consecutive inside a pair
+    assert bool((steps >= 1).all()) and int(positions.max()) < 60
+    assert bool((steps[after] > 1).any())  # gaps after some separators
+    same = generator._spread_positions(input_ids, tokenizer, recipe, step=1)
+    assert torch.equal(positions, same)
+    assert generator._spread_positions(input_ids, tokenizer, TINY, 1) is None
+
+
+def test_init_starts_from_that_recipes_model(counted_training, monkeypatch):
+    recipe = GeneratorRecipe(**{**TINY.__dict__, "init": TINY, "position_span": 40})
+    assert recipe.fingerprint() != TINY.fingerprint()
+    model, _ = load_default_generator(recipe=recipe)
+    assert counted_training == [TINY, recipe]  # the init trained first
+    assert model.config.max_position_embeddings == 64  # covers the span
+    other = GeneratorRecipe(**{**TINY.__dict__, "task": FlagTask(min_words=2)})
+    wrong = GeneratorRecipe(**{**other.__dict__, "init": TINY})
+    with pytest.raises(ValueError, match="same vocabulary"):
+        load_default_generator(recipe=wrong)
+
+
+def test_long_prompts_are_evaluated_in_small_batches():
+    # [batch, heads, L, L] float32 maps of one layer near 256 MiB at most
+    assert generator._eval_batch_size(generator.DEFAULT_RECIPE.task) == 256
+    long_task = RecallTask(n_keys=512, min_pairs=342, max_pairs=360, values_per_key=1)
+    batch = generator._eval_batch_size(long_task)
+    assert 1 <= batch <= 2**24 // long_task.longest_prompt() ** 2
+    assert long_task.longest_prompt() >= 1024
+
+
 @pytest.mark.integration
 def test_default_generator_recalls_held_out_prompts():
     model, tokenizer = load_default_generator()
     recipe = generator.DEFAULT_RECIPE
+    held_out = recipe.task.sample(1000, seed=recipe.seeds()[2] + 1)
+    assert recall_accuracy(model, tokenizer, held_out) >= ACCURACY_FLOOR
+
+
+@pytest.mark.integration
+def test_long_recall_generator_recalls_over_1024_prompt_tokens():
+    recipe = generator.LONG_RECALL_RECIPE
+    model, tokenizer = load_default_generator(recipe=recipe)
+    held_out = recipe.task.sample(64, seed=recipe.seeds()[2] + 1)
+    assert min(len(tokenizer(e.prompt)["input_ids"]) for e in held_out) >= 1024
+    assert recall_accuracy(model, tokenizer, held_out, batch_size=8) >= 0.9
+
+
+@pytest.mark.integration
+def test_flag_generator_solves_held_out_prompts():
+    recipe = generator.FLAG_RECIPE
+    model, tokenizer = load_default_generator(recipe=recipe)
     held_out = recipe.task.sample(1000, seed=recipe.seeds()[2] + 1)
     assert recall_accuracy(model, tokenizer, held_out) >= ACCURACY_FLOOR
 
@@ -145,7 +241,9 @@ def test_greedy_generation_matches_the_teacher_forced_accuracy():
 def test_training_sequences_start_with_the_evaluation_example():
     examples = RecallTask().sample(8, seed=0)
     tokenizer = recall_tokenizer(RecallTask())
-    input_ids, labels = generator._multi_query_batch(examples, tokenizer, 3, seed=0)
+    input_ids, labels = generator._multi_query_batch(
+        RecallTask(), examples, tokenizer, 3, seed=0
+    )
     batch = encode_examples(examples, tokenizer, end_token=True)
     for row, example in enumerate(examples):
         prompt = batch.input_ids[row][batch.attention_mask[row].bool()]

@@ -85,9 +85,42 @@ def test_tokenizer_round_trip_and_save_load(tmp_path):
     assert loaded.pad_token_id == tokenizer.pad_token_id
 
 
+def test_unique_keys_allow_hundreds_of_pairs_with_the_query_unique():
+    task = RecallTask(min_pairs=100, max_pairs=120, unique_keys=3)
+    for example in task.sample(20, seed=0):
+        words = example.prompt.split()
+        keys = words[:-1:4]  # k v v ;
+        assert 100 <= len(keys) <= 120
+        assert words.count(words[-1]) == 2  # the query and its own pair
+        assert words[example.key_position] == words[-1]
+        assert [words[p] for p in example.evidence] == example.continuation.split()
+        assert sum(keys.count(k) == 1 for k in set(keys)) >= 3
+
+
+def test_extra_training_queries_ask_only_keys_that_occur_once():
+    import random
+
+    task = RecallTask(min_pairs=40, max_pairs=40, unique_keys=5)
+    example = task.sample(1, seed=3)[0]
+    words, labelled = task.training_row(example, 10, random.Random(0))
+    keys = example.prompt.split()[:-1:4]
+    queried = [w for w, y in zip(words[1:], labelled[1:]) if w.startswith("k")]
+    asked = queried[len(keys) :]  # after the prompt's own keys
+    once = [k for k in keys if keys.count(k) == 1]  # the 5 own keys, and by chance
+    assert len(asked) == 1 + min(10, len(once) - 1) and set(asked) <= set(once)
+    assert asked[0] == example.prompt.split()[-1]
+
+
 @pytest.mark.parametrize(
     "options",
-    [dict(min_pairs=0), dict(max_pairs=40), dict(values_per_key=0)],
+    [
+        dict(min_pairs=0),
+        dict(max_pairs=40),
+        dict(values_per_key=0),
+        dict(unique_keys=0),
+        dict(unique_keys=3, min_pairs=2),
+        dict(unique_keys=32, min_pairs=40, max_pairs=40),
+    ],
 )
 def test_bad_task_is_refused(options):
     with pytest.raises(ValueError, match="need 1 <="):

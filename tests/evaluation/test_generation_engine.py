@@ -39,6 +39,9 @@ from tests.helpers import tiny_causal_lm, tiny_data, tiny_labelled_bert, tiny_to
 PROMPTS = ["the cat sat on", "a mat", "the the cat sat on a", "on a mat"]
 CONTINUATIONS = ["a mat", "the cat sat", "mat", "the cat"]
 EVIDENCE = [[4, -1], [1, 2, -1], [5], [2, 3]]
+# Each target token's set of needed positions (fewer steps than targets, sets
+# of 1-3 positions).
+EVIDENCE_SETS = [[[3, 4]], [[1], [1, 2]], [[2, 5, 6]], [[2, 3], [3]]]
 METHOD_SET = ["LogAt", "AttCAT", "FeatureAblation", "Random"]
 LIBRARY = {
     "AOPC": generation_aopc,
@@ -62,6 +65,7 @@ def prompts(evidence=True, continuations=True):
         list(PROMPTS),
         continuations=list(CONTINUATIONS) if continuations else None,
         evidence=[list(e) for e in EVIDENCE] if evidence else None,
+        evidence_sets=[list(e) for e in EVIDENCE_SETS] if evidence else None,
     )
 
 
@@ -107,10 +111,18 @@ def test_values_are_the_library_metrics_and_evidence_accuracy(lm, result):
             special = torch.tensor(tokenizer.all_special_ids)
             ranked = mask * ~torch.isin(ids, special)  # <s> competes for no place
             assert ranked[0].tolist() == [0] + [1] * (ids.shape[1] - 1)
+            steps = len(EVIDENCE_SETS[row])
+            sets = torch.full((1, target.shape[1], 3), -1)
+            for t, needed in enumerate(EVIDENCE_SETS[row]):
+                sets[0, t, : len(needed)] = torch.tensor(needed)
+            assert steps <= target.shape[1]
             for k in (1, 3):
                 evidence = torch.tensor([EVIDENCE[row]])
                 expected = planted_evidence_accuracy(scores, evidence, ranked, k)
                 got = row_result.per_example[f"Evidence@{k}"][position]
+                assert got == pytest.approx(expected, abs=1e-12)
+                expected = planted_evidence_accuracy(scores, sets, ranked, k)
+                got = row_result.per_example[f"EvidenceSet@{k}"][position]
                 assert got == pytest.approx(expected, abs=1e-12)
         assert row_result.n == len(PROMPTS) and sorted(row_result.rows) == [0, 1, 2, 3]
 
@@ -140,6 +152,8 @@ def test_columns_directions_and_ranking(result):
     assert result.metrics == {
         "Evidence@1": True,
         "Evidence@3": True,
+        "EvidenceSet@1": True,
+        "EvidenceSet@3": True,
         "AOPC": True,
         "Sufficiency": False,
         "LOdds": False,
@@ -150,6 +164,15 @@ def test_columns_directions_and_ranking(result):
     top1 = [row.metrics["Evidence@1"] for row in result.rows]
     assert top1 == sorted(top1, reverse=True)
     assert {row.method for row in result.rows} == set(METHOD_SET)
+
+
+def test_evidence_sets_alone_rank_the_table(lm):
+    data = prompts()
+    data.evidence = None
+    alone = run(lm, data, batch_size=4, metrics=["aopc"])
+    assert list(alone.metrics) == ["EvidenceSet@1", "EvidenceSet@3", "AOPC"]
+    top1 = [row.metrics["EvidenceSet@1"] for row in alone.rows]
+    assert top1 == sorted(top1, reverse=True) and len(set(top1)) > 1
 
 
 def test_batch_of_one_equals_batch_of_four(lm, result):

@@ -64,6 +64,43 @@ def test_equals_a_naive_loop_on_random_scores():
         )
 
 
+def test_evidence_sets_equal_a_naive_loop_on_random_scores():
+    generator = torch.Generator().manual_seed(1)
+    attributions = torch.randn(5, 3, 8, generator=generator)
+    sets = torch.stack([torch.randperm(8, generator=generator)[:3] for _ in range(15)])
+    sets = sets.view(5, 3, 3)
+    sets[0, 1, 2] = sets[1, 0, 1:] = -1  # sets of 2 and 1 positions
+    sets[2, 2] = -1  # a target without evidence
+    for k in (1, 2, 3):
+        shares = []
+        for b in range(5):
+            for t in range(3):
+                wanted = [int(p) for p in sets[b, t] if p >= 0]
+                if wanted:
+                    top = attributions[b, t].topk(k).indices.tolist()
+                    found = len(set(wanted) & set(top))
+                    shares.append(found / min(k, len(wanted)))
+        assert planted_evidence_accuracy(attributions, sets, top_k=k) == (
+            pytest.approx(sum(shares) / len(shares))
+        )
+
+
+def test_a_set_of_one_is_the_single_position_and_ties_count_in_expectation():
+    generator = torch.Generator().manual_seed(2)
+    attributions = torch.randn(4, 2, 6, generator=generator)
+    evidence = torch.randint(0, 6, (4, 2), generator=generator)
+    for k in (1, 3):
+        single = planted_evidence_accuracy(attributions, evidence, top_k=k)
+        one = planted_evidence_accuracy(attributions, evidence[..., None], top_k=k)
+        assert one == single
+    # constant scores: each of the 2 evidence positions is in the top 3 of 6
+    # with probability 1/2, so 1/2 of the set on average
+    constant = torch.zeros(1, 1, 6)
+    pair = torch.tensor([[[1, 4]]])
+    assert planted_evidence_accuracy(constant, pair, top_k=3) == pytest.approx(0.5)
+    assert planted_evidence_accuracy(constant, pair, top_k=1) == pytest.approx(2 / 6)
+
+
 @pytest.mark.parametrize(
     "attributions, evidence, mask, top_k, message",
     [

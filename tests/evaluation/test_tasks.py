@@ -35,14 +35,21 @@ def splits_read(monkeypatch, no_decoder_fitting):
         lambda name, device=None: (tiny_labelled_bert(), tiny_tokenizer()),
     )
     monkeypatch.setattr(
-        tasks, "load_default_generator", lambda device=None: tiny_recall_generator()
+        tasks,
+        "load_default_generator",
+        lambda device, recipe: tiny_recall_generator(task=recipe.task),
     )
     return read
 
 
-def test_the_three_tasks_in_one_result_without_reading_training_texts(splits_read):
+def test_the_tasks_in_one_result_without_reading_training_texts(splits_read):
+    # recall_long (1,000-token prompts) is left out to keep the test fast
     result = tasks.benchmark_default_tasks(
-        3, methods=["Random", "AttCAT"], metrics=["aopc"], progress=False
+        3,
+        ("sentiment", "source", "recall", "flags"),
+        methods=["Random", "AttCAT"],
+        metrics=["aopc"],
+        progress=False,
     )
     assert [(r.task, r.method) for r in result.rows][:4] == [
         ("sentiment", "Random"),
@@ -51,16 +58,21 @@ def test_the_three_tasks_in_one_result_without_reading_training_texts(splits_rea
         ("source", "AttCAT"),
     ]
     assert {(r.task, r.method) for r in result.rows[4:]} == {
-        ("recall", "Random"),
-        ("recall", "AttCAT"),
+        (task, method)
+        for task in ("recall", "flags")
+        for method in ("Random", "AttCAT")
     }
     assert all(r.n == 3 for r in result.rows)
-    assert result.config["tasks"] == {"sentiment": 3, "source": 3, "recall": 3}
+    counts = {"sentiment": 3, "source": 3, "recall": 3, "flags": 3}
+    assert result.config["tasks"] == counts
     assert result.config["max_length"]["sentiment"] == 64
     assert set(result.examples) == set(result.layer_maps) == {"sentiment", "source"}
-    assert result.generation_tasks == ["recall"]
+    assert result.generation_tasks == ["recall", "flags"]
     assert result.task_columns("sentiment") == ["AOPC"]
-    assert result.task_columns("recall") == ["Evidence@1", "Evidence@3", "AOPC"]
+    evidence = ["Evidence@1", "Evidence@3", "EvidenceSet@1", "EvidenceSet@3"]
+    assert result.task_columns("recall") == evidence + ["AOPC"]
+    # no single token decides a flag sum: only the set is scored
+    assert result.task_columns("flags") == evidence[2:] + ["AOPC"]
     assert splits_read == [("sentiment", "test"), ("source", "test")]
 
 
@@ -69,12 +81,54 @@ def test_recall_data_is_held_out_with_evidence_on_the_answer():
     data = tasks.recall_data(6, tokenizer)
     assert data.texts == [e.prompt for e in DEFAULT_RECIPE.task.sample(6, 2)]
     assert DEFAULT_RECIPE.seeds()[2] == 2  # the test seed: not training's 1000 +
+    for prompt, continuation, evidence, sets in zip(
+        data.texts, data.continuations, data.evidence, data.evidence_sets
+    ):
+        ids = tokenizer(prompt)["input_ids"]
+        answer = tokenizer(continuation, add_special_tokens=False)["input_ids"]
+        assert [ids[position] for position in evidence] == answer
+        # each value's set: the queried pair's key (the query's token), the value
+        assert [[ids[p] for p in s] for s in sets] == [[ids[-1], a] for a in answer]
+        assert [s[1] for s in sets] == evidence
+
+
+def test_flag_data_has_the_two_flags_as_its_only_evidence():
+    recipe = tasks.GENERATION_TASKS["flags"][0]
+    _, tokenizer = tiny_recall_generator(task=recipe.task)
+    data = tasks.recall_data(20, tokenizer, recipe)
+    assert data.evidence is None
+    for prompt, continuation, sets in zip(
+        data.texts, data.continuations, data.evidence_sets
+    ):
+        words = tokenizer.convert_ids_to_tokens(tokenizer(prompt)["input_ids"])
+        (flags,) = sets  # one label, its set: the two flags
+        assert [p for p, w in enumerate(words) if w.startswith("f")] == flags
+        total = sum(int(words[p][1:]) for p in flags)
+        assert continuation == f"a{total % recipe.task.n_flags}"
+        assert continuation not in words  # the answer copies no prompt token
+
+
+def test_long_recall_has_16_prompts_of_over_1024_tokens_at_most():
+    recipe, most = tasks.GENERATION_TASKS["recall_long"]
+    assert most == 16
+    _, tokenizer = tiny_recall_generator(task=recipe.task)
+    data = tasks.recall_data(4, tokenizer, recipe)
+    assert min(len(tokenizer(t)["input_ids"]) for t in data.texts) >= 1024
     for prompt, continuation, evidence in zip(
         data.texts, data.continuations, data.evidence
     ):
         ids = tokenizer(prompt)["input_ids"]
         answer = tokenizer(continuation, add_special_tokens=False)["input_ids"]
         assert [ids[position] for position in evidence] == answer
+        assert ids.count(ids[-1]) == 2  # the queried key: unique among hundreds
+
+
+def test_a_task_cap_bounds_its_prompts(splits_read, monkeypatch):
+    monkeypatch.setitem(tasks.GENERATION_TASKS, "recall", (DEFAULT_RECIPE, 2))
+    result = tasks.benchmark_default_tasks(
+        3, ["recall"], methods=["Random"], metrics=["aopc"], progress=False
+    )
+    assert result.config["tasks"] == {"recall": 2}
 
 
 def test_a_task_without_a_chosen_method_is_skipped_with_a_notice(splits_read):
@@ -90,7 +144,8 @@ def test_a_task_without_a_chosen_method_is_skipped_with_a_notice(splits_read):
             BenchmarkOptions(methods=["LogAt"], metrics=["soft_nc"], progress=False),
         )
     assert [r.task for r in result.rows] == ["recall"]
-    assert result.task_columns("recall") == ["Evidence@1", "Evidence@3", "Soft-NC"]
+    evidence = ["Evidence@1", "Evidence@3", "EvidenceSet@1", "EvidenceSet@3"]
+    assert result.task_columns("recall") == evidence + ["Soft-NC"]
     with pytest.warns(UserWarning), pytest.raises(ValueError, match="any task"):
         tasks.benchmark_default_tasks(
             2, ["recall"], methods=["Saliency"], progress=False
