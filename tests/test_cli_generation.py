@@ -213,7 +213,7 @@ def test_benchmark_on_your_lm_equals_the_python_api(lm_dir, prompt_file, tmp_pat
     argv += ["--methods", "LogAt", "AttCAT", "Random", "--metrics", "aopc", "soft_ns"]
     assert main(argv + ["--out", str(out), "--no-progress", "--batch-size", "2"]) == 0
     written = json.loads((out / "results.json").read_text())
-    model = tiny_causal_lm("gpt2")
+    model = tiny_causal_lm("gpt2", attn_implementation="sdpa")  # as --model loads it
     data = load_data(prompt_file, text_column="prompt", continuation_column="answer")
     options = GenerationBenchmarkOptions(
         methods=["LogAt", "AttCAT", "Random"],

@@ -336,7 +336,11 @@ def test_bad_calls_are_refused():
         )
 
 
-def test_a_refused_family_is_named_by_its_own_type():
-    r"""Gemma shares Llama's family record; the message names Gemma."""
-    with pytest.raises(UnsupportedModelError, match="the gemma block 1's input_lay"):
-        GlobEnc(tiny_causal_lm("gemma"))
+def test_a_refused_model_is_named_by_its_own_type():
+    r"""Mistral shares Llama's family record; the message names Mistral."""
+    model = tiny_causal_lm("mistral")
+    del model.model.layers[0].input_layernorm
+    with pytest.raises(
+        UnsupportedModelError, match="mistral block 1 has no 'input_lay"
+    ):
+        GlobEnc(model)
