@@ -3,9 +3,9 @@
 from typing import Callable, Optional, Union
 
 from captum._utils.typing import TargetType, TensorOrTupleOfTensorsGeneric
-from captum.log import log_usage
 from torch import Tensor
 
+from captum_ext._utils.log import log_usage
 from captum_ext.metrics._utils.curves import evaluate_curves
 from captum_ext.metrics._utils.inputs import MetricCall, MetricOptions, TokenOptions
 from captum_ext.metrics._utils.protocols import PerturbationProtocol, resolve_protocol

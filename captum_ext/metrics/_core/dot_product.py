@@ -4,9 +4,9 @@ from typing import Optional
 
 import torch
 from captum._utils.typing import TensorOrTupleOfTensorsGeneric
-from captum.log import log_usage
 from torch import Tensor
 
+from captum_ext._utils.log import log_usage
 from captum_ext.metrics._utils.inputs import (
     check_attributions,
     check_evidence,

@@ -3,9 +3,9 @@
 from typing import Callable, Optional, Union
 
 from captum._utils.typing import TensorOrTupleOfTensorsGeneric
-from captum.log import log_usage
 from torch import Tensor
 
+from captum_ext._utils.log import log_usage
 from captum_ext.metrics._utils.generation import (
     evaluate_hard_curves,
     GenerationCall,

@@ -5,9 +5,9 @@ from typing import Callable, Optional, Sequence, Union
 
 import torch
 from captum._utils.typing import TargetType, TensorOrTupleOfTensorsGeneric
-from captum.log import log_usage
 from torch import Tensor
 
+from captum_ext._utils.log import log_usage
 from captum_ext.metrics._utils.curves import Curves, evaluate_curves
 from captum_ext.metrics._utils.inputs import MetricCall, MetricOptions, TokenOptions
 from captum_ext.metrics._utils.protocols import PerturbationProtocol, resolve_protocol
