@@ -94,7 +94,7 @@ def test_args_entries_sees_an_untyped_entry():
 def _documented_names(doc: str):
     r"""Argument names of the ``Args:`` entries of ``doc``."""
     entries = args_entries(inspect.cleandoc(doc))
-    return [re.match(r"\*{0,2}(\w+)", entry).group(1) for _, entry in entries]
+    return [re.sub(r"^\*{0,2}(\w+).*", r"\1", entry) for _, entry in entries]
 
 
 def _public_entry_points():
