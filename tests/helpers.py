@@ -243,10 +243,12 @@ def assert_same_state(before: Dict[str, object], after: Dict[str, object]) -> No
 
 # ----------------------------------------------------------------------------
 # Models that are not plain *ForSequenceClassification (adapters' checks).
-def tiny_base_model(family: str, seed: int = 0) -> nn.Module:
+def tiny_base_model(family: str, seed: int = 0) -> transformers.PreTrainedModel:
     r"""A random-init bare ``*Model`` (no head at all) in eval mode: the body of
     :func:`tiny_classifier`."""
-    return tiny_classifier(family, seed=seed).base_model
+    base = tiny_classifier(family, seed=seed).base_model
+    assert isinstance(base, transformers.PreTrainedModel)
+    return base
 
 
 class MeanPoolBertClassifier(transformers.BertForSequenceClassification):
@@ -441,7 +443,7 @@ def hub_dataset_cache(
     shutil.copytree(builder.cache_dir, target)
 
 
-def one_line_error(capsys: Any, code: int, expected: str) -> str:
+def one_line_error(capsys: Any, code: object, expected: str) -> str:
     r"""Asserts that a CLI call failed with exit code 2 and one line on stderr,
     no traceback, holding ``expected``; returns that line."""
     err = capsys.readouterr().err

@@ -68,6 +68,7 @@ def test_recall_data_is_held_out_with_evidence_on_the_answer():
     data = tasks.recall_data(6, tokenizer)
     assert data.texts == [e.prompt for e in DEFAULT_RECIPE.task.sample(6, 2)]
     assert DEFAULT_RECIPE.seeds()[2] == 2  # the test seed: not training's 1000 +
+    assert data.continuations is not None and data.evidence is not None
     for prompt, continuation, evidence in zip(
         data.texts, data.continuations, data.evidence
     ):
