@@ -195,7 +195,7 @@ def _context_cite(model: nn.Module, tokenizer: Any) -> Example:
 
 # ------------------------------------------------------------------ lxt
 def _lxt(patch_map: str) -> Callable[[nn.Module, Any], Example]:
-    def build(model: nn.Module, tokenizer: Any) -> Example:
+    def build(model: Any, tokenizer: Any) -> Example:  # a transformers model
         from lxt.efficient import monkey_patch
 
         family = model.config.model_type

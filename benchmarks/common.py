@@ -55,7 +55,7 @@ def random_minilm() -> nn.Module:
         num_attention_heads=12,
         intermediate_size=1536,
         max_position_embeddings=512,
-        num_labels=2,
+        num_labels=2,  # type: ignore[call-arg]  # a PreTrainedConfig kwarg
         pad_token_id=0,
         cls_token_id=101,
         sep_token_id=102,

@@ -69,7 +69,8 @@ def decoders(
     print("held-out top-1 reconstruction accuracy (non-special tokens):")
     for layer, accuracy in enumerate(fitted.accuracy):
         print(f"  layer {layer}: {accuracy:.3f}")
-    return fitted.heads
+    heads: List[nn.Module] = list(fitted.heads)
+    return heads
 
 
 def grad_cam_layer0(model: nn.Module, ids: Tensor, mask: Tensor) -> Tensor:

@@ -7,7 +7,17 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Tuple, Type
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterator,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    Type,
+)
 
 import pytest
 import torch
@@ -24,20 +34,24 @@ FIRST_CONTENT_ID = 5
 # The sizes every family shares, in transformers' common names: DistilBERT's and
 # GPT-2's configs take them through their attribute_map (hidden_size -> dim or
 # n_embd, num_hidden_layers -> n_layers or n_layer, ...).
-_SIZES = dict(
+_SIZES: Dict[str, Any] = dict(
     vocab_size=VOCAB,
     hidden_size=32,
     num_hidden_layers=2,
     num_attention_heads=4,
     max_position_embeddings=64,
 )
-_SPECIALS = dict(pad_token_id=PAD_ID, cls_token_id=CLS_ID, sep_token_id=SEP_ID)
-_CAUSAL_SPECIALS = dict(bos_token_id=1, eos_token_id=1)
+_SPECIALS: Dict[str, Any] = dict(
+    pad_token_id=PAD_ID, cls_token_id=CLS_ID, sep_token_id=SEP_ID
+)
+_CAUSAL_SPECIALS: Dict[str, Any] = dict(bos_token_id=1, eos_token_id=1)
 # Each family's config class and its own options: a feed-forward width of 37
 # (DistilBERT's hidden_dim; GPT-2 keeps 4 x hidden_size), factorised embeddings
 # for ELECTRA and ALBERT, grouped key/value heads for Llama. RoBERTa offsets
 # positions by pad_token_id + 1.
-_FAMILY_CONFIGS: Dict[str, Tuple[Type[transformers.PretrainedConfig], dict]] = {
+_FAMILY_CONFIGS: Dict[
+    str, Tuple[Type[transformers.PretrainedConfig], Dict[str, Any]]
+] = {
     "bert": (transformers.BertConfig, dict(intermediate_size=37)),
     "roberta": (transformers.RobertaConfig, dict(intermediate_size=37)),
     "electra": (
@@ -78,7 +92,8 @@ POST_LN_FAMILIES = ("bert", "roberta", "electra", "distilbert")
 
 def _config(family: str, num_labels: int) -> transformers.PretrainedConfig:
     config_class, options = _FAMILY_CONFIGS[family]
-    return config_class(num_labels=num_labels, **_SIZES, **_SPECIALS, **options)
+    kwargs: Dict[str, Any] = dict(num_labels=num_labels, **_SIZES, **_SPECIALS)
+    return config_class(**kwargs, **options)
 
 
 def tiny_classifier(
@@ -87,7 +102,7 @@ def tiny_classifier(
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
     attn_implementation: str = "eager",
-) -> nn.Module:
+) -> transformers.PreTrainedModel:
     r"""A random-init ``*ForSequenceClassification`` model in eval mode."""
     torch.manual_seed(seed)
     model = transformers.AutoModelForSequenceClassification.from_config(
@@ -96,7 +111,7 @@ def tiny_classifier(
     return model.to(dtype).eval()
 
 
-def tiny_masked_lm(family: str, seed: int = 0) -> nn.Module:
+def tiny_masked_lm(family: str, seed: int = 0) -> transformers.PreTrainedModel:
     r"""A random-init ``*ForMaskedLM`` model in eval mode."""
     torch.manual_seed(seed)
     model = transformers.AutoModelForMaskedLM.from_config(
@@ -110,7 +125,7 @@ def tiny_causal_lm(
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
     attn_implementation: str = "eager",
-) -> nn.Module:
+) -> transformers.PreTrainedModel:
     r"""A random-init ``*ForCausalLM`` model (``family`` in :data:`CAUSAL_FAMILIES`)
     in eval mode."""
     torch.manual_seed(seed)
@@ -120,7 +135,9 @@ def tiny_causal_lm(
     return model.to(dtype).eval()
 
 
-def tiny_recall_generator(seed: int = 0, task: Any = None) -> Tuple[nn.Module, Any]:
+def tiny_recall_generator(
+    seed: int = 0, task: Any = None
+) -> Tuple[transformers.PreTrainedModel, Any]:
     r"""A random-init tiny Llama over ``task``'s vocabulary (default: the
     key-value recall task's) and its tokenizer: the default generator's
     interface, untrained, with positions for the long recall prompts."""
@@ -188,7 +205,7 @@ def is_causal(family: str) -> bool:
     return family in CAUSAL_FAMILIES
 
 
-def _method_hooks(hooks: Dict[int, object]) -> int:
+def _method_hooks(hooks: Mapping[int, object]) -> int:
     r"""Forward hooks not installed by transformers itself: transformers >= 5 adds
     inactive ``output_capturing_hook``s once per model, the first time hidden states
     or attentions are requested."""
@@ -286,17 +303,19 @@ def eager_one_at_a_time(
 
 # ----------------------------------------------------------------------------
 # Models that are not plain *ForSequenceClassification (adapters' checks).
-def tiny_base_model(family: str, seed: int = 0) -> nn.Module:
+def tiny_base_model(family: str, seed: int = 0) -> transformers.PreTrainedModel:
     r"""A random-init bare ``*Model`` (no head at all) in eval mode: the body of
     :func:`tiny_classifier`."""
-    return tiny_classifier(family, seed=seed).base_model
+    base = tiny_classifier(family, seed=seed).base_model
+    assert isinstance(base, transformers.PreTrainedModel)
+    return base
 
 
 class MeanPoolBertClassifier(transformers.BertForSequenceClassification):
     r"""A BERT classifier whose head reads the mean of the attended positions
     instead of [CLS]: the adapter's standard head does not reproduce its logits."""
 
-    def forward(self, input_ids=None, attention_mask=None, **kwargs):  # type: ignore
+    def forward(self, input_ids=None, attention_mask=None, **kwargs):
         kwargs.pop("labels", None)
         output = self.bert(input_ids, attention_mask=attention_mask, **kwargs)
         hidden = output.last_hidden_state  # [batch, pos, d]
@@ -310,10 +329,11 @@ class MeanPoolBertClassifier(transformers.BertForSequenceClassification):
         )
 
 
-def tiny_mean_pool_classifier(seed: int = 0) -> nn.Module:
+def tiny_mean_pool_classifier(seed: int = 0) -> transformers.PreTrainedModel:
     r"""A random-init :class:`MeanPoolBertClassifier` in eval mode."""
     torch.manual_seed(seed)
     config = _config("bert", 3)
+    assert isinstance(config, transformers.BertConfig)
     config._attn_implementation = "eager"
     return MeanPoolBertClassifier(config).eval()
 
@@ -335,12 +355,13 @@ TINY_TEXTS = [
 TINY_LABEL_NAMES = ["negative", "positive", "<mixed>"]
 
 
-def tiny_tokenizer() -> "transformers.BertTokenizerFast":
+def tiny_tokenizer() -> transformers.PreTrainedTokenizerBase:
     r"""A WordPiece tokenizer whose ids match this module's (PAD 0, UNK 1, CLS 2,
     SEP 3, MASK 4) and the tiny models' vocabulary size."""
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + TINY_WORDS
     vocab += [f"w{i}" for i in range(VOCAB - len(vocab))]
-    tokenizer = transformers.BertTokenizerFast(
+    # transformers' type information lacks its runtime alias BertTokenizerFast.
+    tokenizer = transformers.BertTokenizerFast(  # type: ignore[attr-defined]
         vocab={word: i for i, word in enumerate(vocab)}
     )
     assert (tokenizer.pad_token_id, tokenizer.cls_token_id) == (PAD_ID, CLS_ID)
@@ -348,7 +369,7 @@ def tiny_tokenizer() -> "transformers.BertTokenizerFast":
     return tokenizer
 
 
-def tiny_labelled_bert(num_labels: int = 3) -> nn.Module:
+def tiny_labelled_bert(num_labels: int = 3) -> transformers.PreTrainedModel:
     r"""A tiny random BERT classifier with named classes."""
     model = tiny_classifier("bert", num_labels=num_labels)
     model.config.id2label = dict(enumerate(TINY_LABEL_NAMES[:num_labels]))
@@ -356,14 +377,14 @@ def tiny_labelled_bert(num_labels: int = 3) -> nn.Module:
     return model
 
 
-def save_tiny_model(directory: object) -> object:
+def save_tiny_model(directory: Path) -> Path:
     r"""A local model directory as ``save_pretrained`` writes it."""
-    tiny_labelled_bert().save_pretrained(directory)  # type: ignore[arg-type]
-    tiny_tokenizer().save_pretrained(directory)  # type: ignore[arg-type]
+    tiny_labelled_bert().save_pretrained(directory)
+    tiny_tokenizer().save_pretrained(directory)
     return directory
 
 
-def save_tiny_chat_lm(directory: object) -> object:
+def save_tiny_chat_lm(directory: Path) -> Path:
     r"""A local causal-LM directory as ``save_pretrained`` writes it: a tiny
     random Qwen2 (Llama-style) with a word-level tokenizer that has a chat
     template."""
@@ -376,13 +397,15 @@ def save_tiny_chat_lm(directory: object) -> object:
     model = transformers.AutoModelForCausalLM.from_config(
         config, attn_implementation="eager"
     )
-    model.save_pretrained(directory)  # type: ignore[arg-type]
-    tiny_lm_tokenizer().save_pretrained(directory)  # type: ignore[arg-type]
+    model.save_pretrained(directory)
+    tiny_lm_tokenizer().save_pretrained(directory)
     return directory
 
 
 def embedding_decoders(
-    model: nn.Module, tokenizer: object, texts: Optional[Sequence[str]] = None
+    model: transformers.PreTrainedModel,
+    tokenizer: object,
+    texts: Optional[Sequence[str]] = None,
 ) -> list:
     r"""Stands in for the fitted decoders, which would be fitted on real text
     and cached: the tied input embeddings decode every layer."""
@@ -438,7 +461,7 @@ def hub_model_cache(
     home: Path,
     repo_id: str,
     commit: str,
-    save: Callable[[object], object] = save_tiny_model,
+    save: Callable[[Path], Path] = save_tiny_model,
 ) -> Path:
     r"""``repo_id`` as ``huggingface_hub`` caches it under ``HF_HOME``
     ``home`` (refs/main holds the commit, snapshots/<commit>/ the files
@@ -448,7 +471,7 @@ def hub_model_cache(
     snapshot = save(repo / "snapshots" / commit)
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(commit)
-    return snapshot  # type: ignore[return-value]
+    return snapshot
 
 
 def hub_dataset_cache(
@@ -480,7 +503,7 @@ def hub_dataset_cache(
     shutil.copytree(builder.cache_dir, target)
 
 
-def one_line_error(capsys: Any, code: int, expected: str) -> str:
+def one_line_error(capsys: Any, code: object, expected: str) -> str:
     r"""Asserts that a CLI call failed with exit code 2 and one line on stderr,
     no traceback, holding ``expected``; returns that line."""
     err = capsys.readouterr().err

@@ -96,9 +96,11 @@ def test_explain_tells_when_the_text_is_truncated(model_dir, capsys):
     ],
 )
 def test_explain_bad_options_end_in_one_line(model_dir, capsys, extra, expected):
+    code: object
     with pytest.raises(SystemExit) if "invalid int" in expected else nullcontext() as e:
         code = main(["explain", TEXT, "--model", str(model_dir), *extra])
     if "invalid int" in expected:
+        assert e is not None
         code = e.value.code
     one_line_error(capsys, code, expected)
 

@@ -127,6 +127,7 @@ def test_sources_sum_the_token_scores(lm_dir, capsys, kind):
 )
 def test_bad_options_end_in_one_line(lm_dir, capsys, extra, expected):
     argv = ["explain-generation", PROMPT, "--model", str(lm_dir), *extra]
+    code: object
     try:
         code = main(argv)
     except SystemExit as exit_:  # argparse's own errors

@@ -164,7 +164,7 @@ def test_threads_give_single_threaded_results(
 
 def test_wrappers_share_the_lock(model: nn.Module) -> None:
     lock = model_lock(model)
-    assert model_lock(classifier_forward(model)) is lock  # type: ignore[arg-type]
+    assert model_lock(classifier_forward(model)) is lock
     assert model_lock(model.base_model) is lock  # type: ignore[arg-type]
     assert model_lock(torch.compile(model)) is lock  # type: ignore[arg-type]
     assert model_lock(tiny_classifier("bert", seed=1)) is not lock
@@ -187,7 +187,7 @@ def test_nested_blocks_restore_mixed_modes_also_on_error(model: nn.Module) -> No
     try:
         with pytest.raises(RuntimeError, match="inside"):
             with eval_semantics(model):
-                with eval_semantics(classifier_forward(model)):  # type: ignore
+                with eval_semantics(classifier_forward(model)):
                     assert not any(m.training for m in model.modules())
                     raise RuntimeError("inside")
         after = [m.training for m in model.modules()]

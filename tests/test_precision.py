@@ -19,7 +19,7 @@ exactly zero.
 """
 
 import copy
-from typing import Callable, Dict, List
+from typing import Callable, Dict, Sequence
 
 import numpy as np
 import pytest
@@ -59,7 +59,7 @@ MAX_AOPC_GAP = 0.01
 Run = Callable[[Tensor, Tensor], Tensor]
 
 
-def _method_table(model: nn.Module, decoders: List[nn.Module]) -> Dict[str, Run]:
+def _method_table(model: nn.Module, decoders: Sequence[nn.Module]) -> Dict[str, Run]:
     def plain(method: object) -> Run:
         return lambda ids, mask: method.attribute(  # type: ignore[attr-defined]
             ids, additional_forward_args=(mask,)

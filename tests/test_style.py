@@ -6,6 +6,7 @@ setup.cfg's ``[importlinter]`` contracts (the library imports no application
 module and none of datasets, pyarrow, matplotlib); and one docstring style for
 arguments, Captum's ``name (type): description``."""
 
+import inspect
 import re
 import subprocess
 import sys
@@ -88,3 +89,49 @@ def test_args_entries_sees_an_untyped_entry():
     entries = list(args_entries(section))
     assert entries == [(2, "model (Module): a model."), (3, "tokenizer: its.")]
     assert [bool(_CAPTUM_ENTRY.match(e)) for _, e in entries] == [True, False]
+
+
+def _documented_names(doc: str):
+    r"""Argument names of the ``Args:`` entries of ``doc``."""
+    entries = args_entries(inspect.cleandoc(doc))
+    return [re.sub(r"^\*{0,2}(\w+).*", r"\1", entry) for _, entry in entries]
+
+
+def _public_entry_points():
+    r"""``(name, class or None, function)`` of each public function of
+    captum_ext.attr and captum_ext.metrics, and each public method
+    (``__init__`` included) of their public attribution classes."""
+    import captum_ext.attr as attr
+    import captum_ext.metrics as metrics
+
+    for module in (attr, metrics):
+        for name in module.__all__:
+            value = getattr(module, name)
+            if inspect.isfunction(value):
+                yield f"{module.__name__}.{name}", None, value
+            elif inspect.isclass(value) and hasattr(value, "attribute"):
+                for method_name, method in vars(value).items():
+                    if inspect.isfunction(method) and (
+                        method_name == "__init__" or not method_name.startswith("_")
+                    ):
+                        qualified = f"{module.__name__}.{name}.{method_name}"
+                        yield qualified, value, method
+
+
+def test_args_sections_list_their_own_arguments():
+    # Captum repeats the arguments in each docstring: an Args section names
+    # exactly the parameters of its own signature, in any order.
+    wrong = []
+    for name, owner, function in _public_entry_points():
+        function = inspect.unwrap(function)
+        params = [
+            p for p in inspect.signature(function).parameters if p not in ("self",)
+        ]
+        # An __init__ without a docstring has its Args in the class's.
+        doc = function.__doc__ or inspect.getdoc(owner) or ""
+        documented = _documented_names(doc)
+        if sorted(params) != sorted(documented):
+            missing = sorted(set(params) - set(documented))
+            extra = sorted(set(documented) - set(params))
+            wrong.append(f"{name}: undocumented {missing}, not parameters {extra}")
+    assert not wrong, "\n".join(wrong)

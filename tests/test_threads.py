@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from captum_ext._utils import threads
 from captum_ext._utils.threads import busy_elsewhere, configure_threads, free_cores
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +36,7 @@ def test_busy_elsewhere_is_busy_for_the_last_minute_and_now(
 ):
     path = tmp_path / "loadavg"
     path.write_text(loadavg)
-    monkeypatch.setattr(threads.os, "getloadavg", lambda: (load, 0.0, 0.0))
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, 0.0, 0.0))
     assert busy_elsewhere(str(path)) == busy
     assert busy_elsewhere(str(tmp_path / "missing")) == load
 

@@ -429,7 +429,8 @@ class ClassifierLogits(nn.Module):
         name = "inputs_embeds" if self.inputs_embeds else "input_ids"
         kwargs[name] = input_ids
         with model_lock(self.model):  # not during a captum_ext call's passes
-            return self.model(**kwargs).logits
+            logits: Tensor = self.model(**kwargs).logits
+        return logits
 
 
 def classifier_forward(

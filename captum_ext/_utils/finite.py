@@ -4,6 +4,7 @@ error, never a silent result: one check, one message, naming the examples."""
 
 from typing import Optional
 
+import torch
 from torch import Tensor
 
 __all__ = ["check_finite"]
@@ -24,7 +25,7 @@ def check_finite(values: Tensor, what: str, examples: Optional[Tensor] = None) -
     if not bool(bad.any()):
         return
     rows = bad.reshape(len(values), -1).any(-1).nonzero().flatten()
-    named = rows if examples is None else examples[rows].unique()
+    named = rows if examples is None else torch.unique(examples[rows])
     raise FloatingPointError(
         f"{what} contain NaN or inf for example(s) {named.tolist()}; check the "
         "model's weights and dtype (float16 overflows easily: try bfloat16 or "

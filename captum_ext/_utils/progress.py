@@ -165,4 +165,4 @@ def quiet_library_bars(stream: Optional[TextIO] = None) -> None:
         return
     from transformers.utils import logging
 
-    logging.disable_progress_bar()
+    logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # no annotation

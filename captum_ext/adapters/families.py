@@ -120,15 +120,20 @@ def _first_token_head(head: nn.Module, hidden: Tensor) -> Tensor:
     unchanged: ``[batch, pos, d_model] -> [batch, pos, out]``.
     """
     batch, pos, d_model = hidden.shape
-    out = head(hidden.reshape(batch * pos, 1, d_model))
+    out: Tensor = head(hidden.reshape(batch * pos, 1, d_model))
     return out.reshape(batch, pos, -1)
+
+
+def _classifier(model: nn.Module, features: Tensor) -> Tensor:
+    logits: Tensor = _module(model, "classifier")(features)
+    return logits
 
 
 # Heads on every position, one per family. Dropout is left out: attributions are
 # computed in eval semantics, where dropout is the identity.
 def _bert_head(model: nn.Module, hidden: Tensor) -> Tensor:
     pooled = _first_token_head(_module(model, "bert.pooler"), hidden)
-    return _module(model, "classifier")(pooled)
+    return _classifier(model, pooled)
 
 
 def _classification_head(model: nn.Module, hidden: Tensor) -> Tensor:
@@ -140,21 +145,22 @@ def _albert_head(model: nn.Module, hidden: Tensor) -> Tensor:
     pooler = nn.Sequential(
         _module(model, "albert.pooler"), _module(model, "albert.pooler_activation")
     )
-    return _module(model, "classifier")(pooler(hidden))
+    return _classifier(model, pooler(hidden))
 
 
 def _deberta_head(model: nn.Module, hidden: Tensor) -> Tensor:
     pooled = _first_token_head(_module(model, "pooler"), hidden)
-    return _module(model, "classifier")(pooled)
+    return _classifier(model, pooled)
 
 
 def _distilbert_head(model: nn.Module, hidden: Tensor) -> Tensor:
     pre_classifier = _module(model, "pre_classifier")
-    return _module(model, "classifier")(torch.relu(pre_classifier(hidden)))
+    return _classifier(model, torch.relu(pre_classifier(hidden)))
 
 
 def _score_head(model: nn.Module, hidden: Tensor) -> Tensor:
-    return _module(model, "score")(hidden)
+    logits: Tensor = _module(model, "score")(hidden)
+    return logits
 
 
 # Masked-LM heads of the *ForMaskedLM classes (hidden -> vocabulary logits).

@@ -127,7 +127,8 @@ class ModelAdapter:
 
     def word_embeddings(self) -> nn.Embedding:
         r"""The input word-embedding table (``get_input_embeddings()``)."""
-        return getattr(self.model, "get_input_embeddings")()
+        table: nn.Embedding = getattr(self.model, "get_input_embeddings")()
+        return table
 
     def input_device(self) -> torch.device:
         r"""Where token ids go: the device that embeds them, i.e. the execution
@@ -212,7 +213,8 @@ class ModelAdapter:
         if layer is None or self.check_layer(layer) < self.num_layers:
             hidden = self.hidden_state_module(self.num_layers)(hidden)
         head = _find_lm_head(self.model, self._family_record)
-        return head(hidden)  # type: ignore[misc]
+        logits: Tensor = head(hidden)  # type: ignore[misc]
+        return logits
 
     def require_causal_lm(self, method: str) -> None:
         r"""Raises :class:`UnsupportedModelError`, naming what is missing, unless

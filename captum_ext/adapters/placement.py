@@ -54,7 +54,8 @@ def _weights_loaded(module: nn.Module) -> ContextManager[Any]:
         return nullcontext()
     from accelerate.utils import align_module_device
 
-    return align_module_device(module)
+    loaded: ContextManager[Any] = align_module_device(module)
+    return loaded
 
 
 def read_parameter(module: nn.Module, name: str) -> Optional[Tensor]:
@@ -74,4 +75,5 @@ def read_parameter(module: nn.Module, name: str) -> Optional[Tensor]:
             "accelerate (device_map, dispatch_model, cpu_offload) or load its "
             "weights"
         )
-    return value.detach()
+    detached: Tensor = value.detach()
+    return detached

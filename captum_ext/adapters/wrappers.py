@@ -15,7 +15,8 @@ from captum_ext.adapters.errors import UnsupportedModelError
 def _inner_model(model: nn.Module) -> Optional[nn.Module]:
     r"""The model one wrapper level down, or None if ``model`` wraps nothing known."""
     if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
-        return model.module
+        module: nn.Module = model.module
+        return module
     compiled = getattr(model, "_orig_mod", None)  # torch.compile's OptimizedModule
     if isinstance(compiled, nn.Module):
         return compiled
@@ -25,7 +26,8 @@ def _inner_model(model: nn.Module) -> Optional[nn.Module]:
         getattr(model, "get_base_model", None)
     ):
         _check_not_prompt_learning(model)
-        return model.get_base_model()  # type: ignore[operator]
+        base: nn.Module = model.get_base_model()  # type: ignore[operator]
+        return base
     return None
 
 

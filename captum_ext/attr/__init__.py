@@ -17,7 +17,7 @@ from captum_ext.attr._core.logat import LogAt
 from captum_ext.attr._core.normxlogit import NormXLogit
 from captum_ext.attr._utils.prompt_sources import prompt_sources
 
-__all__: list = [
+__all__: list[str] = [
     "AttCAT",
     "AttentionRollout",
     "CAT",

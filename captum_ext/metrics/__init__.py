@@ -19,9 +19,8 @@ one typed table (:func:`get_protocol`). The tokenizer's ids go in one
 .. rubric:: Arguments every metric shares
 
 Every metric takes Captum's leading arguments in Captum's order, its options
-keyword-only. A metric's docstring documents its own arguments (``target``,
-``preset``, ...) and names the ones below, which mean the same wherever they are
-taken:
+keyword-only. Each metric's docstring lists all its arguments, as Captum's
+do; the ones below mean the same wherever they are taken:
 
 forward_func (Callable)
     ``forward_func(input_ids, attention_mask, *rest) -> logits [batch, C]``,

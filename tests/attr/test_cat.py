@@ -42,7 +42,7 @@ def test_needs_no_attention_weights():
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="layers must be one of"):
-        CAT(tiny_classifier("bert"), layers=0)
+        CAT(tiny_classifier("bert"), layers=0)  # type: ignore[arg-type]
 
 
 # Checked on nine fine-tuning runs of the default model. CAT is noisier than

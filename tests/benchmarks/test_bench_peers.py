@@ -76,7 +76,9 @@ def test_a_peers_scores_are_placed_on_the_benchmarks_positions(lm):
     options = GenerationBenchmarkOptions(
         methods=[], task="tiny", progress=False, metrics=["aopc"], batch_size=2
     )
-    result = run_generation_benchmark(*lm, data, options, [bench_peers.peer_spec(peer)])
+    model, tokenizer = lm
+    spec = bench_peers.peer_spec(peer)
+    result = run_generation_benchmark(model, tokenizer, data, options, [spec])
     (row,) = result.rows
     assert row.method == "fake peer" and row.family == "peer"
     assert row.metrics["Evidence@1"] == 1.0

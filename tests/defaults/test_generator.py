@@ -250,7 +250,7 @@ def test_training_sequences_start_with_the_evaluation_example():
         joined = torch.cat([prompt, batch.target[row]])
         assert torch.equal(input_ids[row, : len(joined)], joined)
         # labelled: the answers and <eos> only, each a key's values in the prompt
-        words = tokenizer.convert_ids_to_tokens(input_ids[row])
+        words = tokenizer.convert_ids_to_tokens(input_ids[row].tolist())
         labelled = [w for w, y in zip(words, labels[row].tolist()) if y != -100]
         assert labelled[:3] == example.continuation.split() + ["<eos>"]
         assert len(labelled) == 3 * min(4, example.prompt.count(";"))

@@ -4,6 +4,7 @@ r"""The benchmark engine on a tiny random BERT and a tiny WordPiece tokenizer.""
 import json
 import math
 import warnings
+from typing import Any, Dict
 
 import pytest
 import torch
@@ -227,6 +228,7 @@ def test_layer_maps_of_text_pairs_keep_their_segments():
     tokens, layers = result.layer_maps["tiny"]["AttCAT"]  # layers: [layers, pos]
     row = [e.tokens for e in result.examples["tiny"]].index(tokens)
     shown = result.examples["tiny"][row]
+    assert data.text_pairs is not None
     encoded = tiny_tokenizer()(
         data.texts[row], data.text_pairs[row], return_tensors="pt"
     )
@@ -302,7 +304,7 @@ def test_shared_forward_reuses_rows_and_matches_the_model():
         assert torch.allclose(shared(wider, (wider != PAD_ID).long()), expected)
     assert calls == [3]
     scores = torch.rand(ids.shape) * mask
-    kwargs = dict(
+    kwargs: Dict[str, Any] = dict(
         target=0,
         additional_forward_args=(mask,),
         tokens=TokenOptions(special_token_ids=[0, 2]),

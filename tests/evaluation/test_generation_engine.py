@@ -71,7 +71,10 @@ def prompts(evidence=True, continuations=True):
 
 def run(lm, data, **options):
     options = {"methods": METHOD_SET, "progress": False, "task": "tiny", **options}
-    return run_generation_benchmark(*lm, data, GenerationBenchmarkOptions(**options))
+    model, tokenizer = lm
+    return run_generation_benchmark(
+        model, tokenizer, data, GenerationBenchmarkOptions(**options)
+    )
 
 
 def one_example(tokenizer, row):

@@ -48,7 +48,7 @@ def test_generation_entries_are_the_named_ones_and_only_they_build():
         GENERATION_METHOD_NAMES
     )
     with pytest.raises(ValueError, match="does not explain what a causal LM"):
-        METHODS["Saliency"].build_generation(None, None)
+        METHODS["Saliency"].build_generation(None, None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="causal_lm=True goes with a generation"):
         MethodSpec("Broken", METHODS["Random"].factory, "control", causal_lm=True)
     with pytest.raises(ValueError, match="one_prompt_at_a_time describes"):

@@ -209,10 +209,12 @@ def test_chromium_renders_visible_colour_on_the_attcat_row(page, tmp_path):
     from PIL import Image
 
     path, _ = page
+    chromium = _chromium()
+    assert chromium is not None
     shot = tmp_path / "page.png"
     subprocess.run(
         [
-            _chromium(),
+            chromium,
             "--headless",
             "--no-sandbox",
             "--disable-gpu",

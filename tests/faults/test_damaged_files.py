@@ -21,7 +21,7 @@ def _other_schema(path: Path) -> None:
     pq.write_table(table.drop_columns(["NormXLogit/AOPC"]), path)
 
 
-DAMAGE: Dict[str, Callable[[Path], None]] = {
+DAMAGE: Dict[str, Callable[[Path], object]] = {
     "truncated": lambda path: os.truncate(path, path.stat().st_size // 2),
     "random bytes": lambda path: path.write_bytes(
         bytes(range(256)) * (path.stat().st_size // 256 + 1)

@@ -14,6 +14,7 @@ from captum_ext._utils.teacher_forcing import IGNORE_INDEX
 from captum_ext.metrics import get_protocol, PerturbationProtocol, TokenOptions
 from captum_ext.metrics._utils.generation import retention_generator
 from torch import nn, Tensor
+from transformers import PreTrainedModel
 
 from tests.attr.contract_method import GradientXEmbedding
 from tests.helpers import continuation_batch, tiny_causal_lm, tiny_classifier
@@ -26,7 +27,9 @@ LEVELS = (0.25, 0.5, 1.0)
 def hard_protocol(metric_name: str) -> PerturbationProtocol:
     r"""The metric's default protocol on :data:`LEVELS` (what :func:`naive_hard`
     averages over)."""
-    return dataclasses.replace(get_protocol(metric_name), levels=LEVELS)
+    protocol = get_protocol(metric_name)
+    assert isinstance(protocol, PerturbationProtocol)
+    return dataclasses.replace(protocol, levels=LEVELS)
 
 
 def bos_case(extra_padding: int = 0) -> Dict[str, Any]:
@@ -56,7 +59,7 @@ def _examples(case: Dict[str, Any]):
 
 
 def log_prob(
-    model: nn.Module, prompt: Tensor, steps: Tensor, t: int, factor=None
+    model: PreTrainedModel, prompt: Tensor, steps: Tensor, t: int, factor=None
 ) -> float:
     r"""``log p(y_t | prompt, y_<t)`` of one unpadded example; ``factor`` ``[n,
     d]`` scales the prompt's word embeddings."""

@@ -8,7 +8,7 @@ from tests.metrics.toys import batch_with_scores
 
 def _normxlogit_avg_precision(topk, cue_indices):
     # NormXLogit, Experiment 2 (BLiMP), avg_precision, copied in spirit.
-    previous_recall, ap, tp, fp, fn = 0, 0.0, 0, 0, len(cue_indices)
+    previous_recall, ap, tp, fp, fn = 0.0, 0.0, 0, 0, len(cue_indices)
     for index in topk:
         if index in cue_indices:
             tp, fn = tp + 1, fn - 1

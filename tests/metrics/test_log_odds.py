@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 import math
 from functools import partial
+from typing import Any, Dict
 
 import pytest
 import torch
@@ -62,7 +63,9 @@ def test_sign_on_a_bag_of_words():
         [torch.zeros(1, 1), weights[10:20, 1][None], torch.zeros(1, 1)], 1
     )
     # Up to 50 %, the reversed ranking removes only tokens against the target.
-    half = dict(target=1, tokens=TOKENS, preset=protocol("log_odds", levels=_HALF))
+    half: Dict[str, Any] = dict(
+        target=1, tokens=TOKENS, preset=protocol("log_odds", levels=_HALF)
+    )
     good = log_odds(model, ids, exact, **half)
     bad = log_odds(model, ids, -exact, **half)
     assert good.score.item() < 0 < bad.score.item()

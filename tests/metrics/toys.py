@@ -15,6 +15,7 @@ from typing import (
     Sequence,
     Tuple,
     TypeVar,
+    Union,
 )
 
 import torch
@@ -181,7 +182,7 @@ def probabilities(
 def per_example(
     forward: Callable[..., Tensor],
     batch: Dict[str, Tensor],
-    target: Sequence[int],
+    target: Union[Tensor, Sequence[int]],
     curve_fn: Callable[..., Any],
     score_fn: Callable[[float, Any], Any],
 ) -> Tensor:
@@ -219,7 +220,7 @@ def check_reference_loop(
     chunk: Optional[int],
     curve_fn: Callable[..., Any],
     score_fn: Callable[[float, Any], float],
-    target: Optional[Sequence[int]] = None,
+    target: Union[Tensor, Sequence[int], None] = None,
     **kwargs,
 ) -> Result:
     r"""``metric`` with the model of case ``name`` on ``batch`` (``run_metric``,

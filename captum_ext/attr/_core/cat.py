@@ -8,7 +8,6 @@ from typing import Any, Callable, List, Literal, Optional, overload, Tuple, Unio
 import torch
 from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import GradientAttribution
-from captum.log import log_usage
 from torch import nn, Tensor
 
 from captum_ext._utils.common import (
@@ -18,6 +17,7 @@ from captum_ext._utils.common import (
     TokenBatch,
 )
 from captum_ext._utils.hooks import gradients_from
+from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext.adapters import AttentionInputs, get_adapter
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
@@ -33,7 +33,7 @@ __all__ = ["CAT"]
 _LAYERS = ("inputs", "outputs")
 
 
-class CAT(GradientAttribution):
+class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
     r"""
     Class Activation Tokens (CAT) score token :math:`i` with the gradient of the
     target logit :math:`y^c` (before softmax) times the token's hidden state,

@@ -11,7 +11,6 @@ import torch
 from captum._utils.typing import TargetType
 from captum.attr import LayerConductance, LayerGradientShap, LayerGradientXActivation
 from captum.attr._utils.attribution import LayerAttribution
-from captum.log import log_usage
 from torch import nn, Tensor
 
 from captum_ext._utils.common import (
@@ -23,6 +22,7 @@ from captum_ext._utils.common import (
     TokenBatch,
 )
 from captum_ext._utils.hooks import eval_semantics, HookSet
+from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext.adapters import (
     get_adapter,
@@ -243,7 +243,7 @@ def _tensor_module(module: nn.Module, outputs: Dict[nn.Module, Any]) -> nn.Modul
     )
 
 
-class DecodedLayerAttribution(LayerAttribution):
+class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untyped captum
     r"""
     Decoded layer attribution (Hou & Castanon, *Decoding Layer Saliency in
     Language Transformers*, ICML 2023,
@@ -443,7 +443,7 @@ class DecodedLayerAttribution(LayerAttribution):
         module: nn.Module,
         batch: TokenBatch,
         target: Union[int, Tensor],
-        kwargs: Dict,
+        kwargs: Dict[str, Any],
         forward_args: Optional[Tuple[Any, ...]] = None,
     ) -> Tensor:
         r"""Runs the wrapped method; returns ``a_j = sum_k alpha[j, k]``,

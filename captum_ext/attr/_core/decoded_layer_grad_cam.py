@@ -9,7 +9,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from captum._utils.typing import TargetType
 from captum.attr import LayerGradientXActivation
-from captum.log import log_usage
 from torch import nn, Tensor
 
 from captum_ext._utils.common import (
@@ -19,6 +18,7 @@ from captum_ext._utils.common import (
     TokenBatch,
 )
 from captum_ext._utils.hooks import gradients_from
+from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext.attr._core.decoded_layer_attribution import (
     aggregate,

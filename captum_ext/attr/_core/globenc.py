@@ -9,7 +9,6 @@ from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
 import torch
 from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import Attribution
-from captum.log import log_usage
 from torch import nn, Tensor
 
 from captum_ext._utils.common import (
@@ -19,6 +18,7 @@ from captum_ext._utils.common import (
     TokenBatch,
 )
 from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import teacher_forced_batch, TeacherForcedBatch
 from captum_ext.adapters import (
     AttentionInputs,
@@ -125,7 +125,7 @@ def _through_layernorm(factors: Factors, pre_ln: Tensor, norm: NormParams) -> Fa
     return through_norm(factors, pre_ln, norm.weight, norm.eps, centred=True)
 
 
-class GlobEnc(Attribution):
+class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
     r"""
     GlobEnc (Modarressi et al., NAACL 2022) attributes a prediction to the input
     tokens by decomposing every post-LayerNorm encoder block into one vector per

@@ -8,11 +8,11 @@ from captum.attr._core.llm_attr import (
     LLMAttributionResult,
 )
 from captum.attr._utils.attribution import Attribution
-from captum.log import log_usage
 from torch import Tensor
 
 from captum_ext._utils.common import check_tokenizer_vocabulary
 from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import teacher_forced_batch
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.continuations import (
@@ -32,7 +32,7 @@ from captum_ext.attr._utils.llm_prompts import (
 TargetLike = Union[str, Tensor, Sequence[int], None]
 
 
-class LLMTokenAttribution(Attribution):
+class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
     r"""
     Explains what a causal language model generates with any captum_ext method,
     in the shape of Captum's ``LLMAttribution(FeatureAblation(model), tokenizer)``:

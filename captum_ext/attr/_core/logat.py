@@ -193,7 +193,8 @@ class LogAt(ForwardOnlyAttribution):
             # the head was trained on normalised states only.
             hidden = self.adapter.hidden_state_module(last)(hidden)
         if self.decoder is not None:
-            return self.decoder(hidden)
+            decoded: Tensor = self.decoder(hidden)
+            return decoded
         return self.adapter.head_on_every_position(hidden)
 
 

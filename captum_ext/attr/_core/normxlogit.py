@@ -97,7 +97,8 @@ class NormXLogit(LogAt):
         r"""L2 norm of each token's input representation, ``[batch, pos]``, in
         float32 or wider (a sum of d squares)."""
         if self.norm == "word_embedding":
-            embedded = self.adapter.word_embeddings()(batch.input_ids)
+            embedded: Tensor = self.adapter.word_embeddings()(batch.input_ids)
         else:
             embedded = out.hidden_states[0]  # [batch, pos, d_model]
-        return embedded.to(result_dtype(embedded.dtype)).norm(dim=-1)
+        norms: Tensor = embedded.to(result_dtype(embedded.dtype)).norm(dim=-1)
+        return norms

@@ -8,10 +8,10 @@ from typing import Any, Optional, Tuple, Union
 import torch
 from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import Attribution
-from captum.log import log_usage
 from torch import nn, Tensor
 
 from captum_ext._utils.common import parse_token_batch, TokenBatch
+from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
@@ -20,7 +20,7 @@ from captum_ext.attr._utils.generation import attribute_generation, explains_gen
 __all__ = ["ForwardOnlyAttribution"]
 
 
-class ForwardOnlyAttribution(Attribution):
+class ForwardOnlyAttribution(Attribution):  # type: ignore[misc]  # untyped captum
     r"""
     Base of the token-attribution methods that need no gradient. A subclass
     states its equation, what ``target`` selects and what its scores are in its

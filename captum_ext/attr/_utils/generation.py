@@ -280,7 +280,8 @@ def _check_contrast(
             f"contrast_target ids must be in [0, {vocab_size}) wherever the target "
             "has a token"
         )
-    return contrast.masked_fill(~forced.target_mask, IGNORE_INDEX)
+    ids: Tensor = contrast.masked_fill(~forced.target_mask, IGNORE_INDEX)
+    return ids
 
 
 def _to_rows(

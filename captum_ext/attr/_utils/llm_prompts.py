@@ -240,11 +240,12 @@ def _chat_prompt(messages: Sequence[Mapping[str, Any]], tokenizer: Any) -> Promp
 
 
 def _render(tokenizer: Any, messages: Sequence[Mapping[str, Any]]) -> str:
-    return tokenizer.apply_chat_template(
+    text: str = tokenizer.apply_chat_template(
         [dict(message) for message in messages],
         tokenize=False,
         add_generation_prompt=True,
     )
+    return text
 
 
 def _chat_spans(

@@ -4,9 +4,9 @@ from typing import Optional
 
 import torch
 from captum._utils.typing import TensorOrTupleOfTensorsGeneric
-from captum.log import log_usage
 from torch import Tensor
 
+from captum_ext._utils.log import log_usage
 from captum_ext.metrics._utils.inputs import (
     check_attributions,
     check_evidence,
@@ -44,13 +44,21 @@ def average_precision(
     Ranked tokens are the real tokens minus the special ones; evidence on
     other positions is ignored.
 
-    ``inputs``, ``attributions``, ``additional_forward_args`` and ``tokens`` are
-    the :ref:`arguments every metric shares <metric-arguments>`
-    (:mod:`captum_ext.metrics`).
-
     Args:
 
+        inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
+        attributions (Tensor): one score per token ``[batch, pos]``; higher = more
+                important for ``target``, where the metric has one. Sum embedding-level
+                attributions over their last dimension first.
         evidence_mask (Tensor): ``[batch, pos]``, 1 on evidence tokens.
+        additional_forward_args (Tensor or tuple, optional): ``attention_mask`` or
+                ``(attention_mask, *rest)``, passed to ``forward_func`` after the ids
+                (the plausibility metrics read only the mask); ``[batch, pos]`` tensors
+                follow their tokens when tokens are deleted. Default: None (no padding)
+        tokens (TokenOptions, optional): the [MASK], [PAD] and special ids
+                (:class:`TokenOptions`). Special positions are never perturbed, ranked
+                or counted, unless a preset says otherwise. Default: None (no special
+                position)
 
     Returns:
         Tensor: ``[batch]`` AP; NaN for an example without evidence.

@@ -3,9 +3,9 @@
 from typing import Callable, Optional
 
 from captum._utils.typing import TensorOrTupleOfTensorsGeneric
-from captum.log import log_usage
 from torch import Tensor
 
+from captum_ext._utils.log import log_usage
 from captum_ext.metrics._utils.generation import (
     evaluate_soft_erasure,
     GenerationCall,
@@ -47,13 +47,31 @@ def generation_soft_ns(
     :math:`s_i` is the min-max normalised attribution of prompt token
     :math:`i` and :math:`S(x, 0)` the sufficiency of the empty prompt; the
     draws, the normaliser, the paper and ``forward_func``: :ref:`soft erasure
-    <soft-erasure>`; the other arguments: :ref:`arguments every generation
-    metric shares <generation-metric-arguments>` (:mod:`captum_ext.metrics`).
+    <soft-erasure>`.
 
     Args:
 
+        forward_func (Callable): a causal LM's ``forward_func(input_ids, attention_mask)
+                -> logits [batch, pos, vocab]``: :func:`captum_ext.causal_lm_forward`
+                ``(model)`` (position ids from the mask, so re-packed prompts get their
+                own positions).
+        inputs (Tensor): prompt token ids ``[batch, P]``, padded on the left.
+        attributions (Tensor): ``[batch, T, P]``, one row per target token (a method's
+                result on a causal LM; only the prompt's columns), or ``[batch, P]``,
+                one ranking for the whole continuation (e.g. Captum's ``seq_attr``).
+        target (Tensor): the continuation's ids ``[batch, T]``, right-padded with -100.
+        additional_forward_args (Tensor or tuple, optional): ``attention_mask`` or
+                ``(attention_mask,)``. Default: None (no padding)
         n_samples (int, optional): Bernoulli draws per target. Default: 1
         seed (int, optional): seed of the draws. Default: 0
+        tokens (TokenOptions, optional): the special ids (BOS, chat-template tokens:
+                never perturbed, ranked or counted) and, for replacement, the
+                replacement id as ``mask_token_id``. Default: None (no special position)
+        internal_batch_size (int, optional): most rows (prompts, or perturbed prompt x
+                target rows) per forward pass; results do not depend on it. Default:
+                None (the batch size)
+        show_progress (bool, optional): progress on stderr: a bar on a terminal, plain
+                lines with the time left in a log. Default: False
 
     Returns:
         GenerationMetricResult: ``score`` ``[batch, T]``, ``sequence``

@@ -3,9 +3,9 @@
 from typing import Callable, Optional, Union
 
 from captum._utils.typing import TensorOrTupleOfTensorsGeneric
-from captum.log import log_usage
 from torch import Tensor
 
+from captum_ext._utils.log import log_usage
 from captum_ext.metrics._utils.generation import (
     evaluate_hard_curves,
     GenerationCall,
@@ -50,16 +50,30 @@ def generation_sufficiency(
     \dots, 1.0\}`, delete the others, re-pack and recompute positions, as
     :func:`generation_aopc`.
 
-    ``forward_func``, ``inputs``, ``attributions``, ``target``,
-    ``additional_forward_args``, ``tokens``, ``internal_batch_size`` and
-    ``show_progress`` are the :ref:`arguments every generation metric shares
-    <generation-metric-arguments>` (:mod:`captum_ext.metrics`).
-
     Args:
 
+        forward_func (Callable): a causal LM's ``forward_func(input_ids, attention_mask)
+                -> logits [batch, pos, vocab]``: :func:`captum_ext.causal_lm_forward`
+                ``(model)`` (position ids from the mask, so re-packed prompts get their
+                own positions).
+        inputs (Tensor): prompt token ids ``[batch, P]``, padded on the left.
+        attributions (Tensor): ``[batch, T, P]``, one row per target token (a method's
+                result on a causal LM; only the prompt's columns), or ``[batch, P]``,
+                one ranking for the whole continuation (e.g. Captum's ``seq_attr``).
+        target (Tensor): the continuation's ids ``[batch, T]``, right-padded with -100.
+        additional_forward_args (Tensor or tuple, optional): ``attention_mask`` or
+                ``(attention_mask,)``. Default: None (no padding)
         preset (str or PerturbationProtocol, optional): None (the default
                 above) or a :class:`~captum_ext.metrics.PerturbationProtocol`.
                 Default: None
+        tokens (TokenOptions, optional): the special ids (BOS, chat-template tokens:
+                never perturbed, ranked or counted) and, for replacement, the
+                replacement id as ``mask_token_id``. Default: None (no special position)
+        internal_batch_size (int, optional): most rows (prompts, or perturbed prompt x
+                target rows) per forward pass; results do not depend on it. Default:
+                None (the batch size)
+        show_progress (bool, optional): progress on stderr: a bar on a terminal, plain
+                lines with the time left in a log. Default: False
 
     Returns:
         GenerationMetricResult: ``score`` ``[batch, T]``, ``sequence``

@@ -5,9 +5,9 @@ from typing import Callable, Optional, Sequence, Union
 
 import torch
 from captum._utils.typing import TargetType, TensorOrTupleOfTensorsGeneric
-from captum.log import log_usage
 from torch import Tensor
 
+from captum_ext._utils.log import log_usage
 from captum_ext.metrics._utils.curves import Curves, evaluate_curves
 from captum_ext.metrics._utils.inputs import MetricCall, MetricOptions, TokenOptions
 from captum_ext.metrics._utils.protocols import PerturbationProtocol, resolve_protocol
@@ -63,21 +63,38 @@ def hiding_revealing(
       ``labels`` (required). The grid, the rounding and the special-token rule
       are the project's reading of the paper.
 
-    ``forward_func``, ``inputs``, ``attributions``, ``additional_forward_args``,
-    ``tokens``, ``internal_batch_size`` and ``show_progress`` are the
-    :ref:`arguments every metric shares <metric-arguments>`
-    (:mod:`captum_ext.metrics`).
-
     Args:
 
+        forward_func (Callable): ``forward_func(input_ids, attention_mask, *rest) ->
+                logits [batch, C]``, e.g. :func:`captum_ext.classifier_forward`; a
+                module runs in eval mode. Run on the inputs (for the predicted class and
+                the number of classes) and, by the perturbation-curve metrics, on every
+                perturbed level.
+        inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
+        attributions (Tensor): one score per token ``[batch, pos]``; higher = more
+                important for ``target``, where the metric has one. Sum embedding-level
+                attributions over their last dimension first.
         target (int, list or Tensor, optional): the class the accuracy is taken
                 against when ``labels`` is None, one for all or one per example.
                 Default: None (the predicted class)
+        additional_forward_args (Tensor or tuple, optional): ``attention_mask`` or
+                ``(attention_mask, *rest)``, passed to ``forward_func`` after the ids
+                (the plausibility metrics read only the mask); ``[batch, pos]`` tensors
+                follow their tokens when tokens are deleted. Default: None (no padding)
+        labels (Tensor or list of int, optional): gold labels ``[batch]`` the
+                accuracy is taken against. Default: None (``target``)
         preset (str or PerturbationProtocol, optional): None (the default
                 above), ``"decoded"``, or a
                 :class:`~captum_ext.metrics.PerturbationProtocol`. Default: None
-        labels (Tensor or list of int, optional): gold labels ``[batch]`` the
-                accuracy is taken against. Default: None (``target``)
+        tokens (TokenOptions, optional): the [MASK], [PAD] and special ids
+                (:class:`TokenOptions`). Special positions are never perturbed, ranked
+                or counted, unless a preset says otherwise. Default: None (no special
+                position)
+        internal_batch_size (int, optional): most rows per forward pass: examples, or
+                (example, level) pairs of every curve; results do not depend on it.
+                Default: None (the batch size)
+        show_progress (bool, optional): progress on stderr: a bar on a terminal, plain
+                lines with the time left in a log. Default: False
 
     Returns:
         HidingRevealingResult: ``hiding`` and ``revealing``, each a

@@ -4,10 +4,10 @@ from typing import Callable, List, Optional, Union
 
 import torch
 from captum._utils.typing import TargetType, TensorOrTupleOfTensorsGeneric
-from captum.log import log_usage
 from torch import Tensor
 
 from captum_ext._utils.common import resolve_target
+from captum_ext._utils.log import log_usage
 from captum_ext.metrics._utils.forward_runner import progress_bar, Runner
 from captum_ext.metrics._utils.inputs import (
     check_attributions,
@@ -61,13 +61,14 @@ def kendall_tau(
       every real token, special tokens included. The reference explains the
       gold label: pass ``target=labels``.
 
-    ``forward_func``, ``inputs``, ``additional_forward_args``, ``tokens`` and
-    ``internal_batch_size`` are the
-    :ref:`arguments every metric shares <metric-arguments>`
-    (:mod:`captum_ext.metrics`).
-
     Args:
 
+        forward_func (Callable): ``forward_func(input_ids, attention_mask, *rest) ->
+                logits [batch, C]``, e.g. :func:`captum_ext.classifier_forward`; a
+                module runs in eval mode. Run on the inputs (for the predicted class and
+                the number of classes) and, by the perturbation-curve metrics, on every
+                perturbed level.
+        inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
         attributions (Tensor or Callable): the scores for every class, a tensor
                 ``[batch, C, pos]``, or a function ``target -> [batch, pos]``
                 taking a class index per example (``[batch]`` long tensor),
@@ -76,10 +77,21 @@ def kendall_tau(
                 two for ``"reference"``), on the whole batch.
         target (int, list or Tensor, optional): the class :math:`c`. None: the
                 model's predicted class. Default: None
+        additional_forward_args (Tensor or tuple, optional): ``attention_mask`` or
+                ``(attention_mask, *rest)``, passed to ``forward_func`` after the ids
+                (the plausibility metrics read only the mask); ``[batch, pos]`` tensors
+                follow their tokens when tokens are deleted. Default: None (no padding)
         preset (str or KendallProtocol, optional): None (the default above),
                 ``"attcat"``, or a :class:`~captum_ext.metrics.KendallProtocol`
                 (e.g. ``compare="scores"`` for :math:`\tau_b` between the two
                 score vectors). Default: None
+        tokens (TokenOptions, optional): the [MASK], [PAD] and special ids
+                (:class:`TokenOptions`). Special positions are never perturbed, ranked
+                or counted, unless a preset says otherwise. Default: None (no special
+                position)
+        internal_batch_size (int, optional): most rows per forward pass: examples, or
+                (example, level) pairs of every curve; results do not depend on it.
+                Default: None (the batch size)
         show_progress (bool, optional): a progress bar over the classes whose
                 attributions are computed. Default: False
 

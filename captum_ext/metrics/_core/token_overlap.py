@@ -4,10 +4,10 @@ from typing import Callable, Optional
 
 import torch
 from captum._utils.typing import TargetType, TensorOrTupleOfTensorsGeneric
-from captum.log import log_usage
 from torch import Tensor
 
 from captum_ext._utils.common import resolve_target
+from captum_ext._utils.log import log_usage
 from captum_ext.metrics._utils.forward_runner import progress_bar, Runner
 from captum_ext.metrics._utils.inputs import (
     check_attributions,
@@ -52,18 +52,33 @@ def token_overlap(
     never counted. Only tokens that occur in a class's examples can be among
     its top tokens; ties go to the lower token id.
 
-    ``forward_func``, ``inputs``, ``attributions``, ``additional_forward_args``,
-    ``tokens`` and ``internal_batch_size`` are the
-    :ref:`arguments every metric shares <metric-arguments>`
-    (:mod:`captum_ext.metrics`).
-
     Args:
 
+        forward_func (Callable): ``forward_func(input_ids, attention_mask, *rest) ->
+                logits [batch, C]``, e.g. :func:`captum_ext.classifier_forward`; a
+                module runs in eval mode. Run on the inputs (for the predicted class and
+                the number of classes) and, by the perturbation-curve metrics, on every
+                perturbed level.
+        inputs (Tensor): token ids ``[batch, pos]``, padded left or right.
+        attributions (Tensor): one score per token ``[batch, pos]``; higher = more
+                important for ``target``, where the metric has one. Sum embedding-level
+                attributions over their last dimension first.
         target (int, list or Tensor, optional): the class of each example. None:
                 the model's predicted class. Default: None
+        additional_forward_args (Tensor or tuple, optional): ``attention_mask`` or
+                ``(attention_mask, *rest)``, passed to ``forward_func`` after the ids
+                (the plausibility metrics read only the mask); ``[batch, pos]`` tensors
+                follow their tokens when tokens are deleted. Default: None (no padding)
         top_k (int, optional): tokens kept per class. Default: 10
         idf (Tensor, optional): IDF weight per token id, ``[vocab]``.
                 Default: None (no weighting)
+        tokens (TokenOptions, optional): the [MASK], [PAD] and special ids
+                (:class:`TokenOptions`). Special positions are never perturbed, ranked
+                or counted, unless a preset says otherwise. Default: None (no special
+                position)
+        internal_batch_size (int, optional): most rows per forward pass: examples, or
+                (example, level) pairs of every curve; results do not depend on it.
+                Default: None (the batch size)
 
     Returns:
         TokenOverlapResult: ``score`` (0-d; NaN with fewer than two classes),

@@ -61,7 +61,7 @@ class Runner:
         # A module forward_func (e.g. classifier_forward(model)) runs in eval mode,
         # with a warning if it was training: dropout would make every score random.
         with eval_semantics(self.forward_func):
-            logits = _run_forward(self.forward_func, input_ids, None, args)
+            logits: Tensor = _run_forward(self.forward_func, input_ids, None, args)
         _check_logits(logits)
         # Rows of one example may repeat (one per level): the error names
         # examples of the batch, not rows of the chunk.

@@ -241,8 +241,9 @@ class TeacherForcedRunner:
         r"""``[rows, T']`` for prompts ``ids`` / ``mask`` and their targets."""
         empty = (~mask.bool().any(1)).nonzero().flatten()
         if len(empty):
+            named = torch.unique(examples[empty]).tolist()
             raise ValueError(
-                f"example(s) {examples[empty].unique().tolist()} lose every prompt "
+                f"example(s) {named} lose every prompt "
                 "token at some level; a causal LM needs one to predict from: keep "
                 "a BOS token (a special token, tokens.special_token_ids) or use "
                 "levels below 1.0 or a replacement mode"
@@ -519,7 +520,8 @@ def _word_embeddings(forward_func: Any) -> torch.nn.Embedding:
             "the soft metrics perturb the model's word embeddings: pass "
             "forward_func=captum_ext.causal_lm_forward(model)"
         )
-    return get()
+    table: torch.nn.Embedding = get()
+    return table
 
 
 class _EmbeddingScale:

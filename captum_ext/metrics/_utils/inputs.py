@@ -195,4 +195,5 @@ def _is_single_tuple(value: Any) -> bool:
 def check_evidence(evidence_mask: Any, inputs: TokenInputs) -> Tensor:
     r"""Returns the evidence mask ``[batch, pos]`` as booleans."""
     check_same_shape("evidence_mask", evidence_mask, inputs.input_ids)
-    return evidence_mask.to(inputs.input_ids.device).bool()
+    mask: Tensor = evidence_mask.to(inputs.input_ids.device).bool()
+    return mask

@@ -219,7 +219,18 @@ def get_protocol(metric: str, preset: Optional[str] = None) -> Protocol:
     r"""The protocol of ``metric`` under ``preset`` (None = the clean default):
     a :class:`PerturbationProtocol` for the perturbation-curve metrics, a
     :class:`KendallProtocol` for ``"kendall_tau"``. Custom protocols start from
-    one: ``dataclasses.replace(get_protocol("aopc"), levels=(0.1, 0.2))``."""
+    one: ``dataclasses.replace(get_protocol("aopc"), levels=(0.1, 0.2))``.
+
+    Args:
+
+        metric (str): a metric's name, e.g. ``"aopc"`` or ``"kendall_tau"``.
+        preset (str, optional): one of the metric's presets (``"attcat"``,
+                ``"normxlogit"``, ``"ferret"``, where the metric has it).
+                Default: None (the metric's default protocol)
+
+    Returns:
+        PerturbationProtocol or KendallProtocol: the protocol, a frozen record.
+    """
     if metric not in _PRESETS:
         raise ValueError(f"no metric {metric!r}; available: {sorted(_PRESETS)}")
     presets = _PRESETS[metric]
