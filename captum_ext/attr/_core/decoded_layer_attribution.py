@@ -150,7 +150,7 @@ def decoded_token_sums(
     scores, without forming ``D`` (:func:`decoded_input_probabilities`): with
     ``D[b, j, i] = softmax(decoder(h[b, j]))[t_i]`` the sum is the vocabulary
     vector ``w_r = sum_j a_{r,j} softmax(decoder(h_j))`` read at ``t_i``, so
-    memory and time are linear in the positions (:math:`	au = \infty` only:
+    memory and time are linear in the positions (tau None only:
     a top-tau mask depends on ``D``'s ranks).
 
     Args:
@@ -672,7 +672,7 @@ class DecodedLayerAttribution(LayerAttribution):
             # No top-tau mask: the same sums over j without the [pos, pos] map,
             # so a long prompt costs memory linear in its length.
             tokens = _with_relu(
-                torch.stack(rows, dim=1),
+                torch.stack(list(rows), dim=1),
                 relu,
                 partial(
                     decoded_token_sums,
