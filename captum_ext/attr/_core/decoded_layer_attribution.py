@@ -176,7 +176,8 @@ def decoded_token_sums(
                 # The vocabulary matmul in the decoder's dtype, the rest in float32.
                 logits = decoder(hidden[example, rows][None])[0].to(dtype)
                 check_decoder_vocabulary(logits, vocab_size)
-                probabilities = (logits - logits.logsumexp(-1, keepdim=True)).exp()
+                # In place: a block of rows over the vocabulary is the peak.
+                probabilities = logits.sub_(logits.logsumexp(-1, keepdim=True)).exp_()
                 weights += scores[:, rows] @ probabilities
             per_example.append(weights[:, batch.input_ids[example]])
     return torch.stack(per_example)
