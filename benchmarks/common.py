@@ -74,27 +74,48 @@ def random_causal_lms(
     if vocab is not None:
         sizes["vocab_size"] = vocab
     gpt2 = transformers.GPT2Config(n_layer=6, n_embd=384, n_head=6, **sizes)
-    llama = transformers.LlamaConfig(
-        hidden_size=256,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=4,
-        intermediate_size=1024,
-        **sizes,
-    )
     if positions is not None:
-        gpt2.n_positions = llama.max_position_embeddings = positions
+        gpt2.n_positions = positions
     return {
-        name: _random_eager(transformers.AutoModelForCausalLM, config)
-        for name, config in (("gpt2 6x384", gpt2), ("llama 4x256", llama))
+        "gpt2 6x384": _random_eager(transformers.AutoModelForCausalLM, gpt2),
+        "llama 4x256": random_llama(positions=positions, vocab=vocab),
     }
 
 
-def _random_eager(auto_class: Any, config: transformers.PretrainedConfig) -> nn.Module:
-    r"""``auto_class``'s model for ``config``, random weights from seed 0, eager
-    attention, in eval mode."""
+def random_llama(
+    layers: int = 4,
+    hidden: int = 256,
+    positions: Optional[int] = None,
+    vocab: Optional[int] = None,
+    attention: str = "eager",
+) -> nn.Module:
+    r"""Random-init Llama causal LM, ``layers`` x ``hidden`` (4 heads, MLP 4 x
+    hidden), the config's default vocabulary (32000) and positions (2048)
+    unless ``vocab`` / ``positions`` are given, ``attention`` implementation,
+    in eval mode."""
+    sizes: Dict[str, Any] = {}
+    if vocab is not None:
+        sizes["vocab_size"] = vocab
+    if positions is not None:
+        sizes["max_position_embeddings"] = positions
+    config = transformers.LlamaConfig(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=4 * hidden,
+        **sizes,
+    )
+    return _random_eager(transformers.AutoModelForCausalLM, config, attention)
+
+
+def _random_eager(
+    auto_class: Any, config: transformers.PretrainedConfig, attention: str = "eager"
+) -> nn.Module:
+    r"""``auto_class``'s model for ``config``, random weights from seed 0,
+    ``attention`` implementation (eager by default), in eval mode."""
     torch.manual_seed(0)
-    return auto_class.from_config(config, attn_implementation="eager").eval()
+    return auto_class.from_config(config, attn_implementation=attention).eval()
 
 
 def continuation(

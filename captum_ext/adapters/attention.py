@@ -35,9 +35,11 @@ from captum_ext.adapters.errors import UnsupportedModelError
 
 __all__ = ["AttentionCapture", "AttentionInputs", "attention_implementation"]
 
-# Probabilities per block: batch * heads * rows * keys elements at most (64 MiB
-# in float32), so a block never outgrows the forward pass's own activations.
-BLOCK_ELEMENTS = 1 << 24
+# Probabilities per block: batch * heads * rows * keys elements at most (16 MiB
+# in float32), so a block, with the one temporary of its softmax, never
+# outgrows the forward pass's own activations (a small model's forward over
+# 2,048 tokens peaks near 90 MiB); smaller blocks only add Python steps.
+BLOCK_ELEMENTS = 1 << 22
 
 
 def attention_implementation(config: Any) -> str:
@@ -114,17 +116,19 @@ class AttentionInputs:
 
     def _block(self, query: Tensor, key: Tensor, start: int) -> Tensor:
         scaling = self.scaling if self.scaling is not None else query.shape[-1] ** -0.5
-        scores = query @ key.transpose(-1, -2) * scaling  # [batch, heads, rows, k]
+        # In place wherever possible: one block and its softmax at a time.
+        scores = (query @ key.transpose(-1, -2)).mul_(scaling)  # [b, heads, rows, k]
         if self.softcap is not None:
-            scores = torch.tanh(scores / self.softcap) * self.softcap
+            scores = scores.div_(self.softcap).tanh_().mul_(self.softcap)
         allowed = self._allowed(start, query.shape[2], key.shape[2], scores.device)
         mask = self.mask
         if mask is not None and mask.dim() == 4 and not _is_bool(mask):
-            scores = scores + _mask_rows(mask, start, query.shape[2]).to(scores.dtype)
-        scores = scores.masked_fill(~allowed, float("-inf"))
+            scores += _mask_rows(mask, start, query.shape[2]).to(scores.dtype)
+        scores = scores.masked_fill_(~allowed, float("-inf"))
         probabilities = torch.softmax(scores, dim=-1)
+        del scores
         # A row that may attend no key gives NaN (0/0): it reads nothing.
-        return probabilities.nan_to_num(nan=0.0)
+        return probabilities.nan_to_num_(nan=0.0)
 
     def _allowed(self, start: int, rows: int, keys: int, device: Any) -> Tensor:
         r"""Which keys each query row of the block may attend, ``[b|1, h|1,

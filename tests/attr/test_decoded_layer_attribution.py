@@ -2,6 +2,8 @@
 r"""Decoded layer attribution: against a literal Algorithm 1, with every kind of
 Captum layer method, and the one-pass sweep over all layers."""
 
+import copy
+from functools import partial
 from typing import Any, Callable, List, Optional
 
 import pytest
@@ -13,12 +15,18 @@ from captum.attr import (
     LayerGradientXActivation,
     LayerIntegratedGradients,
 )
-from captum_ext._utils.common import classifier_forward
+from captum_ext._utils.common import classifier_forward, TokenBatch
 from captum_ext.adapters import get_adapter
 from captum_ext.attr import (
     DecodedLayerAttribution,
     DecodedLayerGradCam,
     EmbeddingDecoder,
+)
+from captum_ext.attr._core.decoded_layer_attribution import (
+    _with_relu,
+    aggregate,
+    decoded_input_probabilities,
+    decoded_token_sums,
 )
 from torch import nn, Tensor
 
@@ -461,3 +469,30 @@ def test_clear_errors(model, decoder):
 def test_embedding_decoder_needs_matching_width():
     with pytest.raises(ValueError, match="word embeddings have size 16"):
         EmbeddingDecoder(tiny_classifier("albert"))
+
+
+@pytest.mark.parametrize("relu", RELUS)
+def test_token_sums_equal_the_decoded_map_without_tau(decoder, relu):
+    # The linear path of long prompts (no [pos, pos] map) against aggregate()
+    # over decoded_input_probabilities, row by row, in float64, with padding and
+    # repeated tokens.
+    batch = _batch_with_repeats()
+    tokens = TokenBatch(batch["input_ids"], batch["attention_mask"])
+    generator = torch.Generator().manual_seed(0)
+    decoder64 = copy.deepcopy(decoder).double()
+    hidden = torch.randn(*tokens.input_ids.shape, 32, generator=generator).double()
+    scores = torch.randn(3, 4, tokens.input_ids.shape[1], generator=generator)
+    scores = scores.double()  # [batch, rows, pos]
+    vocab = decoder64(hidden[:, :1]).shape[-1]
+    decoded = decoded_input_probabilities(decoder64, hidden, tokens, vocab)
+    expected = torch.stack(
+        [aggregate(decoded, row, tokens, None, relu) for row in scores.unbind(1)], 1
+    )
+    sums = _with_relu(
+        scores,
+        relu,
+        partial(decoded_token_sums, decoder64, hidden, tokens, vocab_size=vocab),
+    )
+    got = sums * tokens.valid[:, None].double()
+    assert expected.abs().max() > 0.01
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)

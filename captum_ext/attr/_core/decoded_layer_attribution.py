@@ -138,6 +138,51 @@ def decoded_input_probabilities(
     return probabilities
 
 
+@torch.no_grad()
+def decoded_token_sums(
+    decoder: Decoder,
+    hidden: Tensor,
+    batch: TokenBatch,
+    position_scores: Tensor,
+    vocab_size: int,
+) -> Tensor:
+    r"""``sum_j D[b, j, i] a[b, r, j]`` for every row ``r`` of per-position
+    scores, without forming ``D`` (:func:`decoded_input_probabilities`): with
+    ``D[b, j, i] = softmax(decoder(h[b, j]))[t_i]`` the sum is the vocabulary
+    vector ``w_r = sum_j a_{r,j} softmax(decoder(h_j))`` read at ``t_i``, so
+    memory and time are linear in the positions (tau None only:
+    a top-tau mask depends on ``D``'s ranks).
+
+    Args:
+        decoder (Callable): ``[1, rows, d] -> [1, rows, vocab]`` logits.
+        hidden (Tensor): ``[batch, pos, d]``, ``h_l``.
+        batch (TokenBatch): the input ids and masks (pad rows ``j`` decode
+                    nothing).
+        position_scores (Tensor): ``[batch, R, pos_j]``, ``a_{r,j}``.
+        vocab_size (int): the model's vocabulary size; the decoder must match it.
+
+    Returns:
+        Tensor ``[batch, R, pos_i]`` in float32 (or wider).
+    """
+    dtype = result_dtype(hidden.dtype)
+    per_example = []
+    with eval_semantics(decoder):
+        for example in range(len(hidden)):
+            real = batch.valid[example].nonzero().flatten()  # decode real rows only
+            scores = position_scores[example].to(dtype)  # [R, pos]
+            weights = scores.new_zeros(len(scores), vocab_size)  # [R, vocab]
+            for start in range(0, len(real), _DECODE_ROWS):
+                rows = real[start : start + _DECODE_ROWS]
+                # The vocabulary matmul in the decoder's dtype, the rest in float32.
+                logits = decoder(hidden[example, rows][None])[0].to(dtype)
+                check_decoder_vocabulary(logits, vocab_size)
+                # In place: a block of rows over the vocabulary is the peak.
+                probabilities = logits.sub_(logits.logsumexp(-1, keepdim=True)).exp_()
+                weights += scores[:, rows] @ probabilities
+            per_example.append(weights[:, batch.input_ids[example]])
+    return torch.stack(per_example)
+
+
 def _first_occurrence(batch: TokenBatch) -> Tensor:
     r"""``[batch, pos]``: index of the first real position holding the same token
     (one column per unique token ``t_i``)."""
@@ -186,13 +231,23 @@ def aggregate(
     weights = probabilities
     if tau is not None:
         weights = weights * _top_tau_mask(probabilities, batch, tau)
-    scores = position_scores.to(weights.dtype)
-    if relu == "inside":
-        scores = scores.clamp(min=0)
-    tokens = torch.einsum("bji,bj->bi", weights, scores)  # [batch, pos_i]
-    if relu == "outside":
-        tokens = tokens.clamp(min=0)
+    tokens = _with_relu(
+        position_scores.to(weights.dtype),
+        relu,
+        lambda scores: torch.einsum("bji,bj->bi", weights, scores),
+    )  # [batch, pos_i]
     return tokens * batch.valid.to(tokens.dtype)
+
+
+def _with_relu(
+    position_scores: Tensor, relu: Optional[str], combine: Callable[[Tensor], Tensor]
+) -> Tensor:
+    r"""``combine(a)`` with the ReLU of ``relu``: on ``a`` (``"inside"``), on
+    the result (``"outside"``) or none."""
+    if relu == "inside":
+        position_scores = position_scores.clamp(min=0)
+    tokens = combine(position_scores)
+    return tokens.clamp(min=0) if relu == "outside" else tokens
 
 
 def _method_type(method: MethodSpec) -> type:
@@ -607,14 +662,31 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
         input (``prompt + y_<T``); row ``t`` aggregates ``rows[t]`` ``[batch,
         pos]`` (``a_{t,j}``, zero after ``y_t``'s predicting position) onto the
         tokens before ``y_t``, which are the candidates of the top-tau mask,
-        exactly as the single-target run on ``prompt + y_<t`` does."""
+        exactly as the single-target run on ``prompt + y_<t`` does. Without
+        ``tau`` no ``D`` is formed (:func:`decoded_token_sums`)."""
         input_ids, attention_mask = forced.model_inputs()
-        decoded = decoded_input_probabilities(
-            self.decoder, hidden, TokenBatch(input_ids, attention_mask), self.vocab_size
-        )  # [batch, pos_j, pos_i]
+        model_batch = TokenBatch(input_ids, attention_mask)
         width = input_ids.shape[1]
         # [batch, T, pos]: the positions before each target.
         visible = forced.score_mask(attribute_generated=True)[..., :width]
+        if tau is None:
+            # No top-tau mask: the same sums over j without the [pos, pos] map,
+            # so a long prompt costs memory linear in its length.
+            tokens = _with_relu(
+                torch.stack(list(rows), dim=1),
+                relu,
+                partial(
+                    decoded_token_sums,
+                    self.decoder,
+                    hidden,
+                    model_batch,
+                    vocab_size=self.vocab_size,
+                ),
+            )  # [batch, T, pos]
+            return tokens * visible.to(tokens.dtype)
+        decoded = decoded_input_probabilities(
+            self.decoder, hidden, model_batch, self.vocab_size
+        )  # [batch, pos_j, pos_i]
         decoded_rows = [
             aggregate(decoded, scores, TokenBatch(input_ids, seen), tau, relu)
             for scores, seen in zip(rows, visible.unbind(1))

@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+r"""Peak CPU memory and time of explaining one long prompt's continuation, per
+prompt length, relative to one sdpa forward pass over prompt + continuation.
+
+The model is a random-init Llama (:func:`benchmarks.common.random_llama`: 4
+layers x 256, vocabulary 8,192, positions enough for the longest prompt),
+loaded with sdpa attention, float32. One prompt of each ``--lengths`` token
+count (512 to 16,384 by default) and a continuation of ``--steps`` (16) target
+ids are explained by each method (LogAt, NormXLogit, CAT, AttCAT, GlobEnc,
+DecodedLayerGradCam at the middle layer with the model's own head,
+LastLayerAttention, AttentionRollout), all T rows in one call, with the
+methods' defaults. A method that raises is shown as ``n/a (reason)``.
+
+The unit is one plain sdpa forward pass (``torch.no_grad``, logits of every
+position) over prompt + continuation, measured in the same run at each
+length. Columns: the peak MiB above the start, that peak over the forward's
+peak, the growth of the peak per doubling of the length (from the previous
+length: ``(peak_b / peak_a) ** (1 / log2(b / a))``; 2.0 is linear) and the
+seconds over the forward's seconds.
+
+How it is measured (as in ``benchmarks/bench_generation_memory.py``): every
+figure comes from a fresh subprocess that builds the model and the input,
+runs the call once on a 64-token prompt (lazy allocations), resets the peak
+resident set size (``VmHWM``) and runs the call on the full prompt, with
+glibc's fixed mmap threshold so that freed tensors leave the RSS. The time is
+the process's CPU time of the fastest of up to 3 runs, stopping once 2
+seconds have been spent (long calls run once; the forward and the methods
+alike), the protocol of :mod:`captum_ext.evaluation.timing` (CPU time, as
+other work on a shared machine only delays a run). One thread by default.
+
+Targets (a PASS or "not met on this machine" line each): CAT's and AttCAT's
+peak at most 4x the forward's at every length and growing at most 2.3x per
+doubling; their time ratio within +-25 % of its value at the shortest length;
+GlobEnc's peak at most 6x the forward's.
+
+Usage::
+
+    python -m benchmarks.bench_long_prompts
+    python -m benchmarks.bench_long_prompts --lengths 1024 2048 4096
+    python -m benchmarks.bench_long_prompts --quick  # 256 and 512 tokens, T = 2
+"""
+
+import argparse
+import json
+import math
+import subprocess
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import torch
+from benchmarks.common import (
+    attribute_run,
+    Builder,
+    causal_lm_forward,
+    causal_lm_methods,
+    continuation,
+    measure_in_subprocess,
+    PeakMemory,
+    random_llama,
+)
+from captum_ext.attr import AttentionRollout, LastLayerAttention
+from torch import nn
+
+MODULE = "benchmarks.bench_long_prompts"
+LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
+QUICK_LENGTHS = (256, 512)
+WARM_UP_LENGTH = 64
+# Timing: the fastest of at most TIME_RUNS runs, none started after TIME_BUDGET_S.
+TIME_RUNS = 3
+TIME_BUDGET_S = 2.0
+# (methods, limit of peak / forward peak, of growth per doubling, of the time
+# ratio's spread around the shortest length's)
+TARGETS = (
+    (("CAT", "AttCAT"), 4.0, 2.3, 0.25),
+    (("GlobEnc",), 6.0, None, None),
+)
+
+
+def builders() -> Dict[str, Builder]:
+    r"""Name -> builder: the forward pass (the unit) and every method."""
+    return {
+        "forward": causal_lm_forward,
+        **causal_lm_methods(),
+        "LastLayerAttention": lambda m, c: attribute_run(LastLayerAttention(m), c),
+        "AttentionRollout": lambda m, c: attribute_run(AttentionRollout(m), c),
+    }
+
+
+def _model(options: argparse.Namespace) -> nn.Module:
+    positions = max(options.lengths) + options.steps
+    return random_llama(
+        options.layers, options.hidden, positions, options.vocab, attention="sdpa"
+    )
+
+
+def _peak_and_time(run: Callable[[], object]) -> Dict[str, Any]:
+    r"""The peak memory of the first call of ``run`` and the CPU time of the
+    fastest of up to :data:`TIME_RUNS` calls (the first included), more runs
+    only while they took under :data:`TIME_BUDGET_S` in all."""
+    times: List[float] = []
+    with PeakMemory() as peak:
+        times.append(_cpu_seconds(run))
+    while len(times) < TIME_RUNS and sum(times) < TIME_BUDGET_S:
+        times.append(_cpu_seconds(run))
+    return {"peak_mib": peak.mib, "seconds": min(times), "exact": peak.exact}
+
+
+def _cpu_seconds(run: Callable[[], object]) -> float:
+    # CPU time of the process: the waits for a core that other work holds
+    # (this machine is shared) do not count.
+    start = time.process_time()
+    run()
+    return time.process_time() - start
+
+
+def worker(name: str, options: argparse.Namespace) -> Dict[str, Any]:
+    r"""Runs one (method, length) in this (fresh) process: its peak memory
+    and time, or ``{"error": reason}`` if the method raises."""
+    torch.set_num_threads(options.threads)
+    model = _model(options)
+    data = continuation(model, 1, options.length, options.steps)
+    warm = continuation(model, 1, WARM_UP_LENGTH, options.steps)
+    try:
+        run = builders()[name](model, None)
+        run(warm["ids"], warm["mask"], warm["target"])
+        return _peak_and_time(lambda: run(data["ids"], data["mask"], data["target"]))
+    except Exception as error:  # the table shows why a method cannot run
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+def _measure(name: str, length: int, options: argparse.Namespace) -> Dict[str, Any]:
+    arguments = [name, "--length", str(length), "--steps", str(options.steps)]
+    arguments += ["--lengths", *map(str, options.lengths)]
+    arguments += ["--layers", str(options.layers), "--hidden", str(options.hidden)]
+    arguments += ["--vocab", str(options.vocab), "--threads", str(options.threads)]
+    try:
+        return measure_in_subprocess(MODULE, arguments)
+    except subprocess.CalledProcessError as error:  # e.g. killed out of memory
+        return {"error": f"worker exited with {error.returncode}"}
+
+
+def _growth(peaks: Sequence[Optional[float]], lengths: Sequence[int]) -> List[str]:
+    r"""Per length: the peak's growth per doubling from the previous length."""
+    cells = [""]
+    for (a, peak_a), (b, peak_b) in zip(
+        zip(lengths, peaks), zip(lengths[1:], peaks[1:])
+    ):
+        if peak_a is None or peak_b is None or peak_a <= 0 or peak_b <= 0:
+            cells.append("")
+            continue
+        cells.append(f"{(peak_b / peak_a) ** (1 / math.log2(b / a)):.2f}")
+    return cells
+
+
+def table(options: argparse.Namespace) -> Dict[str, List[Dict[str, Any]]]:
+    r"""Measures and prints every (method, length); returns name -> results
+    per length (the forward's under ``"forward"``)."""
+    lengths = options.lengths
+    names = ["forward", *options.methods]
+    results: Dict[str, List[Dict[str, Any]]] = {}
+    print(f"{'':<20} {'tokens':>6} {'peak':>9} {'peak':>6} {'peak':>6} {'time':>7}")
+    print(f"{'':<20} {'':>6} {'MiB':>9} {'x fwd':>6} {'per 2x':>6} {'x fwd':>7}")
+    for name in names:
+        results[name] = [_measure(name, length, options) for length in lengths]
+        peaks = [result.get("peak_mib") for result in results[name]]
+        growth = _growth(peaks, lengths)
+        for length, result, step in zip(lengths, results[name], growth):
+            unit = results["forward"][lengths.index(length)]
+            print(f"{name:<20} {length:>6} {_cells(result, unit, step)}")
+    if not all(r.get("exact", True) for rows in results.values() for r in rows):
+        print("note: /proc/self/clear_refs unavailable, peaks are ru_maxrss deltas")
+    return results
+
+
+def _ratio(value: float, unit: float) -> Optional[float]:
+    r"""``value / unit``; None where the unit was too small to measure."""
+    return value / unit if unit > 0 else None
+
+
+def _cells(result: Dict[str, Any], unit: Dict[str, Any], growth: str) -> str:
+    if "error" in result:
+        return f"n/a ({result['error'][:200]})"
+    peak, seconds = result["peak_mib"], result["seconds"]
+    ratio = None if "error" in unit else _ratio(peak, unit["peak_mib"])
+    speed = None if "error" in unit else _ratio(seconds, unit["seconds"])
+    shown = ["" if x is None else f"{x:.2f}" for x in (ratio, speed)]
+    return f"{peak:9.1f} {shown[0]:>6} {growth:>6} {shown[1]:>7}"
+
+
+def verdicts(
+    results: Dict[str, List[Dict[str, Any]]], lengths: Sequence[int]
+) -> List[str]:
+    r"""One line per target and method: PASS or "not met on this machine"
+    (n/a where a run failed or the forward's peak was too small to measure)."""
+    forward = results["forward"]
+    lines = []
+    for methods, peak_limit, growth_limit, time_spread in TARGETS:
+        for name in (name for name in methods if name in results):
+            rows = results[name]
+            if any("error" in row for row in rows + forward):
+                lines.append(f"{name}: n/a (a run failed)")
+                continue
+            peaks = [
+                _ratio(r["peak_mib"], f["peak_mib"]) for r, f in zip(rows, forward)
+            ]
+            if any(peak is None for peak in peaks):
+                lines.append(
+                    f"{name}: n/a (the forward's peak is too small to measure)"
+                )
+                continue
+            lines.append(
+                _verdict(name, f"peak <= {peak_limit}x forward", peaks, peak_limit)
+            )
+            if growth_limit is not None:
+                growth = _growth([r["peak_mib"] for r in rows], lengths)[1:]
+                lines.append(
+                    _verdict(
+                        name,
+                        f"peak growth <= {growth_limit}x per doubling",
+                        [float(g) for g in growth if g],
+                        growth_limit,
+                    )
+                )
+            if time_spread is not None:
+                times = [r["seconds"] / f["seconds"] for r, f in zip(rows, forward)]
+                lines.append(
+                    _verdict(
+                        name,
+                        f"time / forward within +-{time_spread:.0%} of "
+                        f"{lengths[0]} tokens'",
+                        [abs(t / times[0] - 1) for t in times],
+                        time_spread,
+                    )
+                )
+    return lines
+
+
+def _verdict(name: str, target: str, values: Sequence[float], limit: float) -> str:
+    worst = max(values) if values else 0.0
+    outcome = "PASS" if worst <= limit else "not met on this machine"
+    return f"{name}: {target}: worst {worst:.2f}: {outcome}"
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    methods = [name for name in builders() if name != "forward"]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    parser.add_argument("--steps", type=int, default=16, help="target tokens T")
+    parser.add_argument(
+        "--quick", action="store_true", help="256 and 512 tokens, 2 targets"
+    )
+    parser.add_argument("--methods", nargs="+", choices=methods, default=methods)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.quick:
+        options.lengths, options.steps = list(QUICK_LENGTHS), 2
+    options.lengths = sorted(set(options.lengths))
+    if options.worker:
+        print(json.dumps(worker(options.worker, options)))
+        return
+    print(
+        f"random Llama {options.layers} x {options.hidden}, vocabulary "
+        f"{options.vocab}, sdpa; 1 prompt + {options.steps} target tokens; "
+        f"{options.threads} thread(s), CPU"
+    )
+    results = table(options)
+    for line in verdicts(results, options.lengths):
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

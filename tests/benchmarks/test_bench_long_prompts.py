@@ -1,0 +1,98 @@
+r"""``benchmarks/bench_long_prompts.py`` runs end to end (``--quick`` on a tiny
+model, workers in this process) and judges its targets from the numbers."""
+
+import argparse
+import json
+from typing import Any, Dict, List
+
+import pytest
+from benchmarks import bench_long_prompts as bench
+
+TINY = ["--layers", "1", "--hidden", "32", "--vocab", "256"]
+
+
+def _in_process(
+    capsys: pytest.CaptureFixture, module: str, arguments: List[str]
+) -> Dict[str, Any]:
+    r"""What a worker subprocess returns, run here (import time dominates)."""
+    assert module == bench.MODULE
+    outside = capsys.readouterr().out  # the parent's table so far
+    bench.main(["--worker", *arguments])
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    print(outside, end="")
+    return result
+
+
+def test_quick_run_prints_every_method_and_length_and_a_verdict_per_target(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.setattr(
+        bench,
+        "measure_in_subprocess",
+        lambda module, arguments: _in_process(capsys, module, arguments),
+    )
+    bench.main(["--quick", *TINY, "--methods", "CAT", "LastLayerAttention"])
+    lines = capsys.readouterr().out.splitlines()
+    rows = [
+        line.split()
+        for line in lines
+        if line.split()[:1] in (["CAT"], ["LastLayerAttention"], ["forward"])
+    ]
+    assert [(row[0], row[1]) for row in rows] == [
+        (name, length)
+        for name in ("forward", "CAT", "LastLayerAttention")
+        for length in ("256", "512")
+    ]
+    assert all(float(row[2]) >= 0 or "n/a" in row for row in rows)
+    verdicts = [line for line in lines if line.startswith("CAT: ")]
+    assert len(verdicts) in (1, 3)  # n/a, or the three targets
+    assert all(("PASS" in v) != ("not met" in v) or "n/a" in v for v in verdicts)
+    assert not any("FAIL" in line for line in lines)
+
+
+def test_a_method_that_raises_is_reported_not_measured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(model: Any, chunk: Any) -> Any:
+        raise ValueError("needs eager attention")
+
+    monkeypatch.setattr(bench, "builders", lambda: {"CAT": broken})
+    options = argparse.Namespace(
+        threads=1, lengths=[64], length=64, steps=2, layers=1, hidden=32, vocab=256
+    )
+    assert bench.worker("CAT", options) == {
+        "error": "ValueError: needs eager attention"
+    }
+
+
+def _result(peak: float, seconds: float) -> Dict[str, Any]:
+    return {"peak_mib": peak, "seconds": seconds, "exact": True}
+
+
+def test_verdicts_from_the_numbers() -> None:
+    lengths = [512, 1024, 2048]
+    forward = [_result(10, 1), _result(20, 2), _result(40, 4)]
+    results = {
+        "forward": forward,
+        # 3x, linear, time ratio 10 -> 12 (+20 %): every target met
+        "CAT": [_result(30, 10), _result(60, 22), _result(120, 48)],
+        # 5x at 2,048 tokens, 2.5x per doubling, time ratio 10 -> 13.5 (+35 %)
+        "AttCAT": [_result(32, 10), _result(80, 20), _result(200, 54)],
+        "GlobEnc": [{"error": "ValueError: needs eager"}] * 3,
+    }
+    lines = bench.verdicts(results, lengths)
+    assert lines == [
+        "CAT: peak <= 4.0x forward: worst 3.00: PASS",
+        "CAT: peak growth <= 2.3x per doubling: worst 2.00: PASS",
+        "CAT: time / forward within +-25% of 512 tokens': worst 0.20: PASS",
+        "AttCAT: peak <= 4.0x forward: worst 5.00: not met on this machine",
+        "AttCAT: peak growth <= 2.3x per doubling: worst 2.50: not met on this machine",
+        "AttCAT: time / forward within +-25% of 512 tokens': worst 0.35: "
+        "not met on this machine",
+        "GlobEnc: n/a (a run failed)",
+    ]
+
+
+def test_growth_per_doubling_over_uneven_steps() -> None:
+    # 512 -> 2,048 tokens is two doublings: 16x in all is 4x per doubling
+    assert bench._growth([1.0, 16.0, None], [512, 2048, 4096]) == ["", "4.00", ""]
