@@ -5,6 +5,7 @@ r"""Tiny random-init models of every supported family, built from configs in cod
 import json
 import os
 import shutil
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import (
@@ -303,6 +304,25 @@ def eager_one_at_a_time(
 
 # ----------------------------------------------------------------------------
 # Models that are not plain *ForSequenceClassification (adapters' checks).
+def assert_same_in_threads(runs: Sequence[Callable[[], Tensor]]) -> None:
+    r"""Each of ``runs`` repeated three times in a thread of its own, all
+    threads at once, gives exactly the result it gives alone."""
+    alone = [run() for run in runs]
+    results: Dict[int, Tensor] = {}
+
+    def repeat(index: int) -> None:
+        for _ in range(3):
+            results[index] = runs[index]()
+
+    threads = [threading.Thread(target=repeat, args=(i,)) for i in range(len(runs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for index, expected in enumerate(alone):
+        torch.testing.assert_close(results[index], expected, rtol=0, atol=0)
+
+
 def tiny_base_model(family: str, seed: int = 0) -> transformers.PreTrainedModel:
     r"""A random-init bare ``*Model`` (no head at all) in eval mode: the body of
     :func:`tiny_classifier`."""

@@ -3,7 +3,6 @@ r"""Attention read from the query and key of sdpa models equals the eager maps:
 every attention-reading method, every family, padding, blocks, sliding windows;
 the model and transformers' registry are left as they were."""
 
-import threading
 from functools import partial
 
 import pytest
@@ -15,6 +14,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from tests.helpers import (
     ALL_FAMILIES,
+    assert_same_in_threads,
     CAUSAL_LM_FAMILIES,
     continuation_batch,
     eager_one_at_a_time,
@@ -159,20 +159,9 @@ def test_threads_share_the_registry_wrapper():
         tiny_causal_lm("llama", seed=s, attn_implementation="sdpa") for s in (0, 1)
     ]
     batch = continuation_batch()
-    alone = [_generation_scores(AttCAT, m, batch) for m in models]
-    results = {}
-
-    def run(index):
-        for _ in range(3):
-            results[index] = _generation_scores(AttCAT, models[index], batch)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in (0, 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for index in (0, 1):
-        torch.testing.assert_close(results[index], alone[index], rtol=0, atol=0)
+    assert_same_in_threads(
+        [partial(_generation_scores, AttCAT, model, batch) for model in models]
+    )
     assert ALL_ATTENTION_FUNCTIONS["sdpa"] is attention_module._registry()["sdpa"]
     assert "sdpa" not in ALL_ATTENTION_FUNCTIONS._local_mapping
 

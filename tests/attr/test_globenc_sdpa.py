@@ -4,7 +4,6 @@ model loaded with eager attention (float64): every family, every variant,
 padding, tiny blocks of query rows, sliding windows; the model and
 transformers' attention registry are left as they were, also when it raises."""
 
-import threading
 from functools import partial
 
 import pytest
@@ -17,6 +16,7 @@ from captum_ext.attr._utils.norm_decomposition import Factors
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from tests.helpers import (
+    assert_same_in_threads,
     assert_same_state,
     CAUSAL_LM_FAMILIES,
     continuation_batch,
@@ -172,20 +172,7 @@ def test_threads_sharing_the_registry_wrapper_get_their_own_scores():
         )
 
     runs = [partial(_generation, models[0], batch), partial(attcat, models[1])]
-    alone = [run() for run in runs]
-    results = {}
-
-    def repeat(index):
-        for _ in range(3):
-            results[index] = runs[index]()
-
-    threads = [threading.Thread(target=repeat, args=(i,)) for i in (0, 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    for index in (0, 1):
-        torch.testing.assert_close(results[index], alone[index], rtol=0, atol=0)
+    assert_same_in_threads(runs)
     assert "sdpa" not in ALL_ATTENTION_FUNCTIONS._local_mapping
 
 
