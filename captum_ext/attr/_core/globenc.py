@@ -457,7 +457,7 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
         position = self.adapter.tokens.classification_position(
             batch.input_ids, batch.attention_mask
         )
-        return _read_rows(layers, position[:, None], rollout)[:, 0], logits
+        return _rolled_out_rows(layers, position[:, None], rollout)[:, 0], logits
 
     def _predicting_rows(
         self,
@@ -472,7 +472,7 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
         ``[batch, T, width]`` and zero outside it; and the logits."""
         layers, logits = self._norm_blocks(batch, target, variant)
         every = positions.expand(len(batch.input_ids), -1)  # [batch, T]
-        rows = _read_rows(layers, every, rollout)  # [batch, T, P + T - 1]
+        rows = _rolled_out_rows(layers, every, rollout)  # [batch, T, P + T - 1]
         # width P + T adds y_T's position, which no row may score.
         width = score_mask.shape[-1]
         rows = nn.functional.pad(rows, (0, max(width - rows.shape[-1], 0)))
@@ -562,7 +562,9 @@ def _masked_blocks(
         yield start, torch.where(rows[:, :, None] & valid[:, None, :], block, 0)
 
 
-def _read_rows(layers: List[RowBlocks], positions: Tensor, rollout: bool) -> Tensor:
+def _rolled_out_rows(
+    layers: List[RowBlocks], positions: Tensor, rollout: bool
+) -> Tensor:
     r"""Rows ``positions`` ``[batch, rows]`` of ``G^L`` (of ``N^L`` alone
     without ``rollout``), ``[batch, rows, pos]``: the top layer's rows, then
     every lower layer multiplied in a block at a time."""

@@ -10,7 +10,7 @@ Every statistic averages over the :math:`H` heads of block :math:`l`,
 """
 
 from functools import partial
-from typing import Iterator, Sequence, Tuple
+from typing import Iterator, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -44,11 +44,12 @@ def attention_received(
     dtype = query_weights.dtype
     per_layer = []
     for layer in layers:
-        total = query_weights.new_zeros(0)
+        total: Optional[Tensor] = None
         for start, block in layer.probability_blocks(dtype):
             weights = query_weights[:, start : start + block.shape[2]]
             part = torch.einsum("bhqk,bq->bk", block, weights) / block.shape[1]
-            total = part if total.numel() == 0 else total + part
+            total = part if total is None else total + part
+        assert total is not None  # every layer has at least one block
         per_layer.append(total)
     return torch.stack(per_layer, dim=1)
 
