@@ -33,14 +33,28 @@ peak at most 4x the forward's at every length and growing at most 2.3x per
 doubling; their time ratio within +-25 % of its value at the shortest length;
 GlobEnc's peak at most 6x the forward's.
 
+On a GPU (``--device cuda``) every cell runs in one process (the caching
+allocator's ``max_memory_allocated`` is exact per call, and building a large
+model once per cell would cost more than the cells): the model is built on the
+device in ``--dtype``, ``--shape llama-7b`` gives Llama-2-7B's shape (32 layers
+x 4,096, 32 heads, MLP 11,008, vocabulary 32,000), times are wall-clock
+seconds of one run after a warm-up (synchronised), an out-of-memory cell reads
+``n/a (OutOfMemoryError)``, and a "forward with gradients" row (one forward
+pass that keeps its graph, logits of the predicting positions only) shows
+what any gradient method needs at least. Cells stop once ``--budget`` seconds
+have passed.
+
 Usage::
 
     python -m benchmarks.bench_long_prompts
     python -m benchmarks.bench_long_prompts --lengths 1024 2048 4096
     python -m benchmarks.bench_long_prompts --quick  # 256 and 512 tokens, T = 2
+    python -m benchmarks.bench_long_prompts --device cuda --dtype bfloat16 \
+        --shape llama-7b --lengths 8192 32768
 """
 
 import argparse
+import gc
 import json
 import math
 import subprocess
@@ -48,8 +62,10 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
+import transformers
 from benchmarks.common import (
     attribute_run,
+    Run,
     Builder,
     causal_lm_forward,
     causal_lm_methods,
@@ -59,12 +75,23 @@ from benchmarks.common import (
     random_llama,
 )
 from captum_ext.attr import AttentionRollout, LastLayerAttention
-from torch import nn
+from torch import nn, Tensor
 
 MODULE = "benchmarks.bench_long_prompts"
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_LENGTHS = (256, 512)
 WARM_UP_LENGTH = 64
+# Llama-2-7B's shape, for --shape llama-7b.
+LLAMA_7B = dict(
+    hidden_size=4096,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=32,
+    intermediate_size=11008,
+    vocab_size=32000,
+)
+FORWARD_WITH_GRADIENTS = "forward with gradients"
+DTYPES = ("float32", "bfloat16", "float16", "float64")
 # Timing: the fastest of at most TIME_RUNS runs, none started after TIME_BUDGET_S.
 TIME_RUNS = 3
 TIME_BUDGET_S = 2.0
@@ -86,11 +113,40 @@ def builders() -> Dict[str, Builder]:
     }
 
 
+def _forward_with_gradients(model: nn.Module, _chunk: Optional[int] = None) -> Run:
+    r"""One forward pass over prompt + continuation that keeps its graph (the
+    logits of the ``T`` predicting positions only): what every gradient method
+    holds at least."""
+
+    def run(ids: Tensor, mask: Tensor, target: Tensor) -> object:
+        joined = torch.cat([ids, target[:, :-1]], 1)
+        joined_mask = torch.cat([mask, torch.ones_like(target[:, :-1])], 1)
+        with torch.enable_grad():
+            output = model(
+                input_ids=joined,
+                attention_mask=joined_mask,
+                logits_to_keep=target.shape[1],
+            )
+        return output.logits
+
+    return run
+
+
 def _model(options: argparse.Namespace) -> nn.Module:
     positions = max(options.lengths) + options.steps
-    return random_llama(
+    dtype = getattr(torch, options.dtype)
+    if options.shape == "llama-7b":
+        config = transformers.LlamaConfig(**LLAMA_7B, max_position_embeddings=positions)
+        torch.manual_seed(0)
+        with torch.device(options.device):  # initialised where it runs
+            model = transformers.AutoModelForCausalLM.from_config(
+                config, attn_implementation="sdpa", dtype=dtype
+            )
+        return model.eval()
+    model = random_llama(
         options.layers, options.hidden, positions, options.vocab, attention="sdpa"
     )
+    return model.to(options.device, dtype)
 
 
 def _peak_and_time(run: Callable[[], object]) -> Dict[str, Any]:
@@ -133,6 +189,7 @@ def _measure(name: str, length: int, options: argparse.Namespace) -> Dict[str, A
     arguments += ["--lengths", *map(str, options.lengths)]
     arguments += ["--layers", str(options.layers), "--hidden", str(options.hidden)]
     arguments += ["--vocab", str(options.vocab), "--threads", str(options.threads)]
+    arguments += ["--dtype", options.dtype]
     try:
         return measure_in_subprocess(MODULE, arguments)
     except subprocess.CalledProcessError as error:  # e.g. killed out of memory
@@ -170,6 +227,60 @@ def table(options: argparse.Namespace) -> Dict[str, List[Dict[str, Any]]]:
     if not all(r.get("exact", True) for rows in results.values() for r in rows):
         print("note: /proc/self/clear_refs unavailable, peaks are ru_maxrss deltas")
     return results
+
+
+def device_table(options: argparse.Namespace) -> Dict[str, List[Dict[str, Any]]]:
+    r"""Every (length, method) in this process on an accelerator, printed as
+    it is measured (a run cut short still shows what it measured); returns
+    name -> results per length, as :func:`table` does."""
+    model = _model(options)
+    runs = {**builders(), FORWARD_WITH_GRADIENTS: _forward_with_gradients}
+    names = ["forward", FORWARD_WITH_GRADIENTS, *options.methods]
+    results: Dict[str, List[Dict[str, Any]]] = {name: [] for name in names}
+    start = time.perf_counter()
+    for length in options.lengths:
+        data = _on_device(continuation(model, 1, length, options.steps), options)
+        warm = _on_device(
+            continuation(model, 1, WARM_UP_LENGTH, options.steps), options
+        )
+        for name in names:
+            if time.perf_counter() - start > options.budget:
+                result: Dict[str, Any] = {"error": "skipped: --budget spent"}
+            else:
+                result = _device_cell(runs[name](model, None), warm, data, options)
+            results[name].append(result)
+            unit = results["forward"][-1]
+            print(f"{name:<22} {length:>6} {_cells(result, unit, '')}", flush=True)
+    return results
+
+
+def _on_device(
+    data: Dict[str, Tensor], options: argparse.Namespace
+) -> Dict[str, Tensor]:
+    return {key: value.to(options.device) for key, value in data.items()}
+
+
+def _device_cell(
+    run: Run,
+    warm: Dict[str, Tensor],
+    data: Dict[str, Tensor],
+    options: argparse.Namespace,
+) -> Dict[str, Any]:
+    r"""Peak and wall-clock seconds of one synchronised call after a warm-up
+    call on a short prompt; ``{"error": ...}`` where the call raises."""
+    try:
+        run(warm["ids"], warm["mask"], warm["target"])
+        with PeakMemory(options.device) as peak:
+            began = time.perf_counter()
+            run(data["ids"], data["mask"], data["target"])
+            torch.cuda.synchronize()
+            seconds = time.perf_counter() - began
+        return {"peak_mib": peak.mib, "seconds": seconds, "exact": True}
+    except Exception as error:  # out of memory included: the table says why
+        return {"error": f"{type(error).__name__}: {str(error)[:120]}"}
+    finally:
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def _ratio(value: float, unit: float) -> Optional[float]:
@@ -255,6 +366,20 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda[:n]")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES)
+    parser.add_argument(
+        "--shape",
+        default="small",
+        choices=("small", "llama-7b"),
+        help="small: --layers x --hidden; llama-7b: Llama-2-7B's shape",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=math.inf,
+        help="accelerator runs: seconds after which no new cell starts",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
@@ -264,12 +389,20 @@ def main(argv: Optional[List[str]] = None) -> None:
     if options.worker:
         print(json.dumps(worker(options.worker, options)))
         return
-    print(
-        f"random Llama {options.layers} x {options.hidden}, vocabulary "
-        f"{options.vocab}, sdpa; 1 prompt + {options.steps} target tokens; "
-        f"{options.threads} thread(s), CPU"
-    )
-    results = table(options)
+    if options.device != "cpu":
+        name = torch.cuda.get_device_name(torch.device(options.device))
+        print(
+            f"random Llama, {options.shape} shape, {options.dtype}, sdpa; 1 prompt "
+            f"+ {options.steps} target tokens; {name}; wall-clock time"
+        )
+        results = device_table(options)
+    else:
+        print(
+            f"random Llama {options.layers} x {options.hidden}, vocabulary "
+            f"{options.vocab}, sdpa; 1 prompt + {options.steps} target tokens; "
+            f"{options.threads} thread(s), CPU"
+        )
+        results = table(options)
     for line in verdicts(results, options.lengths):
         print(line)
 

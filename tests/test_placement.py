@@ -69,15 +69,45 @@ def _cpu_offload(model: nn.Module, tmp_path: Any) -> nn.Module:
     return accelerate.cpu_offload(model, execution_device=torch.device("cpu"))
 
 
+def _gpu_split(model: nn.Module, tmp_path: Any) -> nn.Module:
+    r"""Half the weights on the first GPU (the embeddings and first layers),
+    the rest in CPU memory, as ``device_map="auto"`` does on a small GPU."""
+    total = accelerate.utils.compute_module_sizes(model)[""]
+    device_map = accelerate.infer_auto_device_map(
+        model, max_memory={0: int(0.5 * total), "cpu": 10 * total}
+    )
+    assert set(device_map.values()) == {0, "cpu"}
+    return accelerate.dispatch_model(model, device_map=device_map)
+
+
+def _gpu_offload(model: nn.Module, tmp_path: Any) -> nn.Module:
+    return accelerate.cpu_offload(model, execution_device=torch.device("cuda", 0))
+
+
+_ON_GPU = (_gpu_split, _gpu_offload)
+_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 PLACEMENTS = pytest.mark.parametrize(
-    "place", [_disk_split, _cpu_offload], ids=["disk_split", "cpu_offload"]
+    "place",
+    [
+        _disk_split,
+        _cpu_offload,
+        pytest.param(_gpu_split, marks=_GPU),
+        pytest.param(_gpu_offload, marks=_GPU),
+    ],
+    ids=["disk_split", "cpu_offload", "gpu_split", "gpu_offload"],
 )
 
 
 def _placed(model: nn.Module, place: Callable, tmp_path: Any) -> nn.Module:
     placed = place(copy.deepcopy(model), tmp_path)
-    assert any(p.is_meta for p in placed.parameters())  # offloaded for real
+    # offloaded or moved for real
+    assert any(p.is_meta or p.device.type != "cpu" for p in placed.parameters())
     return placed
+
+
+def _tolerance(place: Callable) -> Dict[str, float]:
+    r"""A GPU sums in another order than the CPU (float32 round-off)."""
+    return {"rtol": 1e-4, "atol": 1e-5} if place in _ON_GPU else {}
 
 
 def _meta_names(model: nn.Module) -> set:
@@ -94,7 +124,9 @@ def _same_on_placed(
     assert bool(expected.isfinite().any())
     placed = _placed(model, place, tmp_path)
     before, offloaded = model_state(placed), _meta_names(placed)
-    torch.testing.assert_close(run(placed), expected, equal_nan=True)
+    torch.testing.assert_close(
+        run(placed).cpu(), expected, equal_nan=True, **_tolerance(place)
+    )
     assert_same_state(before, model_state(placed))
     assert _meta_names(placed) == offloaded
 
@@ -205,7 +237,9 @@ def test_generation_metrics(metric: Callable, place: Callable, tmp_path) -> None
 @PLACEMENTS
 def test_input_device_is_the_embeddings_execution_device(place, tmp_path) -> None:
     placed = _placed(tiny_causal_lm("gpt2"), place, tmp_path)
-    assert get_adapter(placed).input_device() == torch.device("cpu")
+    on_gpu = place in _ON_GPU
+    expected = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
+    assert get_adapter(placed).input_device() == expected
     # A GPU index, as accelerate's device maps give it (no GPU needed to ask).
     embeddings = nn.Embedding(3, 2)
     setattr(embeddings, "_hf_hook", SimpleNamespace(execution_device=1))

@@ -40,6 +40,10 @@ __all__ = ["AttentionCapture", "AttentionInputs", "attention_implementation"]
 # outgrows the forward pass's own activations (a small model's forward over
 # 2,048 tokens peaks near 90 MiB); smaller blocks only add Python steps.
 BLOCK_ELEMENTS = 1 << 22
+# On an accelerator (256 MiB in float32): a small block would leave the device
+# waiting on Python between kernels, and an accelerator's forward over a long
+# prompt holds gigabytes of activations anyway.
+ACCELERATOR_BLOCK_ELEMENTS = 1 << 26
 
 
 def attention_implementation(config: Any) -> str:
@@ -95,7 +99,8 @@ class AttentionInputs:
         Eager probabilities come as one block (the model has already formed the
         whole map, so the results are exactly those of the map). Otherwise each
         block is ``softmax(q k^T * scaling + mask)`` over at most
-        ``max_elements`` (default :data:`BLOCK_ELEMENTS`) probabilities, computed
+        ``max_elements`` (default :data:`BLOCK_ELEMENTS` on the CPU,
+        :data:`ACCELERATOR_BLOCK_ELEMENTS` elsewhere) probabilities, computed
         in ``dtype`` without gradients; a query row that may attend no key (left
         padding) is all zeros.
         """
@@ -107,7 +112,7 @@ class AttentionInputs:
         batch, heads, rows, _ = query.shape
         keys = key.shape[2]
         key = _repeat_heads(key, heads).to(dtype)
-        limit = max_elements or BLOCK_ELEMENTS
+        limit = max_elements or _block_elements(query.device)
         step = max(1, limit // max(1, batch * heads * keys))
         with torch.no_grad():
             for start in range(0, rows, step):
@@ -150,6 +155,10 @@ class AttentionInputs:
         if mask is not None:  # [batch, k] key padding (flash kernels)
             allowed = allowed & mask.bool()[:, None, None, :]
         return allowed
+
+
+def _block_elements(device: torch.device) -> int:
+    return BLOCK_ELEMENTS if device.type == "cpu" else ACCELERATOR_BLOCK_ELEMENTS
 
 
 def _mask_rows(mask: Tensor, start: int, rows: int) -> Tensor:

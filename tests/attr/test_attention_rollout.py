@@ -89,6 +89,37 @@ def test_rollout_row_reads_the_last_product():
     )
 
 
+def test_rollout_rows_keep_every_bit_of_the_plain_product():
+    # Powers of two scale exactly: the carried rows' rescaling changes nothing.
+    generator = torch.Generator().manual_seed(1)
+    matrices = [
+        torch.rand(2, 6, 6, generator=generator) * 30.0 for _ in range(8)
+    ]  # float32, products up to ~1e13
+    position = torch.tensor([5, 2])
+    plain = matrices[-1][torch.arange(2), position][:, None]  # [batch, 1, pos]
+    for matrix in reversed(matrices[:-1]):
+        plain = plain @ matrix
+    assert torch.equal(rollout_row(matrices, position), plain[:, 0])
+
+
+def test_rollout_rows_past_the_dtype_range_come_back_scaled_with_a_warning():
+    generator = torch.Generator().manual_seed(2)
+    matrices = [
+        torch.rand(1, 5, 5, generator=generator, dtype=torch.float64) * 1e3
+        for _ in range(20)
+    ]  # products near 1e60: past float32 (3.4e38), not float64
+    position = torch.tensor([3])
+    exact = rollout_row(matrices, position)  # float64
+    assert exact.isfinite().all() and exact.max() > 1e50
+    with pytest.warns(UserWarning, match="exceeds torch.float32's range"):
+        scaled = rollout_row([m.float() for m in matrices], position)
+    assert 0.5 <= float(scaled.abs().max()) < 1.0
+    # one positive factor per row: the same row, divided by a power of two
+    factor = exact.abs().max() / scaled.double().abs().max()
+    assert float(torch.log2(factor)) == pytest.approx(round(float(torch.log2(factor))))
+    torch.testing.assert_close(scaled.double() * factor, exact, rtol=1e-5, atol=0)
+
+
 def test_rollout_rejects_no_or_mismatched_matrices():
     with pytest.raises(ValueError, match="at least one"):
         rollout_products([])

@@ -213,7 +213,9 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
     the rows it reads (the classification position; the ``T`` predicting
     positions) down from the last layer, so on a non-eager model the memory on
     top of the forward pass is linear in ``n`` (the blocks are bounded by
-    :data:`~captum_ext.adapters.attention.BLOCK_ELEMENTS`). The forward pass runs
+    :data:`~captum_ext.adapters.attention.BLOCK_ELEMENTS` on the CPU,
+    :data:`~captum_ext.adapters.attention.ACCELERATOR_BLOCK_ELEMENTS` on an
+    accelerator). The forward pass runs
     in the model's dtype; the decomposition runs in float32, one layer at a
     time, and the scores are float32 (float64 for a float64 model).
     ``internal_batch_size`` bounds the batch of each forward pass and

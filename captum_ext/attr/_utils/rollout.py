@@ -10,8 +10,15 @@ the rollout of layers ``1..L`` is the plain product
 
 with no residual added and no renormalisation: callers decide what the
 per-layer matrices contain (GlobEnc's norms already hold the residual).
+
+Products of unnormalised matrices grow with depth (GlobEnc's norms multiply
+to about ``30^L`` on a random Llama, past float32's range at 32 layers), so
+the rows carried down are kept near 1 by powers of two, which is exact: the
+result is bit for bit the plain product wherever that is representable.
 """
 
+import math
+import warnings
 from functools import partial
 from typing import Callable, Iterator, List, Sequence, Tuple
 
@@ -105,7 +112,11 @@ def rollout_rows_in_blocks(layers: Sequence[RowBlocks], positions: Tensor) -> Te
     needs to exist: the rows are read from the last layer's blocks, then each
     lower layer's blocks are multiplied in as they come,
     ``r <- sum_blocks r[:, :, block] M^l[block, :]``. Memory: the rows and one
-    block.
+    block. Each row is carried divided by a power of two (exact) and scaled
+    back at the end; a row whose value would exceed its dtype's range is
+    returned divided by a power of two instead, largest magnitude in
+    ``[0.5, 1)``, with a warning (a positive factor per row keeps its ranking
+    and every comparison within the row).
 
     Args:
         layers (sequence of callable): for ``M^1 .. M^L``, first layer first, a
@@ -119,7 +130,7 @@ def rollout_rows_in_blocks(layers: Sequence[RowBlocks], positions: Tensor) -> Te
     """
     if len(layers) == 0:
         raise ValueError("rollout needs at least one layer's matrix, got none")
-    rows = _read_rows(layers[-1](), positions)  # [batch, rows, pos]
+    rows, exponents = _near_one(_read_rows(layers[-1](), positions))
     for blocks in reversed(layers[:-1]):
         product = None
         for start, block in blocks():
@@ -127,8 +138,35 @@ def rollout_rows_in_blocks(layers: Sequence[RowBlocks], positions: Tensor) -> Te
                 "bri,bij->brj", rows[:, :, start : start + block.shape[1]], block
             )
             product = part if product is None else product + part
-        rows = product  # type: ignore[assignment]
-    return rows
+        assert product is not None
+        rows, exponent = _near_one(product)
+        exponents += exponent
+    return _scaled_back(rows, exponents, len(layers))
+
+
+def _near_one(rows: Tensor) -> Tuple[Tensor, Tensor]:
+    r"""``rows`` ``[batch, rows, pos]`` divided by ``2^e`` per row, largest
+    magnitude in ``[0.5, 1)`` (an all-zero row keeps ``e = 0``), and ``e``
+    ``[batch, rows, 1]``."""
+    _, exponent = torch.frexp(rows.abs().amax(-1, keepdim=True))
+    return torch.ldexp(rows, -exponent), exponent
+
+
+def _scaled_back(rows: Tensor, exponents: Tensor, layers: int) -> Tensor:
+    r"""``rows * 2^exponents`` where that stays in the dtype's range; the
+    other rows as they are, with a warning."""
+    # rows are below 1, and 2^e itself must be finite
+    fits = exponents < math.frexp(torch.finfo(rows.dtype).max)[1]
+    if not bool(fits.all()):
+        warnings.warn(
+            f"the rollout's product over {layers} layers exceeds {rows.dtype}'s "
+            f"range (up to 2^{int(exponents.max())}) in "
+            f"{int((~fits).sum())} row(s); those rows are returned divided by a "
+            "power of two, largest magnitude in [0.5, 1): rankings and comparisons "
+            "within a row hold, values across rows do not compare",
+            stacklevel=3,
+        )
+    return torch.where(fits, torch.ldexp(rows, torch.where(fits, exponents, 0)), rows)
 
 
 def _read_rows(blocks: Iterator[Tuple[int, Tensor]], positions: Tensor) -> Tensor:
