@@ -12,6 +12,7 @@ from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
 from captum_ext._utils.common import TokenBatch
+from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext._utils.finite import check_finite
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext._utils.row_chunks import batch_slices, take_rows
@@ -42,6 +43,19 @@ def _target_rows(target: TargetType, rows: slice, batch_size: int) -> TargetType
     return target
 
 
+def _execution_device(model: nn.Module, batch: TokenBatch) -> torch.device:
+    r"""Where a Hugging Face model embeds its ids; any other module (a plain
+    forward function) runs where the batch is."""
+    try:
+        return get_adapter(model).input_device()
+    except UnsupportedModelError:
+        return batch.input_ids.device
+
+
+def _on(value: Any, device: torch.device) -> Any:
+    return value.to(device) if isinstance(value, Tensor) else value
+
+
 def attribute_in_chunks(
     model: nn.Module,
     batch: TokenBatch,
@@ -66,19 +80,26 @@ def attribute_in_chunks(
             or inf; the message names the examples.
     """
     size = len(batch.input_ids)
+    # Each chunk runs where the model embeds its ids (a model placed by
+    # accelerate computes on its execution device: given ids elsewhere, its
+    # top-level hook would hand back copies of the hidden states, outside the
+    # graph); the attributions come back to the caller's device.
+    caller, device = batch.input_ids.device, _execution_device(model, batch)
     scores, peaks = [], []
     with eval_semantics(model):
         for rows in batch_slices(size, internal_batch_size):
             chunk_scores, outputs = attribute_chunk(
-                batch.select(rows),
-                _target_rows(target, rows, size),
-                **{k: take_rows(v, rows, size) for k, v in options.items()},
+                batch.select(rows).to(device),
+                _on(_target_rows(target, rows, size), device),
+                **{
+                    k: _on(take_rows(v, rows, size), device) for k, v in options.items()
+                },
             )
-            scores.append(chunk_scores)
+            scores.append(chunk_scores.to(caller))
             # Only each row's largest magnitude is kept for the NaN/inf check
             # (NaN and inf survive it), not the outputs themselves (with a
             # decoder, hidden states [chunk, pos, d]): memory stays one chunk's.
-            peaks.append(outputs.detach().abs().flatten(1).amax(1))  # [chunk]
+            peaks.append(outputs.detach().abs().flatten(1).amax(1).to(caller))
     check_finite(torch.cat(peaks), "the model's outputs")
     attributions = torch.cat(scores)
     check_finite(attributions, f"{method}'s attributions")

@@ -543,7 +543,11 @@ class _EmbeddingScale:
         assert factor is not None
         width = factor.shape[1]
         return torch.cat(
-            [output[:, :width] * factor.to(output.dtype), output[:, width:]], 1
+            [
+                output[:, :width] * factor.to(output.device, output.dtype),
+                output[:, width:],
+            ],
+            1,
         )
 
 
