@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, NoReturn, Optional, Sequence, Tuple
 
 from captum_ext._utils.progress import duration
-from captum_ext._utils.threads import configure_threads
+from captum_ext.evaluation._utils.threads import configure_threads
 from captum_ext.evaluation.names import (
     check_names,
     GENERATION_METHOD_NAMES,
@@ -441,7 +441,7 @@ def _user_data(args: argparse.Namespace, model: Any) -> Any:
 def _write_page(path: Path, title: str, body: str) -> None:
     r"""``explain --html`` and ``explain-generation --html``: the page written
     to a temporary file, then renamed (a killed run leaves no torn page)."""
-    from captum_ext._utils.atomic import write_text_atomically
+    from captum_ext.evaluation._utils.atomic import write_text_atomically
     from captum_ext.visualization import html_page
 
     page = html_page(title, body)
