@@ -61,7 +61,8 @@ def test_torch_already_imported_gets_the_count_and_user_settings_stay(monkeypatc
 
 def test_before_torch_is_imported_the_environment_carries_the_choice():
     code = (
-        "import os, sys; from captum_ext.evaluation._utils.threads import configure_threads; "
+        "import os, sys; "
+        "from captum_ext.evaluation._utils.threads import configure_threads; "
         "n = configure_threads(load=100.0); assert 'torch' not in sys.modules; "
         "import torch; print(n, torch.get_num_threads(), os.environ['OMP_WAIT_POLICY'])"
     )
