@@ -17,7 +17,7 @@ command's record; a flag shared with a help or requirement of its own
 
 from dataclasses import dataclass, field, Field, fields
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from captum_ext.evaluation.names import (
     GENERATION_METRIC_NAMES,
@@ -31,11 +31,16 @@ __all__ = [
     "AttributeCommand",
     "BENCHMARK_TASKS",
     "BenchmarkCommand",
+    "DataOptions",
+    "DebugOption",
     "ExplainCommand",
     "ExplainGenerationCommand",
     "flag",
+    "JobCommand",
     "ModelOptions",
+    "names",
     "option",
+    "option_fields",
 ]
 
 TASKS = ("sentiment", "source")
@@ -94,7 +99,7 @@ def flag(declaration: "Field[Any]") -> str:
     return named or "--" + declaration.name.replace("_", "-")
 
 
-def option_fields(record: Any) -> Sequence["Field[Any]"]:
+def option_fields(record: Any) -> List["Field[Any]"]:
     r"""The fields of a record class or instance that are options."""
     return [f for f in fields(record) if "help" in f.metadata]
 
@@ -305,6 +310,7 @@ class BenchmarkCommand(JobCommand):
 class AttributeCommand(SourcesOption, JobCommand):
     r"""``captum-ext attribute``."""
 
+    # Required: the parser never leaves the record's default in place.
     out: Path = option(Path(), type=Path, required=True, help="output directory")
     shard_size: int = option(
         1000,

@@ -45,11 +45,7 @@ _GENERATION: Overrides = {
 }
 _ATTRIBUTE: Overrides = {
     "model": {"required": True},
-    "sources": {
-        "help": "with --prompt-column: score the prompt's tokens, or its "
-        "sentences or lines (each the sum of its tokens' scores; "
-        "docs/generation.rst); default: tokens"
-    },
+    "sources": {"scope": "with --prompt-column: "},
 }
 
 
@@ -76,15 +72,16 @@ def _in_help_order(record: Type[Any], overrides: Overrides) -> List["Field[Any]"
 def add_options(
     parser: argparse.ArgumentParser, record: Type[Any], overrides: Overrides = {}
 ) -> None:
-    r"""One argument per option field of ``record``, in field order, with the
-    field's default; ``overrides`` replace a field's keywords (``help``,
-    ``required``) or put it in a mutually exclusive ``group``."""
+    r"""One argument per option field of ``record`` with the field's default;
+    ``overrides`` replace a field's keywords (``help``, ``required``), put it
+    in a mutually exclusive ``group`` or start its help with a ``scope``."""
     groups: Dict[str, Any] = {}
     for declaration in _in_help_order(record, overrides):
         meta = declaration.metadata
         keywords = {**meta["argument"], "help": meta["help"]}
         keywords.update(overrides.get(declaration.name, {}))
         keywords.pop("flag", None)
+        keywords["help"] = keywords.pop("scope", "") + keywords["help"]
         group = keywords.pop("group", None)
         target: Any = parser
         if group is not None:
