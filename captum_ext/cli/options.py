@@ -77,7 +77,7 @@ def option(
         positional (bool, optional): a positional argument, not a flag.
         factory (Callable, optional): builds a mutable default instead of
             ``default``.
-        **argument: further keywords of ``add_argument`` (``type``,
+        **argument (Any): further keywords of ``add_argument`` (``type``,
             ``choices``, ``nargs``, ``action``, ``flag`` for a flag not named
             after the field).
     """
