@@ -66,7 +66,7 @@ def _given(value: Optional[str], flag: str) -> str:
 
 
 def _user_model(
-    options: ModelOptions, max_length: Any = None, causal_lm: bool = False
+    options: ModelOptions, max_length: Optional[int] = None, causal_lm: bool = False
 ) -> Tuple[Any, Any]:
     r"""``--model`` and its tokenizer: a sequence classifier, or with
     ``causal_lm`` a causal language model."""
