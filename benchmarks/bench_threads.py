@@ -9,8 +9,8 @@ waiting for work) or ``PASSIVE`` (it sleeps), and with ``--load N`` N extra
 busy processes competing for the cores, as other jobs do on a shared machine.
 Each cell is the median of ``--steps`` steps after one warm-up step.
 
-The rule :func:`captum_ext._utils.threads.configure_threads` applies is measured
-as the setting ``rule``.
+The rule :func:`captum_ext.evaluation._utils.threads.configure_threads` applies
+is measured as the setting ``rule``.
 
 Usage::
 
@@ -45,7 +45,7 @@ SETTINGS = {
 def child(threads: Optional[int], steps: int) -> Dict[str, List[float]]:
     r"""Runs in the measured process: the step times of both workloads."""
     if threads is None:
-        from captum_ext._utils.threads import configure_threads
+        from captum_ext.evaluation._utils.threads import configure_threads
 
         configure_threads()
     import torch

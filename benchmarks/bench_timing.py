@@ -25,9 +25,9 @@ import time
 from typing import Dict, List
 
 import torch
-from captum_ext._utils.threads import configure_threads
 from captum_ext.defaults.data import load_split
 from captum_ext.defaults.models import load_default_model, MAX_LENGTH
+from captum_ext.evaluation._utils.threads import configure_threads
 from captum_ext.evaluation.registry import METHODS
 from captum_ext.evaluation.timing import time_paired
 from captum_ext.evaluation.tokenized_batches import bucketed_batches

@@ -21,7 +21,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # oversubscribe the CPU; tiny models are dominated by thread start-up and
     # lock contention (a second thread spins for seconds per call on a busy
     # machine). The environment variable keeps it when the CLI's main, called
-    # in-process, applies its thread rule (captum_ext._utils.threads).
+    # in-process, applies its thread rule (captum_ext.evaluation._utils.threads).
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
 

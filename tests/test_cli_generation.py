@@ -287,7 +287,8 @@ def test_benchmark_prompt_column_needs_your_model(tmp_path, capsys):
 
 
 def test_benchmark_tasks_default_to_the_built_in_ones():
-    from captum_ext.cli import _parser, BENCHMARK_TASKS
+    from captum_ext.cli.options import BENCHMARK_TASKS
+    from captum_ext.cli.parser import build_parser as _parser
     from captum_ext.evaluation.tasks import BUILT_IN_TASKS
 
     built_in = ("sentiment", "source", "recall", "recall_long", "flags")

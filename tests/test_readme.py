@@ -225,7 +225,7 @@ def _subcommands() -> Dict[str, Set[str]]:
     r"""Each ``captum-ext`` subcommand and its option strings."""
     import argparse
 
-    from captum_ext.cli import _parser
+    from captum_ext.cli.parser import build_parser as _parser
 
     (choices,) = [
         action.choices

@@ -6,27 +6,22 @@ from typing import Any, List, Optional, Union
 
 from torch import Tensor
 
+from captum_ext._utils.positive_int import check_positive_int
+
 __all__ = ["batch_slices", "check_internal_batch_size", "take_rows"]
 
 
 def check_internal_batch_size(
     value: Optional[int], name: str = "internal_batch_size"
 ) -> Optional[int]:
-    r"""Returns ``value`` unchanged if it is ``None`` or a positive int.
+    r"""Returns ``value`` unchanged if it is ``None`` or a positive int: the
+    examples per chunk (:func:`~captum_ext._utils.positive_int.check_positive_int`).
 
     Raises:
         TypeError: ``value`` is not an int (``bool`` included).
         ValueError: ``value`` is zero or negative.
     """
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a positive int or None, got {value!r}")
-    if value < 1:
-        raise ValueError(
-            f"{name} must be a positive int (examples per chunk), got {value}"
-        )
-    return value
+    return check_positive_int(value, name, "examples per chunk")
 
 
 def batch_slices(batch_size: int, internal_batch_size: Optional[int]) -> List[slice]:

@@ -25,18 +25,17 @@ import torch
 from torch import nn, Tensor
 
 from captum_ext._utils.common import check_tokenizer_vocabulary
+from captum_ext._utils.positive_int import check_positive_int
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.continuations import generate_continuations
 from captum_ext.attr._utils.llm_prompts import check_text, prepare_prompt, Prompt
 from captum_ext.attr._utils.prompt_sources import prompt_sources
 from captum_ext.evaluation.names import check_names, GENERATION_METHOD_NAMES
+from captum_ext.evaluation.options import continuation_gen_args
 from captum_ext.evaluation.registry import METHODS
 from captum_ext.visualization import GenerationExplanation, special_token_mask
 
-__all__ = ["DEFAULT_MAX_NEW_TOKENS", "default_generation_methods", "explain_generation"]
-
-# Captum's LLMAttribution default.
-DEFAULT_MAX_NEW_TOKENS = 25
+__all__ = ["default_generation_methods", "explain_generation"]
 
 
 def default_generation_methods() -> List[str]:
@@ -54,8 +53,8 @@ def _continuation(
     r"""``[T]``: ``target`` encoded without special tokens (no BOS inside a
     continuation), or the model's greedy continuation of ``ids`` ``[1, P]``."""
     if target is None:
-        gen_args = {"max_new_tokens": max_new_tokens or DEFAULT_MAX_NEW_TOKENS}
         mask = torch.ones_like(ids)
+        gen_args = continuation_gen_args(max_new_tokens)
         return generate_continuations(model, tokenizer, ids, mask, gen_args)[0]
     check_text(target, "the target")
     encoded = tokenizer(target, add_special_tokens=False)["input_ids"]
@@ -88,7 +87,8 @@ def explain_generation(
         target (str, optional): the continuation to explain. Default: the
             model's greedy continuation.
         max_new_tokens (int, optional): tokens to generate when ``target`` is
-            None. Default: :data:`DEFAULT_MAX_NEW_TOKENS`.
+            None. Default:
+            :data:`~captum_ext.evaluation.options.DEFAULT_MAX_NEW_TOKENS`.
         chat (bool, optional): the prompt is one user message of the
             tokenizer's chat template. Default: False
         sources (str, optional): the prompt's columns: ``"tokens"``, or
@@ -105,8 +105,7 @@ def explain_generation(
     )
     if target is not None and max_new_tokens is not None:
         raise ValueError("give a target or max_new_tokens (to generate), not both")
-    if max_new_tokens is not None and max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    check_positive_int(max_new_tokens, "max_new_tokens")
     if not prompt.strip():
         raise ValueError("the prompt is empty: give some words to continue")
     adapter = get_adapter(model)

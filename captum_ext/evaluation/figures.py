@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import Bbox
 
-from captum_ext._utils.atomic import atomic_path
+from captum_ext.evaluation._utils.atomic import atomic_path
 from captum_ext.evaluation.frontier import (
     budget_front,
     control_value,

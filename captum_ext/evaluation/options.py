@@ -7,14 +7,33 @@ name from ``captum-ext`` to the forward pass (``--batch-size`` ->
 a string key.
 
 :class:`JobOptions` holds what every job over a dataset shares (the benchmark
-and dataset attribution); a job's own record extends it. This module imports
-no torch, so the command line's ``--help`` stays fast.
+and dataset attribution); a job's own record extends it. The command line's
+flags take their defaults from these records and from
+:data:`DEFAULT_MAX_NEW_TOKENS`, the one home of that default. This module
+imports no torch, so the command line's ``--help`` stays fast.
 """
 
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
-__all__ = ["BenchmarkOptions", "GenerationBenchmarkOptions", "JobOptions"]
+__all__ = [
+    "BenchmarkOptions",
+    "continuation_gen_args",
+    "DEFAULT_MAX_NEW_TOKENS",
+    "GenerationBenchmarkOptions",
+    "JobOptions",
+]
+
+# Tokens a causal LM generates per prompt when no continuation is given:
+# Captum's LLMAttribution default (``DEFAULT_GEN_ARGS``), written out so that
+# this module imports no torch.
+DEFAULT_MAX_NEW_TOKENS = 25
+
+
+def continuation_gen_args(max_new_tokens: Optional[int]) -> Dict[str, int]:
+    r"""The ``gen_args`` of a greedy continuation of at most ``max_new_tokens``
+    tokens (None: :data:`DEFAULT_MAX_NEW_TOKENS`)."""
+    return {"max_new_tokens": max_new_tokens or DEFAULT_MAX_NEW_TOKENS}
 
 
 def _names(names: Optional[Sequence[str]]) -> Optional[Tuple[str, ...]]:
@@ -82,7 +101,8 @@ class GenerationBenchmarkOptions(BenchmarkOptions):
 
     Args:
         max_new_tokens (int, optional): tokens generated greedily per prompt
-            when the data gives no continuations. Default: 25 (Captum's).
+            when the data gives no continuations. Default:
+            :data:`DEFAULT_MAX_NEW_TOKENS` (25, Captum's).
     """
 
     max_new_tokens: Optional[int] = None

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from captum_ext._utils.atomic import write_text_atomically
+from captum_ext.evaluation._utils.atomic import write_text_atomically
 from captum_ext.evaluation.figures import (
     curve_figure,
     curve_rows,

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Sequence, Tuple, Union
 
 from torch import Tensor
 
-from captum_ext._utils.atomic import write_text_atomically
+from captum_ext.evaluation._utils.atomic import write_text_atomically
 from captum_ext.evaluation.frontier import budget_front, control_value, frontier_points
 from captum_ext.evaluation.result_rows import MethodResult, TaskRows
 from captum_ext.evaluation.result_views import (

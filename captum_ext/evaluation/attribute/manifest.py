@@ -16,7 +16,7 @@ from typing import Any, Dict
 import torch
 from torch import nn
 
-from captum_ext._utils.atomic import write_text_atomically
+from captum_ext.evaluation._utils.atomic import write_text_atomically
 from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.models import ModelSource
 

@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from captum_ext._utils.atomic import atomic_path
+from captum_ext.evaluation._utils.atomic import atomic_path
 from captum_ext.evaluation.attribute.manifest import MANIFEST
 
 __all__ = [

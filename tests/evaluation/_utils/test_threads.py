@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-r"""captum_ext._utils.threads: the thread rule and where it takes effect."""
+r"""captum_ext.evaluation._utils.threads: the thread rule and where it takes effect."""
 
 import os
 import subprocess
@@ -8,9 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from captum_ext._utils.threads import busy_elsewhere, configure_threads, free_cores
+from captum_ext.evaluation._utils.threads import (
+    busy_elsewhere,
+    configure_threads,
+    free_cores,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 CORES = len(os.sched_getaffinity(0))
 
 
@@ -57,7 +61,8 @@ def test_torch_already_imported_gets_the_count_and_user_settings_stay(monkeypatc
 
 def test_before_torch_is_imported_the_environment_carries_the_choice():
     code = (
-        "import os, sys; from captum_ext._utils.threads import configure_threads; "
+        "import os, sys; "
+        "from captum_ext.evaluation._utils.threads import configure_threads; "
         "n = configure_threads(load=100.0); assert 'torch' not in sys.modules; "
         "import torch; print(n, torch.get_num_threads(), os.environ['OMP_WAIT_POLICY'])"
     )
