@@ -442,7 +442,7 @@ def embedding_decoders_in_registry() -> Iterator[None]:
     from captum_ext.evaluation import registry
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(registry, "decoders_for", embedding_decoders)
+        patch.setattr(registry.methods, "decoders_for", embedding_decoders)
         yield
 
 
