@@ -389,7 +389,7 @@ def _progress(args: argparse.Namespace) -> bool:
 def _user_model(args: argparse.Namespace, causal_lm: bool = False) -> Tuple[Any, Any]:
     r"""``--model`` and its tokenizer: a sequence classifier, or with
     ``causal_lm`` a causal language model."""
-    from captum_ext.evaluation.models import load_causal_lm, load_classifier
+    from captum_ext.evaluation.user_models import load_causal_lm, load_classifier
 
     load = load_causal_lm if causal_lm else load_classifier
     return load(
@@ -407,7 +407,7 @@ def _user_file(args: argparse.Namespace, **columns: Any) -> Any:
     r"""``--data`` with the rows every command selects the same way
     (``--split``, ``--config-name``, ``--limit``, ``--seed``) and the
     command's ``columns`` keywords of ``load_data``."""
-    from captum_ext.evaluation.data import load_data
+    from captum_ext.evaluation.user_data import load_data
 
     return load_data(
         args.data,
@@ -469,7 +469,7 @@ def _explain(args: argparse.Namespace) -> int:
         raise ValueError("the text is empty: give some words to explain")
     _check_explain_flags(args, METHOD_NAMES, "method", "max_length")
     from captum_ext.evaluation.explain import explain
-    from captum_ext.evaluation.models import resolve_device
+    from captum_ext.evaluation.user_models import resolve_device
     from captum_ext.visualization import (
         explanation_html,
         explanation_text,
@@ -517,7 +517,7 @@ def _explain_generation(args: argparse.Namespace) -> int:
         args, GENERATION_METHOD_NAMES, "method for generated text", "max_new_tokens"
     )
     from captum_ext.evaluation.explain_generation import explain_generation
-    from captum_ext.evaluation.models import resolve_device
+    from captum_ext.evaluation.user_models import resolve_device
     from captum_ext.visualization import generation_html, generation_text
 
     resolve_device(args.device)
@@ -607,7 +607,7 @@ def _benchmark(args: argparse.Namespace) -> int:
         _check_writable_dir(args.out)
     _check_model(args)
     from captum_ext.evaluation.distributed import distributed_context
-    from captum_ext.evaluation.models import resolve_device
+    from captum_ext.evaluation.user_models import resolve_device
 
     resolve_device(args.device)
     if args.model is None and os.environ.get("RANK", "0") == "0":
@@ -688,7 +688,7 @@ def _attribute(args: argparse.Namespace) -> int:
     _check_model(args)
     from captum_ext.evaluation.attribute import attribute_dataset
     from captum_ext.evaluation.explain import default_methods
-    from captum_ext.evaluation.models import resolve_device
+    from captum_ext.evaluation.user_models import resolve_device
 
     resolve_device(args.device)
     if args.prompt_column is None:

@@ -35,7 +35,6 @@ from captum_ext._utils.progress import Progress
 from captum_ext._utils.row_chunks import check_internal_batch_size
 from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
-from captum_ext.evaluation.models import ModelSource
 from captum_ext.evaluation.names import check_names
 from captum_ext.evaluation.options import BenchmarkOptions
 from captum_ext.evaluation.registry import (
@@ -51,6 +50,7 @@ from captum_ext.evaluation.registry import (
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
 from captum_ext.evaluation.timing import clock_for, PairedTiming, time_paired
 from captum_ext.evaluation.tokenized_batches import bucketed_batches, EncodedBatch
+from captum_ext.evaluation.user_models import ModelSource
 from captum_ext.metrics._utils.ranking import no_signal
 from captum_ext.visualization import Explanation, special_token_mask
 

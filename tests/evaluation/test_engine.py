@@ -11,7 +11,6 @@ import torch
 from captum_ext import classifier_forward
 from captum_ext.attr import AttCAT
 from captum_ext.evaluation import engine, registry
-from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import (
     METHODS,
@@ -20,6 +19,7 @@ from captum_ext.evaluation.registry import (
     MetricSpec,
     MetricValue,
 )
+from captum_ext.evaluation.user_data import LoadedExamples
 from captum_ext.metrics import aopc, TokenOptions
 
 from tests.helpers import (
