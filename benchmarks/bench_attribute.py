@@ -46,9 +46,9 @@ from captum_ext import classifier_forward, get_adapter
 from captum_ext.defaults.data import load_split
 from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 from captum_ext.evaluation.attribute import attribute_dataset
-from captum_ext.evaluation.data import load_data, LoadedExamples
 from captum_ext.evaluation.registry import METHODS
 from captum_ext.evaluation.tokenized_batches import bucketed_batches, EncodedBatch
+from captum_ext.evaluation.user_data import load_data, LoadedExamples
 
 BATCH_SIZE = 32
 ROOT = Path(__file__).resolve().parents[1]

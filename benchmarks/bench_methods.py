@@ -59,7 +59,7 @@ from benchmarks.common import (
 )
 from captum.attr import LayerIntegratedGradients
 from captum_ext import classifier_forward, get_adapter, UnsupportedModelError
-from captum_ext.evaluation.models import DTYPES
+from captum_ext.evaluation.user_models import DTYPES
 from torch import nn, Tensor
 
 BATCH = 32

@@ -55,12 +55,12 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.generation_engine import run_generation_benchmark
 from captum_ext.evaluation.options import GenerationBenchmarkOptions
 from captum_ext.evaluation.registry import MethodSpec, rows_of_examples
 from captum_ext.evaluation.results import BenchmarkResult
 from captum_ext.evaluation.tasks import recall_data
+from captum_ext.evaluation.user_data import LoadedExamples
 from torch import nn, Tensor
 
 # The captum_ext methods and Captum baselines printed beside the peers.

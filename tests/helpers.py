@@ -23,7 +23,7 @@ from typing import (
 import pytest
 import torch
 import transformers
-from captum_ext.evaluation.data import LoadedExamples
+from captum_ext.evaluation.user_data import LoadedExamples
 from torch import nn, Tensor
 
 VOCAB = 99
@@ -442,13 +442,13 @@ def embedding_decoders_in_registry() -> Iterator[None]:
     from captum_ext.evaluation import registry
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(registry, "decoders_for", embedding_decoders)
+        patch.setattr(registry.methods, "decoders_for", embedding_decoders)
         yield
 
 
 def tiny_data(n: int = 4, labels: bool = True, pairs: bool = False) -> LoadedExamples:
     r"""The first ``n`` tiny texts as
-    :class:`~captum_ext.evaluation.data.LoadedExamples` (labels cycling over
+    :class:`~captum_ext.evaluation.user_data.LoadedExamples` (labels cycling over
     the three classes; pairs: the texts reversed)."""
     texts = list(TINY_TEXTS[:n])
     return LoadedExamples(

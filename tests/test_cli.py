@@ -154,7 +154,7 @@ def test_random_neither_fits_decoders_nor_fetches_data(model_dir, monkeypatch, c
     def forbidden(*args, **kwargs):
         raise AssertionError("fitted or fetched for a method that needs nothing")
 
-    monkeypatch.setattr(registry, "decoders_for", forbidden)
+    monkeypatch.setattr(registry.methods, "decoders_for", forbidden)
     monkeypatch.setattr(default_data, "load_split", forbidden)
     monkeypatch.setattr(default_data, "vader_sdist_path", forbidden)
     argv = ["explain", TEXT, "--model", str(model_dir), "--methods", "Random"]

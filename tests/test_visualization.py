@@ -6,6 +6,7 @@ import re
 import pytest
 import torch
 from captum.attr import visualization as captum_viz
+from captum_ext.metrics._utils.ranking import no_signal
 from captum_ext.visualization import (
     ansi_tokens,
     display_texts,
@@ -494,3 +495,20 @@ def test_a_method_without_signal_says_so_over_its_heatmap():
     assert html.count("no signal: every prompt token scored the same") == 1
     assert html.index("no signal") < html.index("<h2>M")
     assert html.count('<th class="predicting"') == 2  # "b", once per method
+
+
+def test_no_signal_note_is_the_engines_test_one_real_token_ranks_nothing():
+    r"""The note over a heatmap is :func:`no_signal` on that one example: a
+    prompt with one real token has nothing to tie, so it is never flagged,
+    as the benchmark's ``no_signal`` count does not count it."""
+    one_real = GenerationExplanation(
+        ["<s>", "a"],
+        ["b", "c"],
+        {"M": torch.tensor([[3.0, 1.0], [0.0, 2.0]])},
+        "a",
+        "b c",
+        True,
+        [True, False],
+    )
+    assert "no signal" not in generation_html(one_real)
+    assert not no_signal(one_real.scores["M"][None], torch.tensor([[0, 1]])).item()

@@ -70,7 +70,7 @@ def _user_model(
 ) -> Tuple[Any, Any]:
     r"""``--model`` and its tokenizer: a sequence classifier, or with
     ``causal_lm`` a causal language model."""
-    from captum_ext.evaluation.models import load_causal_lm, load_classifier
+    from captum_ext.evaluation.user_models import load_causal_lm, load_classifier
 
     load = load_causal_lm if causal_lm else load_classifier
     return load(
@@ -88,7 +88,7 @@ def _user_file(options: DataOptions, **columns: Any) -> Any:
     r"""``--data`` with the rows every command selects the same way
     (``--split``, ``--config-name``, ``--limit``, ``--seed``) and the
     command's ``columns`` keywords of ``load_data``."""
-    from captum_ext.evaluation.data import load_data
+    from captum_ext.evaluation.user_data import load_data
 
     return load_data(
         _given(options.data, "--data FILE"),
@@ -150,7 +150,7 @@ def explain(options: ExplainCommand) -> int:
     check_names(options.methods, METHOD_NAMES, "method")
     _check_explain(options, options.html)
     from captum_ext.evaluation.explain import explain as explain_text
-    from captum_ext.evaluation.models import resolve_device
+    from captum_ext.evaluation.user_models import resolve_device
     from captum_ext.visualization import (
         explanation_html,
         explanation_text,
@@ -198,7 +198,7 @@ def explain_generation(options: ExplainGenerationCommand) -> int:
     from captum_ext.evaluation.explain_generation import (
         explain_generation as explain_prompt,
     )
-    from captum_ext.evaluation.models import resolve_device
+    from captum_ext.evaluation.user_models import resolve_device
     from captum_ext.visualization import generation_html, generation_text
 
     resolve_device(options.device)
@@ -268,7 +268,7 @@ def benchmark(options: BenchmarkCommand) -> int:
         check_writable_dir(options.out)
     check_model(options)
     from captum_ext.evaluation.distributed import distributed_context
-    from captum_ext.evaluation.models import resolve_device
+    from captum_ext.evaluation.user_models import resolve_device
 
     resolve_device(options.device)
     if options.model is None and _main_rank():
@@ -315,7 +315,7 @@ def attribute(options: AttributeCommand) -> int:
     check_model(options)
     from captum_ext.evaluation.attribute import attribute_dataset
     from captum_ext.evaluation.explain import default_methods
-    from captum_ext.evaluation.models import resolve_device
+    from captum_ext.evaluation.user_models import resolve_device
 
     resolve_device(options.device)
     if options.prompt_column is None:

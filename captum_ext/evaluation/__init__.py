@@ -16,17 +16,17 @@ from captum_ext._utils.lazy import lazy_attributes
 
 _WHERE = {
     "BenchmarkResult": "results",
-    "DataError": "data",
+    "DataError": "user_data",
     "ManifestMismatchError": "attribute",
     "MethodResult": "result_rows",
     "OutputLockedError": "attribute",
-    "LoadedExamples": "data",
+    "LoadedExamples": "user_data",
     "attribute_dataset": "attribute",
     "benchmark": "engine",
     "benchmark_default_tasks": "tasks",
-    "load_classifier": "models",
-    "load_data": "data",
-    "resolve_model_source": "models",
+    "load_classifier": "user_models",
+    "load_data": "user_data",
+    "resolve_model_source": "user_models",
     "run_generation_benchmark": "generation_engine",
 }
 __all__ = list(_WHERE)

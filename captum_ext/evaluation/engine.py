@@ -35,7 +35,6 @@ from captum_ext._utils.progress import Progress
 from captum_ext._utils.row_chunks import check_internal_batch_size
 from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
-from captum_ext.evaluation.models import ModelSource
 from captum_ext.evaluation.names import check_names
 from captum_ext.evaluation.options import BenchmarkOptions
 from captum_ext.evaluation.registry import (
@@ -51,6 +50,8 @@ from captum_ext.evaluation.registry import (
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
 from captum_ext.evaluation.timing import clock_for, PairedTiming, time_paired
 from captum_ext.evaluation.tokenized_batches import bucketed_batches, EncodedBatch
+from captum_ext.evaluation.user_models import ModelSource
+from captum_ext.metrics._utils.ranking import no_signal
 from captum_ext.visualization import Explanation, special_token_mask
 
 __all__ = [
@@ -283,29 +284,6 @@ class MethodShard:
         self.forward_seconds += min(timing.forward)
         self.ratios.append(timing.ratio)
         self.spreads.append(timing.spread)
-
-
-def no_signal(scores: Tensor, real: Tensor) -> Tensor:
-    r"""``[batch]`` True where an explanation has no signal: on an example
-    with at least two real tokens, every row of its scores is constant over
-    them (e.g. all zero after Grad-CAM's ReLU), so any ranking of its tokens
-    is the tie-break's, not the method's.
-
-    Args:
-        scores (Tensor): ``[batch, pos]``, or ``[batch, T, pos]`` (one row per
-            explained target token).
-        real (Tensor): ``[batch, pos]``, nonzero at the tokens a metric ranks
-            (attended, not special).
-
-    Returns:
-        Tensor: ``[batch]`` bool.
-    """
-    real = real.bool()
-    grid = scores if scores.dim() == 3 else scores[:, None]  # [batch, T, pos]
-    inside = real[:, None].expand_as(grid)
-    high = grid.masked_fill(~inside, -math.inf).amax(-1)  # [batch, T]
-    low = grid.masked_fill(~inside, math.inf).amin(-1)
-    return (high == low).all(-1) & (real.sum(-1) >= 2)
 
 
 def ranked_tokens(

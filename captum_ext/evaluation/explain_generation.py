@@ -78,7 +78,7 @@ def explain_generation(
 
     Args:
         model (nn.Module): a Hugging Face causal LM in eval mode (e.g. from
-            :func:`captum_ext.evaluation.models.load_causal_lm`).
+            :func:`captum_ext.evaluation.user_models.load_causal_lm`).
         tokenizer (PreTrainedTokenizerBase): its tokenizer.
         prompt (str): the prompt; must not be empty.
         methods (Sequence[str], optional): names in

@@ -52,7 +52,6 @@ from captum_ext.attr._utils.continuations import (
     right_padded,
 )
 from captum_ext.evaluation.attribute.runner import encode_prompts
-from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.engine import (
     check_options,
@@ -81,6 +80,7 @@ from captum_ext.evaluation.registry import (
 )
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
 from captum_ext.evaluation.timing import clock_for, time_paired
+from captum_ext.evaluation.user_data import LoadedExamples
 from captum_ext.metrics import TokenOptions
 from captum_ext.visualization import GenerationExplanation, special_token_mask
 

@@ -30,7 +30,6 @@ from captum_ext.defaults.generator import (
 )
 from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 from captum_ext.defaults.recall import encode_examples, RecallTask
-from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.engine import run_benchmark
 from captum_ext.evaluation.generation_engine import run_generation_benchmark
 from captum_ext.evaluation.names import (
@@ -43,6 +42,7 @@ from captum_ext.evaluation.names import (
 from captum_ext.evaluation.options import BenchmarkOptions, GenerationBenchmarkOptions
 from captum_ext.evaluation.registry import needs_decoders
 from captum_ext.evaluation.results import BenchmarkResult
+from captum_ext.evaluation.user_data import LoadedExamples
 
 __all__ = [
     "BUILT_IN_TASKS",

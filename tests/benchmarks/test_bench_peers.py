@@ -9,9 +9,9 @@ import importlib.util
 import pytest
 import torch
 from benchmarks import bench_peers
-from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.generation_engine import run_generation_benchmark
 from captum_ext.evaluation.options import GenerationBenchmarkOptions
+from captum_ext.evaluation.user_data import LoadedExamples
 
 from tests.attr.llm_fixtures import tiny_lm_tokenizer
 from tests.helpers import tiny_causal_lm

@@ -22,9 +22,9 @@ from captum_ext.evaluation.attribute import (
 )
 from captum_ext.evaluation.attribute.lock import LOCK
 from captum_ext.evaluation.attribute.manifest import MANIFEST
-from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import METHODS, MethodSpec, MetricContext, METRICS
+from captum_ext.evaluation.user_data import LoadedExamples
 
 from tests.helpers import (
     assert_same_state,

@@ -19,9 +19,9 @@ import torch
 from captum_ext.attr._utils.continuations import generate_continuations
 from captum_ext.cli import main
 from captum_ext.evaluation.attribute.manifest import MANIFEST
-from captum_ext.evaluation.models import load_causal_lm
 from captum_ext.evaluation.names import GENERATION_METHOD_NAMES
 from captum_ext.evaluation.registry import METHODS
+from captum_ext.evaluation.user_models import load_causal_lm
 
 from tests.attr.llm_fixtures import tiny_lm_tokenizer
 from tests.helpers import save_tiny_model, tiny_causal_lm

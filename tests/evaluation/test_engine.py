@@ -11,7 +11,6 @@ import torch
 from captum_ext import classifier_forward
 from captum_ext.attr import AttCAT
 from captum_ext.evaluation import engine, registry
-from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import (
     METHODS,
@@ -20,6 +19,7 @@ from captum_ext.evaluation.registry import (
     MetricSpec,
     MetricValue,
 )
+from captum_ext.evaluation.user_data import LoadedExamples
 from captum_ext.metrics import aopc, TokenOptions
 
 from tests.helpers import (
@@ -123,7 +123,7 @@ def test_subsets_fit_nothing_unneeded_and_reject_unknown_names(monkeypatch):
     def no_decoders(model, tokenizer, texts):
         raise AssertionError("decoders fitted for methods that need none")
 
-    monkeypatch.setattr(registry, "decoders_for", no_decoders)
+    monkeypatch.setattr(registry.methods, "decoders_for", no_decoders)
     result = run(tiny_data(2), methods=["Random"], metrics=["hiding_revealing"])
     assert [row.method for row in result.rows] == ["Random"]
     assert list(result.rows[0].metrics) == ["Hide", "Reveal"]

@@ -13,7 +13,6 @@ import torch
 from captum_ext._utils.common import causal_lm_forward
 from captum_ext.attr._utils.continuations import left_padded, right_padded
 from captum_ext.evaluation import generation_engine
-from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.engine import run_benchmark
 from captum_ext.evaluation.generation_engine import run_generation_benchmark
 from captum_ext.evaluation.names import GENERATION_METRIC_NAMES
@@ -22,6 +21,7 @@ from captum_ext.evaluation.planted_evidence import planted_evidence_accuracy
 from captum_ext.evaluation.registry import GENERATION_METRICS, METHODS
 from captum_ext.evaluation.report import markdown_table, write_report
 from captum_ext.evaluation.results import BenchmarkResult
+from captum_ext.evaluation.user_data import LoadedExamples
 from captum_ext.metrics import (
     generation_aopc,
     generation_log_odds,

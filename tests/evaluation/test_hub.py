@@ -14,9 +14,9 @@ from typing import Dict, List
 import pandas as pd
 import pytest
 import transformers
-from captum_ext.evaluation.data import DataError, load_data
 from captum_ext.evaluation.hub import DATA_SUFFIXES, hub_reachable, is_hub_id
-from captum_ext.evaluation.models import (
+from captum_ext.evaluation.user_data import DataError, load_data
+from captum_ext.evaluation.user_models import (
     load_classifier,
     ModelSource,
     resolve_model_source,
@@ -70,7 +70,7 @@ def _run(
 def test_a_cached_hub_id_loads_offline_pinned_to_its_commit(hf_home, tmp_path):
     script = (
         "import json\n"
-        "from captum_ext.evaluation.models import load_classifier, ModelSource\n"
+        "from captum_ext.evaluation.user_models import load_classifier, ModelSource\n"
         "model, tokenizer = load_classifier('org/tiny')\n"
         "pinned, _ = load_classifier('org/tiny', revision=%r)\n"
         "print(json.dumps({'record': ModelSource.of(model).record(),\n"

@@ -77,7 +77,7 @@ def test_decoders_are_fitted_on_the_given_texts_only(monkeypatch):
         seen.append(texts)
         return Fitted()
 
-    monkeypatch.setattr(registry, "load_fitted_decoders", fake_fit)
+    monkeypatch.setattr(registry.methods, "load_fitted_decoders", fake_fit)
     texts = ["one text", "another"]
     assert registry.decoders_for(model, tokenizer, texts) == ["h0", "h1", "h2"]
     assert seen == [["one text", "another"]]

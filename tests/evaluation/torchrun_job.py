@@ -18,7 +18,7 @@ from typing import Any, Dict
 import torch
 from captum_ext.evaluation import attribute
 from captum_ext.evaluation.attribute import runner
-from captum_ext.evaluation.data import load_data
+from captum_ext.evaluation.user_data import load_data
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 METHODS = ["NormXLogit", "AttCAT"]

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 from captum_ext.evaluation.attribute import attribute_dataset
-from captum_ext.evaluation.data import LoadedExamples
+from captum_ext.evaluation.user_data import LoadedExamples
 from torch import nn
 
 from tests.helpers import tiny_labelled_bert, TINY_TEXTS, tiny_tokenizer

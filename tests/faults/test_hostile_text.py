@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 import torch
 from captum_ext.evaluation.attribute import attribute_dataset
-from captum_ext.evaluation.data import DataError, load_data, LoadedExamples
 from captum_ext.evaluation.explain import explain
 from captum_ext.evaluation.registry import METHODS
+from captum_ext.evaluation.user_data import DataError, load_data, LoadedExamples
 from captum_ext.visualization import explanation_html, explanation_text
 
 from tests.faults.faults import model, tokenizer

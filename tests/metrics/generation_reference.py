@@ -12,7 +12,7 @@ import torch
 from captum_ext import causal_lm_forward
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX
 from captum_ext.metrics import get_protocol, PerturbationProtocol, TokenOptions
-from captum_ext.metrics._utils.generation import retention_generator
+from captum_ext.metrics._utils.soft_erasure import retention_generator
 from torch import nn, Tensor
 from transformers import PreTrainedModel
 

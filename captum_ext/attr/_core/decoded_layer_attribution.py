@@ -41,7 +41,8 @@ from captum_ext.attr._utils.generation import (
 __all__ = ["DecodedLayerAttribution", "EmbeddingDecoder", "RELU_MODES"]
 
 Decoder = Callable[[Tensor], Tensor]  # [batch, pos, d] -> [batch, pos, vocab]
-MethodSpec = Union[Type[LayerAttribution], LayerAttribution]
+# The Captum layer method a decoded attribution runs: its class, or an instance.
+LayerMethod = Union[Type[LayerAttribution], LayerAttribution]
 
 RELU_MODES = ("outside", "inside", None)
 
@@ -91,7 +92,7 @@ class EmbeddingDecoder(nn.Module):
         return hidden @ self.weight.T  # [..., d] -> [..., vocab]
 
 
-def check_options(tau: Optional[int], relu: Optional[str]) -> None:
+def check_decoding_options(tau: Optional[int], relu: Optional[str]) -> None:
     r"""Raises on a ``tau`` that is not a positive int or None, or an unknown
     ``relu`` mode."""
     if tau is not None and (isinstance(tau, bool) or not isinstance(tau, int)):
@@ -250,11 +251,11 @@ def _with_relu(
     return tokens.clamp(min=0) if relu == "outside" else tokens
 
 
-def _method_type(method: MethodSpec) -> type:
+def _method_type(method: LayerMethod) -> type:
     return method if isinstance(method, type) else type(method)
 
 
-def _input_space(method: MethodSpec, input_space: Optional[str]) -> str:
+def _input_space(method: LayerMethod, input_space: Optional[str]) -> str:
     if input_space is None:
         perturbs = issubclass(_method_type(method), _INPUT_SPACE_METHODS)
         return "embeddings" if perturbs else "ids"
@@ -351,7 +352,7 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
         model: nn.Module,
         layer: Optional[Union[int, nn.Module]],
         decoder: Optional[Decoder] = None,
-        method: MethodSpec = LayerGradientXActivation,
+        method: LayerMethod = LayerGradientXActivation,
         method_kwargs: Optional[Dict[str, Any]] = None,
         input_space: Optional[str] = None,
     ) -> None:
@@ -405,7 +406,7 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
         self._built: Dict[nn.Module, LayerAttribution] = {}
 
     def _layer_module(
-        self, layer: Optional[Union[int, nn.Module]], method: MethodSpec
+        self, layer: Optional[Union[int, nn.Module]], method: LayerMethod
     ) -> nn.Module:
         own = None if isinstance(method, type) else method.layer
         if own is not None and not isinstance(own, nn.Module):
@@ -578,7 +579,7 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
             (``[batch, T, P + T]`` with ``attribute_generated``), zero outside
             the score mask.
         """
-        check_options(tau, relu)
+        check_decoding_options(tau, relu)
         name = type(self).__name__
         if explains_generation(
             self.adapter, target, contrast_target, attribute_generated, name

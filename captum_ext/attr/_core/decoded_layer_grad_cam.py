@@ -22,7 +22,7 @@ from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext.attr._core.decoded_layer_attribution import (
     aggregate,
-    check_options,
+    check_decoding_options,
     decoded_input_probabilities,
     DecodedLayerAttribution,
     Decoder,
@@ -208,7 +208,7 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             Tensor ``[batch, L + 1, pos]`` in float32 (float64 for a float64
             model), zero on padding.
         """
-        check_options(tau, relu)
+        check_decoding_options(tau, relu)
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
         chunk = partial(
             self._all_layers_chunk,

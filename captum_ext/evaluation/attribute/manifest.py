@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from captum_ext.evaluation._utils.atomic import write_text_atomically
-from captum_ext.evaluation.data import LoadedExamples
-from captum_ext.evaluation.models import ModelSource
+from captum_ext.evaluation.user_data import LoadedExamples
+from captum_ext.evaluation.user_models import ModelSource
 
 __all__ = [
     "MANIFEST",

@@ -58,7 +58,6 @@ from captum_ext.evaluation.attribute.shards import (
     write_shard,
 )
 from captum_ext.evaluation.attribute.sources import by_source, prompt_groups
-from captum_ext.evaluation.data import DataError, LoadedExamples
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.engine import (
     checked_max_length,
@@ -72,6 +71,7 @@ from captum_ext.evaluation.tokenized_batches import (
     EncodedBatch,
     texts_without_words,
 )
+from captum_ext.evaluation.user_data import DataError, LoadedExamples
 
 __all__ = ["attribute_dataset", "encode_prompts"]
 

@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Sequence
 
 import pyarrow as pa
 
-from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.registry import MetricSpec
+from captum_ext.evaluation.user_data import LoadedExamples
 
 __all__ = [
     "generation_schema",

@@ -11,7 +11,7 @@ import torch
 
 from captum_ext.attr._utils.llm_prompts import prepare_prompt, Prompt
 from captum_ext.attr._utils.prompt_sources import prompt_sources
-from captum_ext.evaluation.data import DataError, LoadedExamples
+from captum_ext.evaluation.user_data import DataError, LoadedExamples
 
 __all__ = ["by_source", "prompt_groups"]
 

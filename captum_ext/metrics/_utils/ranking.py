@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-r"""Deterministic rankings of token scores and a batched Kendall :math:`\tau_b`."""
+r"""Deterministic rankings of token scores, a batched Kendall :math:`\tau_b`,
+and which explanations rank nothing (:func:`no_signal`)."""
+
+import math
 
 import torch
 from torch import Tensor
 
-__all__ = ["descending_order", "kendall_tau_b", "ranks_within"]
+__all__ = ["descending_order", "kendall_tau_b", "no_signal", "ranks_within"]
 
 # Pairwise comparisons of one chunk of rows stay below this many elements.
 _PAIRS_PER_CHUNK = 1 << 24
@@ -62,3 +65,26 @@ def _tau_b_chunk(x: Tensor, y: Tensor, include: Tensor) -> Tensor:
     numerator = (dx * dy).sum((1, 2))
     denominator = torch.sqrt(dx.abs().sum((1, 2)) * dy.abs().sum((1, 2)))
     return numerator / denominator
+
+
+def no_signal(scores: Tensor, real: Tensor) -> Tensor:
+    r"""``[batch]`` True where an explanation has no signal: on an example
+    with at least two real tokens, every row of its scores is constant over
+    them (e.g. all zero after Grad-CAM's ReLU), so any ranking of its tokens
+    is the tie-break's, not the method's.
+
+    Args:
+        scores (Tensor): ``[batch, pos]``, or ``[batch, T, pos]`` (one row per
+            explained target token).
+        real (Tensor): ``[batch, pos]``, nonzero at the tokens a metric ranks
+            (attended, not special).
+
+    Returns:
+        Tensor: ``[batch]`` bool.
+    """
+    real = real.bool()
+    grid = scores if scores.dim() == 3 else scores[:, None]  # [batch, T, pos]
+    inside = real[:, None].expand_as(grid)
+    high = grid.masked_fill(~inside, -math.inf).amax(-1)  # [batch, T]
+    low = grid.masked_fill(~inside, math.inf).amin(-1)
+    return (high == low).all(-1) & (real.sum(-1) >= 2)

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 from captum_ext import UnsupportedModelError
-from captum_ext.evaluation.models import load_classifier, resolve_device
+from captum_ext.evaluation.user_models import load_classifier, resolve_device
 
 from tests.helpers import (
     save_tiny_model,

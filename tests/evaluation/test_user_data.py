@@ -11,7 +11,7 @@ from pathlib import Path
 import datasets
 import pandas as pd
 import pytest
-from captum_ext.evaluation.data import DataError, load_data, LoadedExamples
+from captum_ext.evaluation.user_data import DataError, load_data, LoadedExamples
 
 TEXTS = ["a fine film", "dull and long", "not bad at all", "what a mess", "loved it"]
 PAIRS = ["it is good", "it is great", "it is fine", "it is bad", "it is good"]
