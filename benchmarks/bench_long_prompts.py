@@ -65,7 +65,6 @@ import torch
 import transformers
 from benchmarks.common import (
     attribute_run,
-    Run,
     Builder,
     causal_lm_forward,
     causal_lm_methods,
@@ -73,6 +72,7 @@ from benchmarks.common import (
     measure_in_subprocess,
     PeakMemory,
     random_llama,
+    Run,
 )
 from captum_ext.attr import AttentionRollout, LastLayerAttention
 from torch import nn, Tensor
@@ -82,7 +82,7 @@ LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_LENGTHS = (256, 512)
 WARM_UP_LENGTH = 64
 # Llama-2-7B's shape, for --shape llama-7b.
-LLAMA_7B = dict(
+LLAMA_7B: Dict[str, Any] = dict(
     hidden_size=4096,
     num_hidden_layers=32,
     num_attention_heads=32,
