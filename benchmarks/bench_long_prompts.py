@@ -41,8 +41,10 @@ x 4,096, 32 heads, MLP 11,008, vocabulary 32,000), times are wall-clock
 seconds of one run after a warm-up (synchronised), an out-of-memory cell reads
 ``n/a (OutOfMemoryError)``, and a "forward with gradients" row (one forward
 pass that keeps its graph, logits of the predicting positions only) shows
-what any gradient method needs at least. Cells stop once ``--budget`` seconds
-have passed.
+what any gradient method needs at least; a last row, "CAT, targets batched",
+computes CAT's scores of all T targets in one backward pass batched over the
+targets (``is_grads_batched``), to compare with CAT's loop of T passes on that
+hardware. Cells stop once ``--budget`` seconds have passed.
 
 Usage::
 
@@ -74,6 +76,7 @@ from benchmarks.common import (
     random_llama,
     Run,
 )
+from captum_ext._utils.teacher_forcing import predicted_log_probs
 from captum_ext.attr import AttentionRollout, LastLayerAttention
 from torch import nn, Tensor
 
@@ -91,6 +94,7 @@ LLAMA_7B: Dict[str, Any] = dict(
     vocab_size=32000,
 )
 FORWARD_WITH_GRADIENTS = "forward with gradients"
+CAT_TARGETS_BATCHED = "CAT, targets batched"
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 # Timing: the fastest of at most TIME_RUNS runs, none started after TIME_BUDGET_S.
 TIME_RUNS = 3
@@ -128,6 +132,38 @@ def _forward_with_gradients(model: nn.Module, _chunk: Optional[int] = None) -> R
                 logits_to_keep=target.shape[1],
             )
         return output.logits
+
+    return run
+
+
+def _cat_targets_batched(model: nn.Module, _chunk: Optional[int] = None) -> Run:
+    r"""CAT's ``sum_d grad * hidden`` ``[batch, T, L, pos]`` from ONE backward
+    pass batched over the T targets (``torch.autograd.grad(...,
+    is_grads_batched=True)``), to compare with CAT's loop of T backward passes
+    on the same hardware (it holds T gradients of every hidden state at once)."""
+
+    def run(ids: Tensor, mask: Tensor, target: Tensor) -> object:
+        joined = torch.cat([ids, target[:, :-1]], 1)
+        joined_mask = torch.cat([mask, torch.ones_like(target[:, :-1])], 1)
+        steps = target.shape[1]
+        with torch.enable_grad():
+            output = model(
+                input_ids=joined,
+                attention_mask=joined_mask,
+                output_hidden_states=True,
+                logits_to_keep=steps,
+            )
+            log_probs = predicted_log_probs(output.logits, target)  # [batch, T]
+            hidden = output.hidden_states[:-1]  # CAT's default layers="inputs"
+            eye = torch.eye(steps, dtype=log_probs.dtype, device=log_probs.device)
+            grads = torch.autograd.grad(
+                log_probs,
+                hidden,
+                grad_outputs=eye[:, None, :].expand(-1, len(ids), -1),
+                is_grads_batched=True,
+            )  # L x [T, batch, pos, d]
+        scores = [(g.float() * h.float()).sum(-1) for g, h in zip(grads, hidden)]
+        return torch.stack(scores, -2).transpose(0, 1)  # [batch, T, L, pos]
 
     return run
 
@@ -234,8 +270,12 @@ def device_table(options: argparse.Namespace) -> Dict[str, List[Dict[str, Any]]]
     it is measured (a run cut short still shows what it measured); returns
     name -> results per length, as :func:`table` does."""
     model = _model(options)
-    runs = {**builders(), FORWARD_WITH_GRADIENTS: _forward_with_gradients}
-    names = ["forward", FORWARD_WITH_GRADIENTS, *options.methods]
+    runs = {
+        **builders(),
+        FORWARD_WITH_GRADIENTS: _forward_with_gradients,
+        CAT_TARGETS_BATCHED: _cat_targets_batched,
+    }
+    names = ["forward", FORWARD_WITH_GRADIENTS, *options.methods, CAT_TARGETS_BATCHED]
     results: Dict[str, List[Dict[str, Any]]] = {name: [] for name in names}
     start = time.perf_counter()
     for length in options.lengths:
