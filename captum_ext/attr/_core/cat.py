@@ -21,7 +21,7 @@ from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext.adapters import AttentionInputs, get_adapter
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
-from captum_ext.attr._utils.generation import (
+from captum_ext.attr._utils.teacher_forced_attribution import (
     attribute_generation,
     explains_generation,
     run_teacher_forced,

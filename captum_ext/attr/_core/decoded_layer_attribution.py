@@ -31,7 +31,7 @@ from captum_ext.adapters import (
     UnsupportedModelError,
 )
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
-from captum_ext.attr._utils.generation import (
+from captum_ext.attr._utils.teacher_forced_attribution import (
     attribute_generation,
     explains_generation,
     run_teacher_forced,

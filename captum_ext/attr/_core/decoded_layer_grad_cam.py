@@ -28,7 +28,10 @@ from captum_ext.attr._core.decoded_layer_attribution import (
     Decoder,
 )
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
-from captum_ext.attr._utils.generation import run_teacher_forced, target_gradients
+from captum_ext.attr._utils.teacher_forced_attribution import (
+    run_teacher_forced,
+    target_gradients,
+)
 
 __all__ = ["DecodedLayerGradCam"]
 

@@ -21,13 +21,13 @@ from captum_ext.attr._utils.continuations import (
     prompt_pad_id,
     right_padded,
 )
-from captum_ext.attr._utils.generation import TeacherForcedLogProbs
 from captum_ext.attr._utils.llm_prompts import (
     check_text,
     is_chat,
     prepare_prompt,
     Prompt,
 )
+from captum_ext.attr._utils.teacher_forced_attribution import TeacherForcedLogProbs
 
 TargetLike = Union[str, Tensor, Sequence[int], None]
 

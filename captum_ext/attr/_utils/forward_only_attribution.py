@@ -15,7 +15,10 @@ from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
-from captum_ext.attr._utils.generation import attribute_generation, explains_generation
+from captum_ext.attr._utils.teacher_forced_attribution import (
+    attribute_generation,
+    explains_generation,
+)
 
 __all__ = ["ForwardOnlyAttribution"]
 
@@ -149,5 +152,6 @@ class ForwardOnlyAttribution(Attribution):  # type: ignore[misc]  # untyped capt
         self, forced: TeacherForcedBatch, contrast: Optional[Tensor]
     ) -> Tensor:
         r"""Causal LMs: per-position scores ``[batch, T, P + T - 1]`` of one
-        teacher-forced chunk (see :mod:`captum_ext.attr._utils.generation`)."""
+        teacher-forced chunk (see :mod:`captum_ext.attr._utils.teacher_forced_attribution`).
+        """
         raise NotImplementedError
