@@ -16,7 +16,6 @@ from torch import nn, Tensor
 from captum_ext._utils.common import (
     check_decoder_vocabulary,
     classifier_forward,
-    parse_token_batch,
     resolve_target,
     run_model,
     TokenBatch,
@@ -30,10 +29,9 @@ from captum_ext.adapters import (
     read_parameter,
     UnsupportedModelError,
 )
-from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.attribute_in_chunks import result_dtype
+from captum_ext.attr._utils.attribute_tokens import attribute_tokens
 from captum_ext.attr._utils.teacher_forced_attribution import (
-    attribute_generation,
-    explains_generation,
     run_teacher_forced,
     TeacherForcedLogProbs,
 )
@@ -579,43 +577,29 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
             the score mask.
         """
         check_options(tau, relu)
-        name = type(self).__name__
-        if explains_generation(
-            self.adapter, target, contrast_target, attribute_generated, name
-        ):
-            generated = partial(
+        return attribute_tokens(
+            self.adapter,
+            inputs,
+            target,
+            additional_forward_args,
+            internal_batch_size,
+            attribute_generated=attribute_generated,
+            contrast_target=contrast_target,
+            chunk_scores=partial(
+                self._chunk_scores,
+                tau=tau,
+                relu=relu,
+                internal_batch_size=internal_batch_size,
+            ),
+            generated_scores=partial(
                 self._generated_scores,
                 tau=tau,
                 relu=relu,
                 internal_batch_size=internal_batch_size,
-                attribute_kwargs=_shared_options(attribute_kwargs),
-            )
-            return attribute_generation(
-                self.adapter,
-                inputs,
-                target,
-                additional_forward_args,
-                contrast_target,
-                attribute_generated,
-                internal_batch_size,
-                generated,
-                name,
-            )
-        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
-        chunk = partial(
-            self._chunk_scores,
-            tau=tau,
-            relu=relu,
-            internal_batch_size=internal_batch_size,
-        )
-        return attribute_in_chunks(
-            self.model,
-            batch,
-            target,
-            internal_batch_size,
-            chunk,
-            type(self).__name__,
-            **attribute_kwargs,
+                attribute_kwargs=attribute_kwargs,
+            ),
+            method=type(self).__name__,
+            per_example=attribute_kwargs,
         )
 
     def _generated_scores(
@@ -630,13 +614,13 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
         r"""Causal LMs: decoded scores ``[batch, T, P + T - 1]``: the wrapped
         method explains ``log p(y_t)`` once per step ``t`` (its own forward and
         backward passes: a generic Captum method takes one target at a time)."""
+        kwargs = dict(_shared_options(attribute_kwargs))
         with torch.no_grad():
             hidden, _, module = self._captured(
                 lambda: run_teacher_forced(
                     self.adapter, forced, predicting_logits_only=True
                 )
             )
-        kwargs = dict(attribute_kwargs)
         wrapped = self._wrapped(module)
         if internal_batch_size is not None and _takes_internal_batch_size(wrapped):
             kwargs["internal_batch_size"] = internal_batch_size

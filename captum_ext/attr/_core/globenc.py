@@ -29,6 +29,7 @@ from captum_ext.adapters import (
     PreNormParts,
 )
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.attribute_tokens import attribute_classes
 from captum_ext.attr._utils.decoder_decomposition import (
     capture_decoder,
     decoder_factors,
@@ -322,15 +323,26 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
             ...     enc["input_ids"], target=target_ids,
             ...     additional_forward_args=(enc["attention_mask"],))  # [batch, T, P]
         """
-        batch = self._parse(inputs, additional_forward_args, variant)
         if self.adapter.is_causal_lm:
+            # Not attribute_tokens' causal-LM half: GlobEnc joins the whole
+            # batch itself, with its own checks of the call and of the logits.
+            batch = self._parse(inputs, additional_forward_args, variant)
             joined = self._teacher_forced(batch, target, contrast_target)
             return self._generation_rows(
                 joined, variant, rollout, attribute_generated, internal_batch_size
             )
+        _check_variant(variant, VARIANTS)
         _check_classifier_call(attribute_generated, contrast_target)
-        row = partial(self._row, variant=variant, rollout=rollout)
-        return self._in_chunks(batch, target, internal_batch_size, row)
+        with torch.no_grad():
+            return attribute_classes(
+                self.adapter,
+                inputs,
+                target,
+                additional_forward_args,
+                internal_batch_size,
+                partial(self._row, variant=variant, rollout=rollout),
+                "GlobEnc",
+            )
 
     @log_usage()
     def attribute_matrices(
@@ -375,9 +387,9 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
     def _parse(
         self, inputs: Any, additional_forward_args: Any, variant: str
     ) -> TokenBatch:
-        variants = DECODER_VARIANTS if self.adapter.is_causal_lm else VARIANTS
-        if variant not in variants:
-            raise ValueError(_variant_message(variant, variants))
+        _check_variant(
+            variant, DECODER_VARIANTS if self.adapter.is_causal_lm else VARIANTS
+        )
         return parse_token_batch(self.adapter, inputs, additional_forward_args)
 
     def _teacher_forced(
@@ -571,15 +583,17 @@ def _rolled_out_rows(
     return rollout_rows_in_blocks(layers if rollout else layers[-1:], positions)
 
 
-def _variant_message(variant: str, variants: Tuple[str, ...]) -> str:
-    if variant == "N_resln" and variant not in variants:
-        return (
+def _check_variant(variant: str, variants: Tuple[str, ...]) -> None:
+    if variant in variants:
+        return
+    if variant == "N_resln":
+        raise ValueError(
             'variant "N_resln" (attention + residual + the LayerNorm after them) '
             "has no counterpart in a pre-LayerNorm decoder: no norm acts on the "
             "residual stream between the attention and MLP sublayers (norm2 "
             f"only feeds the MLP); use one of {variants}"
         )
-    return f"variant must be one of {variants}, got {variant!r}"
+    raise ValueError(f"variant must be one of {variants}, got {variant!r}")
 
 
 def _check_classifier_call(
