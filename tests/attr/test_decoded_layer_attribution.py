@@ -22,9 +22,8 @@ from captum_ext.attr import (
     DecodedLayerGradCam,
     EmbeddingDecoder,
 )
-from captum_ext.attr._core.decoded_layer_attribution import (
-    _with_relu,
-    aggregate,
+from captum_ext.attr._utils.decoded_aggregation import _with_relu, aggregate
+from captum_ext.attr._utils.decoded_probabilities import (
     decoded_input_probabilities,
     decoded_token_sums,
 )
@@ -191,10 +190,8 @@ def _decoded_from(method: DecodedLayerAttribution, alpha: Tensor, batch: dict):
     r"""The decoded scores recomputed from a recorded layer attribution (signed,
     no tau), via the literal loops with ``a`` replaced."""
     from captum_ext._utils.common import parse_token_batch
-    from captum_ext.attr._core.decoded_layer_attribution import (
-        aggregate,
-        decoded_input_probabilities,
-    )
+    from captum_ext.attr._utils.decoded_aggregation import aggregate
+    from captum_ext.attr._utils.decoded_probabilities import decoded_input_probabilities
 
     tokens = parse_token_batch(
         method.adapter, batch["input_ids"], batch["attention_mask"]

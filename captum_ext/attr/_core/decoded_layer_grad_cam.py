@@ -20,14 +20,16 @@ from captum_ext._utils.common import (
 from captum_ext._utils.hooks import gradients_from
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
-from captum_ext.attr._core.decoded_layer_attribution import (
+from captum_ext.attr._core.decoded_layer_attribution import DecodedLayerAttribution
+from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.decoded_aggregation import (
     aggregate,
-    check_options,
+    check_aggregation_options,
+)
+from captum_ext.attr._utils.decoded_probabilities import (
     decoded_input_probabilities,
-    DecodedLayerAttribution,
     Decoder,
 )
-from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     target_gradients,
@@ -97,9 +99,9 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
                 ignores it.
             decoder (Callable, optional): maps ``[batch, pos, d]`` hidden states
                 to ``[batch, pos, vocab]`` logits (MLM head,
-                :class:`EmbeddingDecoder` or a fitted decoder). Required for a
-                classifier; for a causal LM None means the model's own final
-                norm + LM head.
+                :class:`~captum_ext.attr.EmbeddingDecoder` or a fitted decoder).
+                Required for a classifier; for a causal LM None means the
+                model's own final norm + LM head.
             multiply_by_inputs (bool, optional): False drops the activation
                 factor (``alpha = dy/dh_l``). Default: True.
         """
@@ -211,7 +213,7 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             Tensor ``[batch, L + 1, pos]`` in float32 (float64 for a float64
             model), zero on padding.
         """
-        check_options(tau, relu)
+        check_aggregation_options(tau, relu)
         batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
         chunk = partial(
             self._all_layers_chunk,
