@@ -3,7 +3,7 @@ r"""CAT: class activation tokens, gradient times hidden state summed over layers
 
 from contextlib import nullcontext
 from functools import partial
-from typing import Any, Callable, List, Literal, Optional, overload, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -100,32 +100,6 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         self.model = model
         self.adapter = get_adapter(model)
         self.layers = layers
-
-    # The scores' shape follows return_layers: [batch, pos] or [batch, L, pos].
-    @overload
-    def attribute(
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: TargetType = None,
-        additional_forward_args: Any = None,
-        return_layers: Literal[False] = False,
-        internal_batch_size: Optional[int] = None,
-        attribute_generated: bool = False,
-        contrast_target: Optional[Tensor] = None,
-    ) -> Tensor: ...  # [batch, pos] ([batch, T, P] for a causal LM)
-
-    @overload
-    def attribute(
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: TargetType = None,
-        additional_forward_args: Any = None,
-        *,
-        return_layers: Literal[True],
-        internal_batch_size: Optional[int] = None,
-        attribute_generated: bool = False,
-        contrast_target: Optional[Tensor] = None,
-    ) -> Tensor: ...  # [batch, L, pos] ([batch, T, L, P] for a causal LM)
 
     @log_usage()
     def attribute(
