@@ -42,7 +42,8 @@ from captum_ext.attr._utils.teacher_forced_attribution import (
 
 __all__ = ["DecodedLayerAttribution"]
 
-MethodSpec = Union[Type[LayerAttribution], LayerAttribution]
+# The wrapped Captum layer method: its class, or an instance aimed at h_l.
+LayerMethod = Union[Type[LayerAttribution], LayerAttribution]
 
 # Captum layer methods that interpolate or add noise in input space: token ids
 # cannot be interpolated, so they get word embeddings as inputs.
@@ -50,11 +51,11 @@ _INPUT_SPACE_METHODS = (LayerConductance, LayerGradientShap)
 _INPUT_SPACES = ("ids", "embeddings")
 
 
-def _method_type(method: MethodSpec) -> type:
+def _method_type(method: LayerMethod) -> type:
     return method if isinstance(method, type) else type(method)
 
 
-def _input_space(method: MethodSpec, input_space: Optional[str]) -> str:
+def _input_space(method: LayerMethod, input_space: Optional[str]) -> str:
     if input_space is None:
         perturbs = issubclass(_method_type(method), _INPUT_SPACE_METHODS)
         return "embeddings" if perturbs else "ids"
@@ -152,7 +153,7 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
         model: nn.Module,
         layer: Optional[Union[int, nn.Module]],
         decoder: Optional[Decoder] = None,
-        method: MethodSpec = LayerGradientXActivation,
+        method: LayerMethod = LayerGradientXActivation,
         method_kwargs: Optional[Dict[str, Any]] = None,
         input_space: Optional[str] = None,
     ) -> None:
@@ -206,7 +207,7 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
         self._built: Dict[nn.Module, LayerAttribution] = {}
 
     def _layer_module(
-        self, layer: Optional[Union[int, nn.Module]], method: MethodSpec
+        self, layer: Optional[Union[int, nn.Module]], method: LayerMethod
     ) -> nn.Module:
         own = None if isinstance(method, type) else method.layer
         if own is not None and not isinstance(own, nn.Module):
