@@ -11,17 +11,13 @@ from captum._utils.typing import TargetType
 from captum.attr import LayerGradientXActivation
 from torch import nn, Tensor
 
-from captum_ext._utils.common import (
-    parse_token_batch,
-    resolve_target,
-    run_model,
-    TokenBatch,
-)
+from captum_ext._utils.common import resolve_target, run_model, TokenBatch
 from captum_ext._utils.hooks import gradients_from
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext.attr._core.decoded_layer_attribution import DecodedLayerAttribution
-from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.attribute_in_chunks import result_dtype
+from captum_ext.attr._utils.attribute_tokens import attribute_classes
 from captum_ext.attr._utils.decoded_aggregation import (
     aggregate,
     check_aggregation_options,
@@ -214,15 +210,20 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             model), zero on padding.
         """
         check_aggregation_options(tau, relu)
-        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
         chunk = partial(
             self._all_layers_chunk,
             decoders=self._decoders(decoders),
             tau=tau,
             relu=relu,
         )
-        return attribute_in_chunks(
-            self.model, batch, target, internal_batch_size, chunk, type(self).__name__
+        return attribute_classes(
+            self.adapter,
+            inputs,
+            target,
+            additional_forward_args,
+            internal_batch_size,
+            chunk,
+            type(self).__name__,
         )
 
     def _all_layers_chunk(
