@@ -22,9 +22,8 @@ from captum_ext.attr import (
     DecodedLayerGradCam,
     EmbeddingDecoder,
 )
-from captum_ext.attr._core.decoded_layer_attribution import (
-    _with_relu,
-    aggregate,
+from captum_ext.attr._utils.decoded_aggregation import _with_relu, aggregate
+from captum_ext.attr._utils.decoded_probabilities import (
     decoded_input_probabilities,
     decoded_token_sums,
 )
@@ -191,10 +190,8 @@ def _decoded_from(method: DecodedLayerAttribution, alpha: Tensor, batch: dict):
     r"""The decoded scores recomputed from a recorded layer attribution (signed,
     no tau), via the literal loops with ``a`` replaced."""
     from captum_ext._utils.common import parse_token_batch
-    from captum_ext.attr._core.decoded_layer_attribution import (
-        aggregate,
-        decoded_input_probabilities,
-    )
+    from captum_ext.attr._utils.decoded_aggregation import aggregate
+    from captum_ext.attr._utils.decoded_probabilities import decoded_input_probabilities
 
     tokens = parse_token_batch(
         method.adapter, batch["input_ids"], batch["attention_mask"]
@@ -230,6 +227,26 @@ def test_integrated_gradients_output_is_used_unchanged(model, decoder):
     torch.testing.assert_close(alpha.sum((1, 2)), gap, rtol=1e-2, atol=1e-4)
     method = DecodedLayerAttribution(model, 1, decoder, lig)
     torch.testing.assert_close(scores, _decoded_from(method, alpha, batch))
+
+
+def test_an_option_named_like_a_chunking_argument_reaches_the_method(model, decoder):
+    r"""Integrated Gradients' own ``method`` (its quadrature rule) is one of the
+    ``**attribute_kwargs``, not the name of the chunking's method."""
+    batch = token_batch((8, 5), seed=7)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    module = get_adapter(model).hidden_state_module(1)
+    lig = LayerIntegratedGradients(classifier_forward(model), module)
+    seen = _spy(lig)
+    method = DecodedLayerAttribution(model, 1, decoder, lig)
+    scores = method.attribute(ids, 0, mask, relu=None, n_steps=3, method="riemann_left")
+    method.attribute(ids, 0, mask, relu=None, n_steps=3)
+    left, gauss_legendre = seen
+    direct = LayerIntegratedGradients(classifier_forward(model), module).attribute(
+        ids, target=0, additional_forward_args=(mask,), n_steps=3, method="riemann_left"
+    )
+    torch.testing.assert_close(left, direct)
+    assert not torch.allclose(left, gauss_legendre)
+    torch.testing.assert_close(scores, _decoded_from(method, left, batch))
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from captum_ext._utils.common import parse_token_batch
 from captum_ext._utils.hooks import HookSet
 from captum_ext.attr import GlobEnc
 from captum_ext.attr._core import globenc
+from captum_ext.attr._utils import encoder_decomposition
 from captum_ext.defaults.data import load_split
 from captum_ext.defaults.models import MAX_LENGTH
 
@@ -44,7 +45,11 @@ def _layernorm_terms(norm, pre_ln):
 
 def _decomposed_sum(layer, parts, variant):
     r"""Sum over source tokens of the decomposed vectors: ``[batch, pos, d]``."""
-    return globenc._factors(layer, parts, variant).vectors().sum(dim=2)
+    return (
+        encoder_decomposition.encoder_factors(layer, parts, variant)
+        .vectors()
+        .sum(dim=2)
+    )
 
 
 @pytest.mark.parametrize("family", POST_LN_FAMILIES)
@@ -57,7 +62,7 @@ def test_decomposition_reproduces_both_layernorm_outputs(family):
     with HookSet() as hooks, torch.no_grad():
         ln1_out = [hooks.capture_output(p.layernorm1) for p in parts]
         ln2_out = [hooks.capture_output(p.layernorm2) for p in parts]
-        _, layers = globenc._capture(adapter, batch)
+        _, layers = encoder_decomposition.capture_encoder(adapter, batch)
     matrices = _matrices(model, tokens, rollout=False)
     for k, (layer, part) in enumerate(zip(layers, parts)):
         b_out = part.attention_output.bias
@@ -75,7 +80,7 @@ def test_decomposition_reproduces_both_layernorm_outputs(family):
         ffn = layer.pre_ln2 - ln1_out[k][0]
         scale2, beta2 = _layernorm_terms(part.layernorm2, layer.pre_ln2)
         ln2_dropped = scale2 * _centred(ffn + ln1_dropped) + beta2
-        e = globenc._factors(layer, part, "N_enc").vectors()
+        e = encoder_decomposition.encoder_factors(layer, part, "N_enc").vectors()
         torch.testing.assert_close(
             e.sum(dim=2) + ln2_dropped, ln2_out[k][0], atol=1e-5, rtol=0
         )

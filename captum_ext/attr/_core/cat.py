@@ -3,27 +3,21 @@ r"""CAT: class activation tokens, gradient times hidden state summed over layers
 
 from contextlib import nullcontext
 from functools import partial
-from typing import Any, Callable, List, Literal, Optional, overload, Tuple, Union
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import GradientAttribution
 from torch import nn, Tensor
 
-from captum_ext._utils.common import (
-    parse_token_batch,
-    resolve_target,
-    run_model,
-    TokenBatch,
-)
+from captum_ext._utils.common import resolve_target, run_model, TokenBatch
 from captum_ext._utils.hooks import gradients_from
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext.adapters import AttentionInputs, get_adapter
-from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
-from captum_ext.attr._utils.generation import (
-    attribute_generation,
-    explains_generation,
+from captum_ext.attr._utils.attribute_in_chunks import result_dtype
+from captum_ext.attr._utils.attribute_tokens import attribute_tokens
+from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     target_gradients,
 )
@@ -107,32 +101,6 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         self.adapter = get_adapter(model)
         self.layers = layers
 
-    # The scores' shape follows return_layers: [batch, pos] or [batch, L, pos].
-    @overload
-    def attribute(
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: TargetType = None,
-        additional_forward_args: Any = None,
-        return_layers: Literal[False] = False,
-        internal_batch_size: Optional[int] = None,
-        attribute_generated: bool = False,
-        contrast_target: Optional[Tensor] = None,
-    ) -> Tensor: ...  # [batch, pos] ([batch, T, P] for a causal LM)
-
-    @overload
-    def attribute(
-        self,
-        inputs: Union[Tensor, Tuple[Tensor]],
-        target: TargetType = None,
-        additional_forward_args: Any = None,
-        *,
-        return_layers: Literal[True],
-        internal_batch_size: Optional[int] = None,
-        attribute_generated: bool = False,
-        contrast_target: Optional[Tensor] = None,
-    ) -> Tensor: ...  # [batch, L, pos] ([batch, T, L, P] for a causal LM)
-
     @log_usage()
     def attribute(
         self,
@@ -199,33 +167,19 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
             ...     enc["input_ids"], additional_forward_args=(enc["attention_mask"],)
             ... )
         """
-        name = type(self).__name__
-        if explains_generation(
-            self.adapter, target, contrast_target, attribute_generated, name
-        ):
-            scores = attribute_generation(
-                self.adapter,
-                inputs,
-                target,
-                additional_forward_args,
-                contrast_target,
-                attribute_generated,
-                internal_batch_size,
-                self._generated_layer_scores,
-                name,
-            )  # [batch, T, L, width]
-            return scores if return_layers else scores.sum(2)
-        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
-        scores = attribute_in_chunks(
-            self.model,
-            batch,
+        scores = attribute_tokens(
+            self.adapter,
+            inputs,
             target,
+            additional_forward_args,
             internal_batch_size,
-            self._layer_scores,
-            type(self).__name__,
-        )  # [batch, L, pos]
-        scores = scores.masked_fill(~batch.valid[:, None], 0)
-        return scores if return_layers else scores.sum(1)
+            attribute_generated=attribute_generated,
+            contrast_target=contrast_target,
+            chunk_scores=self._layer_scores,
+            generated_scores=self._generated_layer_scores,
+            method=type(self).__name__,
+        )  # [batch, L, pos]; causal LMs: [batch, T, L, width]
+        return scores if return_layers else scores.sum(-2)
 
     def _layer_scores(
         self, batch: TokenBatch, target: TargetType

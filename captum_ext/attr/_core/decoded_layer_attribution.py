@@ -14,241 +14,41 @@ from captum.attr._utils.attribution import LayerAttribution
 from torch import nn, Tensor
 
 from captum_ext._utils.common import (
-    check_decoder_vocabulary,
     classifier_forward,
-    parse_token_batch,
     resolve_target,
     run_model,
     TokenBatch,
 )
-from captum_ext._utils.hooks import eval_semantics, HookSet
+from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
-from captum_ext.adapters import (
-    get_adapter,
-    ModelAdapter,
-    read_parameter,
-    UnsupportedModelError,
+from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
+from captum_ext.attr._utils.attribute_in_chunks import result_dtype
+from captum_ext.attr._utils.attribute_tokens import attribute_tokens
+from captum_ext.attr._utils.decoded_aggregation import (
+    _with_relu,
+    aggregate,
+    check_aggregation_options,
 )
-from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
-from captum_ext.attr._utils.generation import (
-    attribute_generation,
-    explains_generation,
+from captum_ext.attr._utils.decoded_probabilities import (
+    decoded_input_probabilities,
+    decoded_token_sums,
+    Decoder,
+)
+from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     TeacherForcedLogProbs,
 )
 
-__all__ = ["DecodedLayerAttribution", "EmbeddingDecoder", "RELU_MODES"]
+__all__ = ["DecodedLayerAttribution"]
 
-Decoder = Callable[[Tensor], Tensor]  # [batch, pos, d] -> [batch, pos, vocab]
-# The Captum layer method a decoded attribution runs: its class, or an instance.
+# The wrapped Captum layer method: its class, or an instance aimed at h_l.
 LayerMethod = Union[Type[LayerAttribution], LayerAttribution]
-
-RELU_MODES = ("outside", "inside", None)
 
 # Captum layer methods that interpolate or add noise in input space: token ids
 # cannot be interpolated, so they get word embeddings as inputs.
 _INPUT_SPACE_METHODS = (LayerConductance, LayerGradientShap)
 _INPUT_SPACES = ("ids", "embeddings")
-
-# Hidden-state rows decoded at once: bounds the [rows, vocab] logits (about
-# 60 MiB for a 30k vocabulary in float32).
-_DECODE_ROWS = 512
-
-
-class EmbeddingDecoder(nn.Module):
-    r"""The tied input-embedding decoder ``h -> h @ E^T`` (no bias), ``E`` being the
-    model's word-embedding matrix ``[vocab, d]``.
-
-    Args:
-        model (nn.Module): a Hugging Face model; its word embeddings must have the
-            hidden size (not so for ALBERT/ELECTRA's factorised embeddings).
-    """
-
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        adapter = get_adapter(model)
-        # Held outside this decoder's module tree, so that the model's embedding
-        # module (its mode, its hooks) stays the model's own.
-        self._embeddings = (adapter.word_embeddings(),)
-        width = self._embeddings[0].weight.shape[1]
-        if width != adapter.hidden_size:
-            raise UnsupportedModelError(
-                f"{adapter.family_name}: word embeddings have size {width} but hidden "
-                f"states {adapter.hidden_size}, so h @ E^T is undefined; use the "
-                "MLM head or a fitted decoder (load_fitted_decoder)"
-            )
-        self.eval()
-
-    @property
-    def weight(self) -> Tensor:  # [vocab, d]
-        r"""``E``, read when used: through accelerate's hook where the model's
-        embeddings are offloaded (their parameter then holds no data)."""
-        weight = read_parameter(self._embeddings[0], "weight")
-        assert weight is not None  # an nn.Embedding
-        return weight
-
-    def forward(self, hidden: Tensor) -> Tensor:
-        return hidden @ self.weight.T  # [..., d] -> [..., vocab]
-
-
-def check_decoding_options(tau: Optional[int], relu: Optional[str]) -> None:
-    r"""Raises on a ``tau`` that is not a positive int or None, or an unknown
-    ``relu`` mode."""
-    if tau is not None and (isinstance(tau, bool) or not isinstance(tau, int)):
-        raise TypeError(f"tau must be a positive int or None, got {tau!r}")
-    if tau is not None and tau < 1:
-        raise ValueError(f"tau must be >= 1 (or None for no limit), got {tau}")
-    if relu not in RELU_MODES:
-        raise ValueError(f"relu must be one of {RELU_MODES}, got {relu!r}")
-
-
-@torch.no_grad()
-def decoded_input_probabilities(
-    decoder: Decoder, hidden: Tensor, batch: TokenBatch, vocab_size: int
-) -> Tensor:
-    r"""``D[b, j, i] = softmax(decoder(h[b, j]))[t_i]``: the probability, over the
-    full vocabulary, that position ``j`` decodes to the token at position ``i``.
-
-    Args:
-        decoder (Callable): ``[1, rows, d] -> [1, rows, vocab]`` logits.
-        hidden (Tensor): ``[batch, pos, d]``, ``h_l``.
-        batch (TokenBatch): the input ids and masks.
-        vocab_size (int): the model's vocabulary size; the decoder must match it.
-
-    Returns:
-        Tensor ``[batch, pos, pos]`` (rows ``j``, columns ``i``) in float32 (or
-        wider), zero on pad rows.
-    """
-    example, position = batch.valid.nonzero(as_tuple=True)  # decode real tokens only
-    states = hidden[example, position]  # [rows, d]
-    tokens = batch.input_ids[example]  # [rows, pos]: the tokens of each row's example
-    dtype = result_dtype(hidden.dtype)
-    pieces = []
-    with eval_semantics(decoder):
-        for start in range(0, len(states), _DECODE_ROWS):
-            # The vocabulary matmul runs in the decoder's dtype; the log-sum-exp
-            # over the vocabulary in float32.
-            logits = decoder(states[None, start : start + _DECODE_ROWS])[0].to(dtype)
-            check_decoder_vocabulary(logits, vocab_size)
-            chosen = logits.gather(-1, tokens[start : start + _DECODE_ROWS])
-            pieces.append((chosen - logits.logsumexp(-1, keepdim=True)).exp())
-    shape = batch.input_ids.shape + batch.input_ids.shape[1:]
-    probabilities = hidden.new_zeros(shape, dtype=dtype)
-    probabilities[example, position] = torch.cat(pieces)
-    return probabilities
-
-
-@torch.no_grad()
-def decoded_token_sums(
-    decoder: Decoder,
-    hidden: Tensor,
-    batch: TokenBatch,
-    position_scores: Tensor,
-    vocab_size: int,
-) -> Tensor:
-    r"""``sum_j D[b, j, i] a[b, r, j]`` for every row ``r`` of per-position
-    scores, without forming ``D`` (:func:`decoded_input_probabilities`): with
-    ``D[b, j, i] = softmax(decoder(h[b, j]))[t_i]`` the sum is the vocabulary
-    vector ``w_r = sum_j a_{r,j} softmax(decoder(h_j))`` read at ``t_i``, so
-    memory and time are linear in the positions (tau None only:
-    a top-tau mask depends on ``D``'s ranks).
-
-    Args:
-        decoder (Callable): ``[1, rows, d] -> [1, rows, vocab]`` logits.
-        hidden (Tensor): ``[batch, pos, d]``, ``h_l``.
-        batch (TokenBatch): the input ids and masks (pad rows ``j`` decode
-                    nothing).
-        position_scores (Tensor): ``[batch, R, pos_j]``, ``a_{r,j}``.
-        vocab_size (int): the model's vocabulary size; the decoder must match it.
-
-    Returns:
-        Tensor ``[batch, R, pos_i]`` in float32 (or wider).
-    """
-    dtype = result_dtype(hidden.dtype)
-    per_example = []
-    with eval_semantics(decoder):
-        for example in range(len(hidden)):
-            real = batch.valid[example].nonzero().flatten()  # decode real rows only
-            scores = position_scores[example].to(dtype)  # [R, pos]
-            weights = scores.new_zeros(len(scores), vocab_size)  # [R, vocab]
-            for start in range(0, len(real), _DECODE_ROWS):
-                rows = real[start : start + _DECODE_ROWS]
-                # The vocabulary matmul in the decoder's dtype, the rest in float32.
-                logits = decoder(hidden[example, rows][None])[0].to(dtype)
-                check_decoder_vocabulary(logits, vocab_size)
-                # In place: a block of rows over the vocabulary is the peak.
-                probabilities = logits.sub_(logits.logsumexp(-1, keepdim=True)).exp_()
-                weights += scores[:, rows] @ probabilities
-            per_example.append(weights[:, batch.input_ids[example]])
-    return torch.stack(per_example)
-
-
-def _first_occurrence(batch: TokenBatch) -> Tensor:
-    r"""``[batch, pos]``: index of the first real position holding the same token
-    (one column per unique token ``t_i``)."""
-    ids = batch.input_ids
-    same = (ids[:, :, None] == ids[:, None, :]) & batch.valid[:, None, :]
-    return same.float().argmax(-1)  # argmax returns the first maximum
-
-
-def _top_tau_mask(probabilities: Tensor, batch: TokenBatch, tau: int) -> Tensor:
-    r"""``M[b, j, i] = 1`` when ``t_i`` is among the ``tau`` unique input tokens
-    most probable at position ``j`` (Alg. 1 l.8); repeated tokens share it."""
-    pos = probabilities.shape[-1]
-    first = _first_occurrence(batch)
-    # one candidate column per unique real token
-    unique = (first == torch.arange(pos, device=first.device)) & batch.valid
-    ranked = probabilities.masked_fill(~unique[:, None, :], float("-inf"))
-    top = ranked.topk(min(tau, pos), dim=-1).indices  # [batch, j, k]
-    keep = torch.zeros_like(ranked, dtype=torch.bool).scatter_(-1, top, True)
-    keep &= unique[:, None, :]  # fewer than tau unique tokens: drop the -inf picks
-    return keep.gather(-1, first[:, None, :].expand_as(keep))
-
-
-def aggregate(
-    probabilities: Tensor,
-    position_scores: Tensor,
-    batch: TokenBatch,
-    tau: Optional[int] = None,
-    relu: Optional[str] = "outside",
-) -> Tensor:
-    r"""Token scores ``s_i`` from decoded probabilities and per-position scores.
-
-    ``"outside"``: ``s_i = ReLU(sum_j M_ij D_ij a_j)`` (Eq. 6); ``"inside"``:
-    ``s_i = sum_j M_ij D_ij ReLU(a_j)`` (Alg. 1 literally); ``None``: signed.
-
-    Args:
-        probabilities (Tensor): ``[batch, pos_j, pos_i]``, ``D`` from
-            :func:`decoded_input_probabilities` (zero on pad rows ``j``).
-        position_scores (Tensor): ``[batch, pos_j]``, ``a_j = sum_k alpha[j, k]``.
-        batch (TokenBatch): the input ids and masks.
-        tau (int, optional): top-tau limit per position; None = no limit.
-        relu (str, optional): ``"outside"``, ``"inside"`` or None.
-
-    Returns:
-        Tensor ``[batch, pos]``; repeated tokens share one score, pads are zero.
-    """
-    weights = probabilities
-    if tau is not None:
-        weights = weights * _top_tau_mask(probabilities, batch, tau)
-    tokens = _with_relu(
-        position_scores.to(weights.dtype),
-        relu,
-        lambda scores: torch.einsum("bji,bj->bi", weights, scores),
-    )  # [batch, pos_i]
-    return tokens * batch.valid.to(tokens.dtype)
-
-
-def _with_relu(
-    position_scores: Tensor, relu: Optional[str], combine: Callable[[Tensor], Tensor]
-) -> Tensor:
-    r"""``combine(a)`` with the ReLU of ``relu``: on ``a`` (``"inside"``), on
-    the result (``"outside"``) or none."""
-    if relu == "inside":
-        position_scores = position_scores.clamp(min=0)
-    tokens = combine(position_scores)
-    return tokens.clamp(min=0) if relu == "outside" else tokens
 
 
 def _method_type(method: LayerMethod) -> type:
@@ -326,8 +126,9 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
     Every position holding ``t_i`` gets ``s_i``; pads get 0. The decoder is any
     module mapping hidden states to vocabulary logits: a pre-trained MLM head
     (the paper's setting, e.g. ``get_adapter(mlm_model).mlm_head()``), the tied
-    input embeddings (:class:`EmbeddingDecoder`), or a decoder fitted on the
-    frozen encoder (:func:`~captum_ext.defaults.decoders.load_fitted_decoder`).
+    input embeddings (:class:`~captum_ext.attr.EmbeddingDecoder`), or a decoder
+    fitted on the frozen encoder
+    (:func:`~captum_ext.defaults.decoders.load_fitted_decoder`).
 
     The wrapped method receives the token ids, or their word embeddings for
     methods that interpolate or add noise in input space (``LayerConductance``,
@@ -579,44 +380,30 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
             (``[batch, T, P + T]`` with ``attribute_generated``), zero outside
             the score mask.
         """
-        check_decoding_options(tau, relu)
-        name = type(self).__name__
-        if explains_generation(
-            self.adapter, target, contrast_target, attribute_generated, name
-        ):
-            generated = partial(
+        check_aggregation_options(tau, relu)
+        return attribute_tokens(
+            self.adapter,
+            inputs,
+            target,
+            additional_forward_args,
+            internal_batch_size,
+            attribute_generated=attribute_generated,
+            contrast_target=contrast_target,
+            chunk_scores=partial(
+                self._chunk_scores,
+                tau=tau,
+                relu=relu,
+                internal_batch_size=internal_batch_size,
+            ),
+            generated_scores=partial(
                 self._generated_scores,
                 tau=tau,
                 relu=relu,
                 internal_batch_size=internal_batch_size,
-                attribute_kwargs=_shared_options(attribute_kwargs),
-            )
-            return attribute_generation(
-                self.adapter,
-                inputs,
-                target,
-                additional_forward_args,
-                contrast_target,
-                attribute_generated,
-                internal_batch_size,
-                generated,
-                name,
-            )
-        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
-        chunk = partial(
-            self._chunk_scores,
-            tau=tau,
-            relu=relu,
-            internal_batch_size=internal_batch_size,
-        )
-        return attribute_in_chunks(
-            self.model,
-            batch,
-            target,
-            internal_batch_size,
-            chunk,
-            type(self).__name__,
-            **attribute_kwargs,
+                attribute_kwargs=attribute_kwargs,
+            ),
+            method=type(self).__name__,
+            per_example=attribute_kwargs,
         )
 
     def _generated_scores(
@@ -631,13 +418,13 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
         r"""Causal LMs: decoded scores ``[batch, T, P + T - 1]``: the wrapped
         method explains ``log p(y_t)`` once per step ``t`` (its own forward and
         backward passes: a generic Captum method takes one target at a time)."""
+        kwargs = dict(_shared_options(attribute_kwargs))
         with torch.no_grad():
             hidden, _, module = self._captured(
                 lambda: run_teacher_forced(
                     self.adapter, forced, predicting_logits_only=True
                 )
             )
-        kwargs = dict(attribute_kwargs)
         wrapped = self._wrapped(module)
         if internal_batch_size is not None and _takes_internal_batch_size(wrapped):
             kwargs["internal_batch_size"] = internal_batch_size

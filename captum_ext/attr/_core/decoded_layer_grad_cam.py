@@ -11,24 +11,25 @@ from captum._utils.typing import TargetType
 from captum.attr import LayerGradientXActivation
 from torch import nn, Tensor
 
-from captum_ext._utils.common import (
-    parse_token_batch,
-    resolve_target,
-    run_model,
-    TokenBatch,
-)
+from captum_ext._utils.common import resolve_target, run_model, TokenBatch
 from captum_ext._utils.hooks import gradients_from
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
-from captum_ext.attr._core.decoded_layer_attribution import (
+from captum_ext.attr._core.decoded_layer_attribution import DecodedLayerAttribution
+from captum_ext.attr._utils.attribute_in_chunks import result_dtype
+from captum_ext.attr._utils.attribute_tokens import attribute_classes
+from captum_ext.attr._utils.decoded_aggregation import (
     aggregate,
-    check_decoding_options,
+    check_aggregation_options,
+)
+from captum_ext.attr._utils.decoded_probabilities import (
     decoded_input_probabilities,
-    DecodedLayerAttribution,
     Decoder,
 )
-from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
-from captum_ext.attr._utils.generation import run_teacher_forced, target_gradients
+from captum_ext.attr._utils.teacher_forced_attribution import (
+    run_teacher_forced,
+    target_gradients,
+)
 
 __all__ = ["DecodedLayerGradCam"]
 
@@ -94,9 +95,9 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
                 ignores it.
             decoder (Callable, optional): maps ``[batch, pos, d]`` hidden states
                 to ``[batch, pos, vocab]`` logits (MLM head,
-                :class:`EmbeddingDecoder` or a fitted decoder). Required for a
-                classifier; for a causal LM None means the model's own final
-                norm + LM head.
+                :class:`~captum_ext.attr.EmbeddingDecoder` or a fitted decoder).
+                Required for a classifier; for a causal LM None means the
+                model's own final norm + LM head.
             multiply_by_inputs (bool, optional): False drops the activation
                 factor (``alpha = dy/dh_l``). Default: True.
         """
@@ -208,16 +209,21 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             Tensor ``[batch, L + 1, pos]`` in float32 (float64 for a float64
             model), zero on padding.
         """
-        check_decoding_options(tau, relu)
-        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
+        check_aggregation_options(tau, relu)
         chunk = partial(
             self._all_layers_chunk,
             decoders=self._decoders(decoders),
             tau=tau,
             relu=relu,
         )
-        return attribute_in_chunks(
-            self.model, batch, target, internal_batch_size, chunk, type(self).__name__
+        return attribute_classes(
+            self.adapter,
+            inputs,
+            target,
+            additional_forward_args,
+            internal_batch_size,
+            chunk,
+            type(self).__name__,
         )
 
     def _all_layers_chunk(

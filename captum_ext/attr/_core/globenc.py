@@ -2,7 +2,6 @@
 r"""GlobEnc: global token attribution from norms of the decomposed transformer
 blocks (post-LN encoders; pre-LN decoders explaining generated tokens)."""
 
-from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
 
@@ -11,24 +10,12 @@ from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import Attribution
 from torch import nn, Tensor
 
-from captum_ext._utils.common import (
-    parse_token_batch,
-    resolve_target,
-    run_model,
-    TokenBatch,
-)
-from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.common import parse_token_batch, resolve_target, TokenBatch
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import teacher_forced_batch, TeacherForcedBatch
-from captum_ext.adapters import (
-    AttentionInputs,
-    BlockParts,
-    get_adapter,
-    ModelAdapter,
-    NormParams,
-    PreNormParts,
-)
+from captum_ext.adapters import BlockParts, get_adapter, NormParams, PreNormParts
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.attribute_tokens import attribute_classes
 from captum_ext.attr._utils.decoder_decomposition import (
     capture_decoder,
     decoder_factors,
@@ -36,7 +23,14 @@ from captum_ext.attr._utils.decoder_decomposition import (
     DecoderLayer,
     next_norms,
 )
-from captum_ext.attr._utils.norm_decomposition import Factors, single_call, through_norm
+from captum_ext.attr._utils.encoder_decomposition import (
+    capture_encoder,
+    encoder_factors,
+    EncoderLayer,
+    in_work_dtype,
+    VARIANTS,
+)
+from captum_ext.attr._utils.norm_decomposition import Factors
 from captum_ext.attr._utils.rollout import (
     rollout_products,
     rollout_rows_in_blocks,
@@ -44,85 +38,6 @@ from captum_ext.attr._utils.rollout import (
 )
 
 __all__ = ["GlobEnc", "VARIANTS"]
-
-# Decomposition depth, in order: attention only, + residual, + LN1, + LN2.
-VARIANTS = ("N", "N_res", "N_resln", "N_enc")
-
-
-@dataclass
-class _LayerInputs:
-    r"""What one block's forward pass exposes to the decomposition."""
-
-    hidden: Tensor  # [batch, pos, d]  block input x = hidden_states[l - 1]
-    attention: AttentionInputs  # its probabilities, a block of rows at a time
-    value: Tensor  # [batch, pos, d]  value projection output, bias b_V included
-    pre_ln1: Tensor  # [batch, pos, d]  real LN1 input: dense(context) + b_O + x
-    pre_ln2: Tensor  # [batch, pos, d]  real LN2 input: FFN(out1) + out1
-
-
-def _capture(
-    adapter: ModelAdapter, batch: TokenBatch
-) -> Tuple[Tensor, List[_LayerInputs]]:
-    r"""One forward pass; returns the logits and every block's inputs."""
-    blocks = range(1, adapter.num_layers + 1)
-    parts = [adapter.block_parts(layer) for layer in blocks]
-    capture = adapter.attention_capture("GlobEnc")
-    with HookSet() as hooks, capture:
-        values = [hooks.capture_output(p.value) for p in parts]
-        pre_ln1 = [hooks.capture_input(p.layernorm1) for p in parts]
-        pre_ln2 = [hooks.capture_input(p.layernorm2) for p in parts]
-        output = run_model(
-            adapter,
-            batch,
-            hidden_states=True,
-            attentions=capture.output_attentions,
-        )
-    attention = capture.layers(output)
-    # In the model's dtype: each layer goes to float32 only when it is decomposed.
-    layers = [
-        _LayerInputs(
-            output.hidden_states[k],
-            attention[k],
-            single_call(values[k], "value projection", layer),
-            single_call(pre_ln1[k], "first LayerNorm", layer),
-            single_call(pre_ln2[k], "second LayerNorm", layer),
-        )
-        for k, layer in enumerate(blocks)
-    ]
-    return output.logits, layers
-
-
-def _in_work_dtype(layer: _LayerInputs) -> _LayerInputs:
-    r"""One layer's inputs in float32 (or wider), where its decomposition runs:
-    norms of half-precision sums lose too many digits (the attention's blocks
-    are computed in the values' dtype)."""
-    dtype = result_dtype(layer.hidden.dtype)
-    tensors = {
-        field.name: getattr(layer, field.name).to(dtype)
-        for field in fields(_LayerInputs)
-        if field.name != "attention"
-    }
-    return replace(layer, **tensors)
-
-
-def _factors(layer: _LayerInputs, parts: BlockParts, variant: str) -> Factors:
-    r"""The decomposition of one block for ``variant`` (one of :data:`VARIANTS`)."""
-    batch, pos, d = layer.value.shape
-    heads = layer.attention.num_heads
-    value = layer.value.view(batch, pos, heads, d // heads)
-    weight = parts.output_weight  # [d, d]
-    depth = VARIANTS.index(variant)
-    residual = layer.hidden if depth >= 1 else None
-    factors = Factors.of_attention(layer.attention, value, weight, residual)
-    if depth >= 2:
-        factors = _through_layernorm(factors, layer.pre_ln1, parts.norm1)
-    if depth >= 3:
-        factors = _through_layernorm(factors, layer.pre_ln2, parts.norm2)
-    return factors
-
-
-def _through_layernorm(factors: Factors, pre_ln: Tensor, norm: NormParams) -> Factors:
-    return through_norm(factors, pre_ln, norm.weight, norm.eps, centred=True)
 
 
 class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
@@ -324,15 +239,26 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
             ...     enc["input_ids"], target=target_ids,
             ...     additional_forward_args=(enc["attention_mask"],))  # [batch, T, P]
         """
-        batch = self._parse(inputs, additional_forward_args, variant)
         if self.adapter.is_causal_lm:
+            # Not attribute_tokens' causal-LM half: GlobEnc joins the whole
+            # batch itself, with its own checks of the call and of the logits.
+            batch = self._parse(inputs, additional_forward_args, variant)
             joined = self._teacher_forced(batch, target, contrast_target)
             return self._generation_rows(
                 joined, variant, rollout, attribute_generated, internal_batch_size
             )
+        _check_variant(variant, VARIANTS)
         _check_classifier_call(attribute_generated, contrast_target)
-        row = partial(self._row, variant=variant, rollout=rollout)
-        return self._in_chunks(batch, target, internal_batch_size, row)
+        with torch.no_grad():
+            return attribute_classes(
+                self.adapter,
+                inputs,
+                target,
+                additional_forward_args,
+                internal_batch_size,
+                partial(self._row, variant=variant, rollout=rollout),
+                "GlobEnc",
+            )
 
     @log_usage()
     def attribute_matrices(
@@ -377,9 +303,9 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
     def _parse(
         self, inputs: Any, additional_forward_args: Any, variant: str
     ) -> TokenBatch:
-        variants = DECODER_VARIANTS if self.adapter.is_causal_lm else VARIANTS
-        if variant not in variants:
-            raise ValueError(_variant_message(variant, variants))
+        _check_variant(
+            variant, DECODER_VARIANTS if self.adapter.is_causal_lm else VARIANTS
+        )
         return parse_token_batch(self.adapter, inputs, additional_forward_args)
 
     def _teacher_forced(
@@ -509,7 +435,7 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
         self, batch: TokenBatch, target: TargetType, variant: str
     ) -> Tuple[List[Callable[[], Factors]], Tensor]:
         adapter = self.adapter
-        logits, layers = _capture(adapter, batch)
+        logits, layers = capture_encoder(adapter, batch)
         resolve_target(target, logits)  # validated only: GlobEnc is class-agnostic
         factors: List[Callable[[], Factors]] = [
             partial(_work_factors, layer, adapter.block_parts(k + 1), variant)
@@ -540,8 +466,8 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
         return factors, logits.masked_fill_(~batch.valid[..., None], 0)
 
 
-def _work_factors(layer: _LayerInputs, parts: BlockParts, variant: str) -> Factors:
-    return _factors(_in_work_dtype(layer), parts, variant)
+def _work_factors(layer: EncoderLayer, parts: BlockParts, variant: str) -> Factors:
+    return encoder_factors(in_work_dtype(layer), parts, variant)
 
 
 def _decoder_work_factors(
@@ -574,15 +500,17 @@ def _rolled_out_rows(
     return rollout_rows_in_blocks(layers if rollout else layers[-1:], positions)
 
 
-def _variant_message(variant: str, variants: Tuple[str, ...]) -> str:
-    if variant == "N_resln" and variant not in variants:
-        return (
+def _check_variant(variant: str, variants: Tuple[str, ...]) -> None:
+    if variant in variants:
+        return
+    if variant == "N_resln":
+        raise ValueError(
             'variant "N_resln" (attention + residual + the LayerNorm after them) '
             "has no counterpart in a pre-LayerNorm decoder: no norm acts on the "
             "residual stream between the attention and MLP sublayers (norm2 "
             f"only feeds the MLP); use one of {variants}"
         )
-    return f"variant must be one of {variants}, got {variant!r}"
+    raise ValueError(f"variant must be one of {variants}, got {variant!r}")
 
 
 def _check_classifier_call(

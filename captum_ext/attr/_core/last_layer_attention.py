@@ -13,7 +13,7 @@ from captum_ext.adapters import AttentionInputs
 from captum_ext.attr._utils.attention_statistics import rolled_out_attention_rows
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.forward_only_attribution import ForwardOnlyAttribution
-from captum_ext.attr._utils.generation import run_teacher_forced
+from captum_ext.attr._utils.teacher_forced_attribution import run_teacher_forced
 
 __all__ = ["LastLayerAttention"]
 

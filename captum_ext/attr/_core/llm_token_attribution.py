@@ -1,6 +1,16 @@
 #!/usr/bin/env python3
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    List,
+    Mapping,
+    Optional,
+    overload,
+    Sequence,
+    Union,
+)
 
 import torch
 from captum.attr._core.llm_attr import (
@@ -21,13 +31,13 @@ from captum_ext.attr._utils.continuations import (
     prompt_pad_id,
     right_padded,
 )
-from captum_ext.attr._utils.generation import TeacherForcedLogProbs
 from captum_ext.attr._utils.llm_prompts import (
     check_text,
     is_chat,
     prepare_prompt,
     Prompt,
 )
+from captum_ext.attr._utils.teacher_forced_attribution import TeacherForcedLogProbs
 
 TargetLike = Union[str, Tensor, Sequence[int], None]
 
@@ -126,18 +136,76 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
         self.method = method
         self.tokenizer = tokenizer
 
-    @log_usage()
+    # One result for a prompt (a chat is one prompt), a list for a list of them.
+    @overload
     def attribute(
         self,
-        inp: Any,
-        target: Union[TargetLike, List[TargetLike]] = None,
+        inp: Sequence[Mapping[str, Any]],
+        target: TargetLike = None,
         num_trials: int = 1,
         gen_args: Optional[Dict[str, Any]] = None,
         use_cached_outputs: bool = True,
         _inspect_forward: Optional[Callable[[str, str, List[float]], None]] = None,
         forward_in_tokens: bool = True,
         *,
-        contrast_target: Union[TargetLike, List[TargetLike]] = None,
+        contrast_target: TargetLike = None,
+        attribute_generated: bool = False,
+        chat: bool = False,
+        skip_tokens: Optional[Union[List[int], List[str]]] = None,
+        internal_batch_size: Optional[int] = None,
+        **kwargs: Any,
+    ) -> LLMAttributionResult: ...  # a chat
+
+    @overload
+    def attribute(
+        self,
+        inp: List[Any],
+        target: Optional[Sequence[TargetLike]] = None,
+        num_trials: int = 1,
+        gen_args: Optional[Dict[str, Any]] = None,
+        use_cached_outputs: bool = True,
+        _inspect_forward: Optional[Callable[[str, str, List[float]], None]] = None,
+        forward_in_tokens: bool = True,
+        *,
+        contrast_target: Optional[Sequence[TargetLike]] = None,
+        attribute_generated: bool = False,
+        chat: bool = False,
+        skip_tokens: Optional[Union[List[int], List[str]]] = None,
+        internal_batch_size: Optional[int] = None,
+        **kwargs: Any,
+    ) -> List[LLMAttributionResult]: ...  # a batch
+
+    @overload
+    def attribute(
+        self,
+        inp: Any,
+        target: TargetLike = None,
+        num_trials: int = 1,
+        gen_args: Optional[Dict[str, Any]] = None,
+        use_cached_outputs: bool = True,
+        _inspect_forward: Optional[Callable[[str, str, List[float]], None]] = None,
+        forward_in_tokens: bool = True,
+        *,
+        contrast_target: TargetLike = None,
+        attribute_generated: bool = False,
+        chat: bool = False,
+        skip_tokens: Optional[Union[List[int], List[str]]] = None,
+        internal_batch_size: Optional[int] = None,
+        **kwargs: Any,
+    ) -> LLMAttributionResult: ...  # a prompt
+
+    @log_usage()
+    def attribute(
+        self,
+        inp: Any,
+        target: Union[TargetLike, Sequence[TargetLike]] = None,
+        num_trials: int = 1,
+        gen_args: Optional[Dict[str, Any]] = None,
+        use_cached_outputs: bool = True,
+        _inspect_forward: Optional[Callable[[str, str, List[float]], None]] = None,
+        forward_in_tokens: bool = True,
+        *,
+        contrast_target: Union[TargetLike, Sequence[TargetLike]] = None,
         attribute_generated: bool = False,
         chat: bool = False,
         skip_tokens: Optional[Union[List[int], List[str]]] = None,

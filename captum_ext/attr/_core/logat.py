@@ -17,7 +17,7 @@ from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext.adapters import check_head_reproduces
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.forward_only_attribution import ForwardOnlyAttribution
-from captum_ext.attr._utils.generation import run_teacher_forced
+from captum_ext.attr._utils.teacher_forced_attribution import run_teacher_forced
 
 __all__ = ["LogAt"]
 

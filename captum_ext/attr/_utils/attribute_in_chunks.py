@@ -63,6 +63,7 @@ def attribute_in_chunks(
     internal_batch_size: Optional[int],
     attribute_chunk: ChunkFn,
     method: str,
+    /,
     **options: Any,
 ) -> Tensor:
     r"""Runs ``attribute_chunk(chunk, target, **options)`` on consecutive chunks
@@ -70,7 +71,8 @@ def attribute_in_chunks(
     ``model``'s eval semantics (holding its lock; mode restored afterwards) and
     concatenates the attributions along dim 0. A per-example ``target`` (a list
     or 1-d tensor) and tensor ``options`` whose first dimension is the batch
-    size are sliced with the chunk.
+    size are sliced with the chunk. The other arguments are positional-only, so
+    an option may share their names (Integrated Gradients' ``method``).
 
     Raises:
         TypeError, ValueError: a bad ``internal_batch_size`` (see

@@ -10,12 +10,11 @@ from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import Attribution
 from torch import nn, Tensor
 
-from captum_ext._utils.common import parse_token_batch, TokenBatch
+from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext.adapters import get_adapter
-from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
-from captum_ext.attr._utils.generation import attribute_generation, explains_generation
+from captum_ext.attr._utils.attribute_tokens import attribute_tokens
 
 __all__ = ["ForwardOnlyAttribution"]
 
@@ -110,33 +109,21 @@ class ForwardOnlyAttribution(Attribution):  # type: ignore[misc]  # untyped capt
             ...     attr = method.attribute(enc["input_ids"],
             ...         additional_forward_args=(enc["attention_mask"],))
         """
-        name = type(self).__name__
-        if self._explains_generation and explains_generation(
-            self.adapter, target, contrast_target, attribute_generated, name
-        ):
-            with torch.no_grad():
-                return attribute_generation(
-                    self.adapter,
-                    inputs,
-                    target,
-                    additional_forward_args,
-                    contrast_target,
-                    attribute_generated,
-                    internal_batch_size,
-                    self._generated_scores,
-                    name,
-                )  # [batch, T, width]
-        batch = parse_token_batch(self.adapter, inputs, additional_forward_args)
         with torch.no_grad():
-            scores = attribute_in_chunks(
-                self.adapter.model,
-                batch,
+            return attribute_tokens(
+                self.adapter,
+                inputs,
                 target,
+                additional_forward_args,
                 internal_batch_size,
-                self._chunk_scores,
-                type(self).__name__,
-            )  # [batch, pos]
-        return scores.masked_fill(~batch.valid, 0)
+                attribute_generated=attribute_generated,
+                contrast_target=contrast_target,
+                chunk_scores=self._chunk_scores,
+                generated_scores=(
+                    self._generated_scores if self._explains_generation else None
+                ),
+                method=type(self).__name__,
+            )  # [batch, pos]; causal LMs: [batch, T, width]
 
     def _chunk_scores(
         self, batch: TokenBatch, target: TargetType
@@ -149,5 +136,6 @@ class ForwardOnlyAttribution(Attribution):  # type: ignore[misc]  # untyped capt
         self, forced: TeacherForcedBatch, contrast: Optional[Tensor]
     ) -> Tensor:
         r"""Causal LMs: per-position scores ``[batch, T, P + T - 1]`` of one
-        teacher-forced chunk (see :mod:`captum_ext.attr._utils.generation`)."""
+        teacher-forced chunk (see
+        :mod:`captum_ext.attr._utils.teacher_forced_attribution`)."""
         raise NotImplementedError

@@ -34,7 +34,6 @@ __all__ = [
     "GeneratedScores",
     "TeacherForcedLogProbs",
     "attribute_generation",
-    "explains_generation",
     "run_teacher_forced",
     "target_gradients",
 ]
@@ -42,28 +41,6 @@ __all__ = [
 # (one chunk's teacher-forced batch, its foil ids [chunk, T] or None)
 #   -> per-position scores [chunk, T, (extra dims,) P + T - 1]
 GeneratedScores = Callable[[TeacherForcedBatch, Optional[Tensor]], Tensor]
-
-
-def explains_generation(
-    adapter: ModelAdapter,
-    target: TargetType,
-    contrast_target: Optional[Tensor],
-    attribute_generated: bool,
-    method: str,
-) -> bool:
-    r"""True when the call explains generated text: the model is a causal LM.
-    Raises :class:`~captum_ext.UnsupportedModelError` (naming what the model
-    lacks) when a model that is not a causal LM gets a ``contrast_target`` or
-    ``attribute_generated``, or continuation ids ``[batch, T]`` without having
-    a classification head (a classifier's own target check names the shape)."""
-    if adapter.is_causal_lm:
-        return True
-    sequence_target = isinstance(target, Tensor) and target.dim() == 2
-    if sequence_target and not adapter.is_classifier:
-        adapter.require_causal_lm(method)
-    if contrast_target is not None or attribute_generated:
-        adapter.require_causal_lm(method)
-    return False
 
 
 def attribute_generation(

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+r"""GlobEnc's decomposition of post-LayerNorm encoder blocks (BERT, RoBERTa,
+ELECTRA, DistilBERT) into one vector per source token, one layer at a time; the
+equations are in :class:`~captum_ext.attr.GlobEnc` (pre-LayerNorm decoders:
+:mod:`captum_ext.attr._utils.decoder_decomposition`)."""
+
+from dataclasses import dataclass, fields, replace
+from typing import List, Tuple
+
+from torch import Tensor
+
+from captum_ext._utils.common import run_model, TokenBatch
+from captum_ext._utils.hooks import HookSet
+from captum_ext.adapters import AttentionInputs, BlockParts, ModelAdapter, NormParams
+from captum_ext.attr._utils.attribute_in_chunks import result_dtype
+from captum_ext.attr._utils.norm_decomposition import Factors, single_call, through_norm
+
+__all__ = [
+    "EncoderLayer",
+    "VARIANTS",
+    "capture_encoder",
+    "encoder_factors",
+    "in_work_dtype",
+]
+
+# Decomposition depth, in order: attention only, + residual, + LN1, + LN2.
+VARIANTS = ("N", "N_res", "N_resln", "N_enc")
+
+
+@dataclass
+class EncoderLayer:
+    r"""What one block's forward pass exposes to the decomposition."""
+
+    hidden: Tensor  # [batch, pos, d]  block input x = hidden_states[l - 1]
+    attention: AttentionInputs  # its probabilities, a block of rows at a time
+    value: Tensor  # [batch, pos, d]  value projection output, bias b_V included
+    pre_ln1: Tensor  # [batch, pos, d]  real LN1 input: dense(context) + b_O + x
+    pre_ln2: Tensor  # [batch, pos, d]  real LN2 input: FFN(out1) + out1
+
+
+def capture_encoder(
+    adapter: ModelAdapter, batch: TokenBatch
+) -> Tuple[Tensor, List[EncoderLayer]]:
+    r"""One forward pass; returns the logits and every block's inputs."""
+    blocks = range(1, adapter.num_layers + 1)
+    parts = [adapter.block_parts(layer) for layer in blocks]
+    capture = adapter.attention_capture("GlobEnc")
+    with HookSet() as hooks, capture:
+        values = [hooks.capture_output(p.value) for p in parts]
+        pre_ln1 = [hooks.capture_input(p.layernorm1) for p in parts]
+        pre_ln2 = [hooks.capture_input(p.layernorm2) for p in parts]
+        output = run_model(
+            adapter,
+            batch,
+            hidden_states=True,
+            attentions=capture.output_attentions,
+        )
+    attention = capture.layers(output)
+    # In the model's dtype: each layer goes to float32 only when it is decomposed.
+    layers = [
+        EncoderLayer(
+            output.hidden_states[k],
+            attention[k],
+            single_call(values[k], "value projection", layer),
+            single_call(pre_ln1[k], "first LayerNorm", layer),
+            single_call(pre_ln2[k], "second LayerNorm", layer),
+        )
+        for k, layer in enumerate(blocks)
+    ]
+    return output.logits, layers
+
+
+def in_work_dtype(layer: EncoderLayer) -> EncoderLayer:
+    r"""One layer's inputs in float32 (or wider), where its decomposition runs:
+    norms of half-precision sums lose too many digits (the attention's blocks
+    are computed in the values' dtype)."""
+    dtype = result_dtype(layer.hidden.dtype)
+    tensors = {
+        field.name: getattr(layer, field.name).to(dtype)
+        for field in fields(EncoderLayer)
+        if field.name != "attention"
+    }
+    return replace(layer, **tensors)
+
+
+def encoder_factors(layer: EncoderLayer, parts: BlockParts, variant: str) -> Factors:
+    r"""The decomposition of one block for ``variant`` (one of :data:`VARIANTS`)."""
+    batch, pos, d = layer.value.shape
+    heads = layer.attention.num_heads
+    value = layer.value.view(batch, pos, heads, d // heads)
+    weight = parts.output_weight  # [d, d]
+    depth = VARIANTS.index(variant)
+    residual = layer.hidden if depth >= 1 else None
+    factors = Factors.of_attention(layer.attention, value, weight, residual)
+    if depth >= 2:
+        factors = _through_layernorm(factors, layer.pre_ln1, parts.norm1)
+    if depth >= 3:
+        factors = _through_layernorm(factors, layer.pre_ln2, parts.norm2)
+    return factors
+
+
+def _through_layernorm(factors: Factors, pre_ln: Tensor, norm: NormParams) -> Factors:
+    return through_norm(factors, pre_ln, norm.weight, norm.eps, centred=True)
