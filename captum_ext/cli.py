@@ -564,7 +564,7 @@ def _run_benchmark(args: argparse.Namespace) -> Any:
         return run_default_tasks(args.limit or args.n, args.tasks, options)
     task = Path(args.model).name or "data"
     if args.prompt_column is not None:
-        from captum_ext.evaluation.generation_engine import run_generation_benchmark
+        from captum_ext.evaluation.engine.causal_lm import run_generation_benchmark
 
         model, tokenizer = _user_model(args, causal_lm=True)
         generation = GenerationBenchmarkOptions(

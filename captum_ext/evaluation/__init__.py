@@ -27,7 +27,7 @@ _WHERE = {
     "load_classifier": "models",
     "load_data": "data",
     "resolve_model_source": "models",
-    "run_generation_benchmark": "generation_engine",
+    "run_generation_benchmark": "engine",
 }
 __all__ = list(_WHERE)
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from benchmarks import bench_peers
 from captum_ext.evaluation.data import LoadedExamples
-from captum_ext.evaluation.generation_engine import run_generation_benchmark
+from captum_ext.evaluation.engine.causal_lm import run_generation_benchmark
 from captum_ext.evaluation.options import GenerationBenchmarkOptions
 
 from tests.attr.llm_fixtures import tiny_lm_tokenizer
