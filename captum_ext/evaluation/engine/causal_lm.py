@@ -37,7 +37,7 @@ per-example values.
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -331,12 +331,11 @@ class CausalLMStrategy(EngineStrategy[_PromptBatch]):
     continuations, each method's ``[batch, T, P]`` scores scored by the
     metrics of generated text and the planted evidence."""
 
-    metrics: List[GenerationMetricSpec] = field(default_factory=list)
-    encoded: Optional[_Encoded] = None  # the data as token ids
-    max_length: int = 0  # prompt + continuation (:func:`checked_max_length`)
+    metrics: List[GenerationMetricSpec]
+    encoded: _Encoded  # the data as token ids
+    max_length: int  # prompt + continuation (:func:`checked_max_length`)
 
     def batches(self, rows: List[int], device: torch.device) -> List[_PromptBatch]:
-        assert self.encoded is not None
         batch_size = self.options.batch_size
         return _batches(
             self.model, self.tokenizer, self.encoded, rows, batch_size, device
@@ -368,7 +367,6 @@ class CausalLMStrategy(EngineStrategy[_PromptBatch]):
         rows: List[MethodResult],
         ctx: DistributedContext,
     ) -> BenchmarkResult:
-        assert self.encoded is not None
         task, methods = self.options.task, self.methods
         generated = self.data.continuations is None
         examples = _examples(self.tokenizer, self.data, outputs, generated)

@@ -162,8 +162,8 @@ class ClassifierStrategy(EngineStrategy[_Batch]):
     r"""The engine's classifier: right-padded token batches, the predicted
     class explained, every metric on one shared forward per distinct row."""
 
-    metrics: List[MetricSpec] = field(default_factory=list)
-    max_length: int = 0  # resolved (:func:`checked_max_length`)
+    metrics: List[MetricSpec]
+    max_length: int  # resolved (:func:`checked_max_length`)
     # Texts the decoders are fitted on, when a chosen method needs them.
     decoder_texts: Optional[Sequence[str]] = None
 
@@ -252,7 +252,7 @@ class ClassifierStrategy(EngineStrategy[_Batch]):
         )
 
 
-# ------------------------------------------------------------- the report's rows
+# ---------------------------------------- rank 0: kept examples, layer maps
 def _label_names(model: nn.Module, data: Examples) -> List[str]:
     r"""The data's class names, else the model's ``id2label``."""
     names = getattr(data, "label_names", None)
