@@ -24,7 +24,7 @@ from captum_ext.evaluation.engine.causal_lm import (
 from captum_ext.evaluation.engine.classifier import benchmark, run_benchmark
 from captum_ext.evaluation.engine.classifier_metrics import metric_values, SharedForward
 from captum_ext.evaluation.engine.skeleton import (
-    check_options,
+    check_run_sizes,
     checked_max_length,
     default_max_length,
     EngineStrategy,
@@ -45,7 +45,7 @@ __all__ = [
     "MethodShard",
     "SharedForward",
     "benchmark",
-    "check_options",
+    "check_run_sizes",
     "checked_max_length",
     "default_max_length",
     "evidence_column",

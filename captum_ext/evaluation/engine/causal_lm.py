@@ -50,7 +50,7 @@ from captum_ext.attr._utils.continuations import prompt_pad_id, right_padded
 from captum_ext.evaluation.data import LoadedExamples
 from captum_ext.evaluation.distributed import DistributedContext
 from captum_ext.evaluation.engine.skeleton import (
-    check_options,
+    check_run_sizes,
     checked_max_length,
     EngineStrategy,
     kept_scores,
@@ -498,7 +498,7 @@ def run_generation_benchmark(
             options.metrics, GENERATION_METRIC_NAMES, "metric for generated text"
         )
     ]
-    check_options(options.batch_size, options.n_examples, data)
+    check_run_sizes(options.batch_size, options.n_examples, data)
     get_adapter(model).require_causal_lm("the generation benchmark")
     max_length = checked_max_length(model, tokenizer, options.max_length)
     encoded = _encoded(tokenizer, data, max_length, options)

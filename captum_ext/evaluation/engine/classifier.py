@@ -31,7 +31,7 @@ from captum_ext.evaluation.engine.classifier_metrics import (
     SharedForward,
 )
 from captum_ext.evaluation.engine.skeleton import (
-    check_options,
+    check_run_sizes,
     checked_max_length,
     EngineStrategy,
     Examples,
@@ -439,7 +439,7 @@ def run_benchmark(
     start = time.perf_counter()
     method_specs = [METHODS[n] for n in check_names(options.methods, METHODS, "method")]
     metric_specs = [METRICS[n] for n in check_names(options.metrics, METRICS, "metric")]
-    check_options(options.batch_size, options.n_examples, data)
+    check_run_sizes(options.batch_size, options.n_examples, data)
     _check_labels(metric_specs, data)
     decoder_texts = None
     if any(spec.needs_decoders for spec in method_specs):

@@ -46,7 +46,7 @@ __all__ = [
     "Examples",
     "MethodShard",
     "RankOutput",
-    "check_options",
+    "check_run_sizes",
     "checked_max_length",
     "default_max_length",
     "kept_scores",
@@ -363,7 +363,7 @@ def kept_scores(
     }
 
 
-def check_options(batch_size: int, n_examples: int, data: Examples) -> None:
+def check_run_sizes(batch_size: int, n_examples: int, data: Examples) -> None:
     r"""A positive batch size, ``n_examples >= 0`` and some data, before any
     work."""
     check_internal_batch_size(batch_size, "batch_size")
