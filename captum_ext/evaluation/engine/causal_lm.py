@@ -38,7 +38,7 @@ per-example values.
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn, Tensor
@@ -55,6 +55,7 @@ from captum_ext.evaluation.engine.skeleton import (
     EngineStrategy,
     kept_scores,
     MethodShard,
+    metric_columns,
     no_signal,
     ranked_tokens,
     RankOutput,
@@ -479,6 +480,36 @@ def run_generation_benchmark(
         the first ``options.n_examples`` prompts' ``[T, P]`` scores.
     """
     start = time.perf_counter()
+    methods = _chosen_methods(options, extra_methods)
+    metrics = [
+        GENERATION_METRICS[name]
+        for name in check_names(
+            options.metrics, GENERATION_METRIC_NAMES, "metric for generated text"
+        )
+    ]
+    check_run_sizes(options.batch_size, options.n_examples, data)
+    get_adapter(model).require_causal_lm("the generation benchmark")
+    max_length = checked_max_length(model, tokenizer, options.max_length)
+    encoded = _encoded(tokenizer, data, max_length, options)
+    columns = _columns(metrics, data)
+    strategy = CausalLMStrategy(
+        model,
+        tokenizer,
+        data,
+        methods,
+        columns,
+        options,
+        metrics=metrics,
+        encoded=encoded,
+        max_length=max_length,
+    )
+    return run_engine(strategy, start)
+
+
+def _chosen_methods(
+    options: GenerationBenchmarkOptions, extra_methods: Sequence[MethodSpec]
+) -> List[MethodSpec]:
+    r"""The registry's chosen methods, then the extra ones."""
     names: List[str] = []  # none chosen, with extras: those alone
     if not (extra_methods and options.methods is not None and not options.methods):
         names = check_names(
@@ -492,32 +523,19 @@ def run_generation_benchmark(
                 "name of its own"
             )
         methods.append(spec)
-    metrics = [
-        GENERATION_METRICS[name]
-        for name in check_names(
-            options.metrics, GENERATION_METRIC_NAMES, "metric for generated text"
-        )
-    ]
-    check_run_sizes(options.batch_size, options.n_examples, data)
-    get_adapter(model).require_causal_lm("the generation benchmark")
-    max_length = checked_max_length(model, tokenizer, options.max_length)
-    encoded = _encoded(tokenizer, data, max_length, options)
-    columns = {c: up for m in metrics for c, up in m.columns.items()}
+    return methods
+
+
+def _columns(
+    metrics: List[GenerationMetricSpec], data: LoadedExamples
+) -> Dict[str, bool]:
+    r"""The table's columns (whether higher is better): the evidence
+    accuracies the data can score, first, then the metrics'."""
+    columns = metric_columns(metrics)
     for known, column in (
         (data.evidence_sets, evidence_set_column),
         (data.evidence, evidence_column),
     ):
         if known is not None:
             columns = {**{column(k): True for k in EVIDENCE_TOP_K}, **columns}
-    strategy = CausalLMStrategy(
-        model,
-        tokenizer,
-        data,
-        methods,
-        columns,
-        options,
-        metrics=metrics,
-        encoded=encoded,
-        max_length=max_length,
-    )
-    return run_engine(strategy, start)
+    return columns

@@ -51,6 +51,7 @@ __all__ = [
     "default_max_length",
     "kept_scores",
     "merge_method",
+    "metric_columns",
     "no_signal",
     "ranked_tokens",
     "run_config",
@@ -361,6 +362,12 @@ def kept_scores(
         for name, shard in by_method.items()
         if row in shard.kept
     }
+
+
+def metric_columns(metrics: Sequence[Any]) -> Dict[str, bool]:
+    r"""Every column of ``metrics`` (registry specs, classifier or generation),
+    in their order, and whether higher is better."""
+    return {c: up for m in metrics for c, up in m.columns.items()}
 
 
 def check_run_sizes(batch_size: int, n_examples: int, data: Examples) -> None:
