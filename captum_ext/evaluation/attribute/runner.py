@@ -40,6 +40,15 @@ from captum_ext.evaluation.tokenized_batches import texts_without_words
 __all__ = ["attribute_dataset"]
 
 
+class _OutputDir(NamedTuple):
+    r"""What rank 0 checks the output directory against."""
+
+    out: Path
+    arguments: Dict[str, Any]
+    schema: pa.Schema
+    data: LoadedExamples
+
+
 def attribute_dataset(
     model: nn.Module,
     tokenizer: Any,
@@ -151,7 +160,7 @@ def attribute_dataset(
 def _run_ranks(
     model: nn.Module,
     tokenizer: Any,
-    output: "_OutputDir",
+    output: _OutputDir,
     plan: Plan,
     batch_size: int,
     device: str,
@@ -173,7 +182,7 @@ def _run_ranks(
 
 def _write_shards(
     builder: ShardBuilder,
-    output: "_OutputDir",
+    output: _OutputDir,
     shards: List[int],
     batch_size: int,
     context: DistributedContext,
@@ -225,18 +234,9 @@ def _check_words(tokenizer: Any, data: LoadedExamples) -> None:
         )
 
 
-class _OutputDir(NamedTuple):
-    r"""What rank 0 checks the output directory against."""
-
-    out: Path
-    arguments: Dict[str, Any]
-    schema: pa.Schema
-    data: LoadedExamples
-
-
 def _agreed_missing_shards(
     context: DistributedContext,
-    run: _OutputDir,
+    output: _OutputDir,
     model: nn.Module,
     tokenizer: Any,
     held: ExitStack,
@@ -247,10 +247,10 @@ def _agreed_missing_shards(
     verdict: Tuple[Optional[Exception], List[int]] = (None, [])
     if context.is_main:
         try:
-            run.out.mkdir(parents=True, exist_ok=True)
-            held.enter_context(output_lock(run.out))
-            manifest = run_manifest(run.arguments, model, tokenizer, run.data)
-            verdict = (None, _prepare(run, manifest))
+            output.out.mkdir(parents=True, exist_ok=True)
+            held.enter_context(output_lock(output.out))
+            manifest = run_manifest(output.arguments, model, tokenizer, output.data)
+            verdict = (None, _prepare(output, manifest))
         except (OSError, ManifestMismatchError) as error:
             verdict = (error, [])
     failure, missing = context.broadcast(verdict)  # pickled: the same error
@@ -259,20 +259,24 @@ def _agreed_missing_shards(
     return missing
 
 
-def _prepare(run: _OutputDir, manifest: Dict[str, Any]) -> List[int]:
+def _prepare(output: _OutputDir, manifest: Dict[str, Any]) -> List[int]:
     r"""Writes or checks the manifest, removes temporary files of runs that are
     gone, and returns the shards still to do: those missing and those that do
     not verify (removed, with a notice)."""
-    remove_temporary_files(run.out)
-    check_or_write_manifest(run.out, manifest)
+    remove_temporary_files(output.out)
+    check_or_write_manifest(output.out, manifest)
     missing = []
     for shard in range(manifest["shards"]):
-        path = run.out / shard_name(shard)
+        path = output.out / shard_name(shard)
         if not path.exists():
             missing.append(shard)
             continue
-        positions = shard_positions(shard, run.arguments["shard_size"], len(run.data))
-        problem = shard_problem(path, [run.data.rows[i] for i in positions], run.schema)
+        positions = shard_positions(
+            shard, output.arguments["shard_size"], len(output.data)
+        )
+        problem = shard_problem(
+            path, [output.data.rows[i] for i in positions], output.schema
+        )
         if problem is not None:
             warnings.warn(f"{path} is redone: it does not verify ({problem})")
             path.unlink()
