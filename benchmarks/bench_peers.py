@@ -6,7 +6,7 @@ Every row runs on the default generator's held-out key-value recall prompts
 (:func:`captum_ext.evaluation.tasks.recall_data`: the generation benchmark's
 task ``recall``), with the same continuations, planted evidence, metrics and
 timing protocol
-(:func:`~captum_ext.evaluation.generation_engine.run_generation_benchmark`):
+(:func:`~captum_ext.evaluation.engine.causal_lm.run_generation_benchmark`):
 the time per prompt divided by one forward pass over the same prompt +
 continuation at the method's own batch size. The peers explain one prompt per
 call, so their time is divided by forward passes of one prompt each, as
@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
-from captum_ext.evaluation.generation_engine import run_generation_benchmark
+from captum_ext.evaluation.engine.causal_lm import run_generation_benchmark
 from captum_ext.evaluation.options import GenerationBenchmarkOptions
 from captum_ext.evaluation.registry import MethodSpec, rows_of_examples
 from captum_ext.evaluation.results import BenchmarkResult

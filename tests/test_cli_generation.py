@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 from captum_ext.cli import main
+from captum_ext.evaluation.engine.causal_lm import run_generation_benchmark
 from captum_ext.evaluation.explain_generation import explain_generation
-from captum_ext.evaluation.generation_engine import run_generation_benchmark
 from captum_ext.evaluation.options import GenerationBenchmarkOptions
 from captum_ext.evaluation.user_data import load_data
 from captum_ext.visualization import generation_text

@@ -239,7 +239,7 @@ def _run_benchmark(options: BenchmarkCommand) -> Any:
         return run_default_tasks(options.limit or options.n, options.tasks, built_in)
     task = Path(options.model).name or "data"
     if options.prompt_column is not None:
-        from captum_ext.evaluation.generation_engine import run_generation_benchmark
+        from captum_ext.evaluation.engine.causal_lm import run_generation_benchmark
 
         model, tokenizer = _user_model(options, options.max_length, causal_lm=True)
         generation = job_options(GenerationBenchmarkOptions, options, task=task)

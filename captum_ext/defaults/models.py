@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from captum_ext._utils.progress import duration, Progress, quiet_library_bars
+from captum_ext.defaults.batching import length_sorted_batches
 from captum_ext.defaults.cache import cached_directory
 from captum_ext.defaults.data import (
     label_names,
@@ -149,10 +150,10 @@ def evaluate_accuracy(
     labels = torch.tensor(dataset.labels)
     device = next(model.parameters()).device
     # Length-sorted batches need far less padding; order does not change accuracy.
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     correct = 0
-    for start in range(0, len(order), batch_size):
-        batch = order[start : start + batch_size]
+    for batch in length_sorted_batches(
+        range(len(ids)), lambda i: len(ids[i]), batch_size
+    ):
         input_ids, mask = _pad([ids[i] for i in batch], tokenizer.pad_token_id)
         output = model(input_ids=input_ids.to(device), attention_mask=mask.to(device))
         correct += int((output.logits.argmax(-1).cpu() == labels[batch]).sum())
@@ -359,11 +360,10 @@ def _bucketed_batches(
         order = torch.randperm(len(lengths), generator=generator).tolist()
         epoch = []
         for start in range(0, len(order), chunk):
-            part = sorted(order[start : start + chunk], key=lambda i: lengths[i])
-            epoch += [
-                part[i : i + recipe.batch_size]
-                for i in range(0, len(part), recipe.batch_size)
-            ]
+            part = order[start : start + chunk]
+            epoch += length_sorted_batches(
+                part, lambda i: lengths[i], recipe.batch_size
+            )
         shuffle = torch.randperm(len(epoch), generator=generator).tolist()
         batches += [epoch[i] for i in shuffle]
     return batches[:steps]

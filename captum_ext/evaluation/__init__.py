@@ -27,7 +27,7 @@ _WHERE = {
     "load_classifier": "user_models",
     "load_data": "user_data",
     "resolve_model_source": "user_models",
-    "run_generation_benchmark": "generation_engine",
+    "run_generation_benchmark": "engine",
 }
 __all__ = list(_WHERE)
 

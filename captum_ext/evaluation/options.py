@@ -94,7 +94,7 @@ class BenchmarkOptions(JobOptions):
 @dataclass(frozen=True)
 class GenerationBenchmarkOptions(BenchmarkOptions):
     r"""A benchmark run on a causal LM
-    (:func:`~captum_ext.evaluation.generation_engine.run_generation_benchmark`):
+    (:func:`~captum_ext.evaluation.engine.causal_lm.run_generation_benchmark`):
     the fields of :class:`BenchmarkOptions` (``methods`` from
     ``GENERATION_METHOD_NAMES``, ``metrics`` from ``GENERATION_METRIC_NAMES``;
     ``max_length`` bounds prompt + continuation) and

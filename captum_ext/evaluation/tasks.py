@@ -31,7 +31,7 @@ from captum_ext.defaults.generator import (
 from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 from captum_ext.defaults.recall import encode_examples, RecallTask
 from captum_ext.evaluation.engine import run_benchmark
-from captum_ext.evaluation.generation_engine import run_generation_benchmark
+from captum_ext.evaluation.engine.causal_lm import run_generation_benchmark
 from captum_ext.evaluation.names import (
     check_names,
     GENERATION_METHOD_NAMES,
@@ -261,7 +261,7 @@ def run_default_tasks(
 ) -> BenchmarkResult:
     r""":func:`~captum_ext.evaluation.engine.run_benchmark` on the first ``n``
     held-out examples of each built-in classifier task in ``tasks`` and
-    :func:`~captum_ext.evaluation.generation_engine.run_generation_benchmark`
+    :func:`~captum_ext.evaluation.engine.causal_lm.run_generation_benchmark`
     on ``n`` held-out prompts (:func:`recall_data`; fewer where the task caps
     them) for each generation task, one result. ``options``' ``task``,
     ``max_length`` and ``decoder_texts`` are the task's; a task runs the

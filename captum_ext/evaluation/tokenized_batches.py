@@ -12,6 +12,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import torch
 
 from captum_ext._utils.common import TokenBatch
+from captum_ext.defaults.batching import length_sorted_batches
 
 __all__ = ["EncodedBatch", "bucketed_batches", "texts_without_words"]
 
@@ -61,10 +62,10 @@ def bucketed_batches(
     """
     pad_id = _pad_id(tokenizer)
     ids, type_ids, truncated = _encode(tokenizer, texts, text_pairs, max_length)
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     batches = []
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
+    for rows in length_sorted_batches(
+        range(len(ids)), lambda i: len(ids[i]), batch_size
+    ):
         width = max(len(ids[i]) for i in rows)
         input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)

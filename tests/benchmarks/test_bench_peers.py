@@ -9,7 +9,7 @@ import importlib.util
 import pytest
 import torch
 from benchmarks import bench_peers
-from captum_ext.evaluation.generation_engine import run_generation_benchmark
+from captum_ext.evaluation.engine.causal_lm import run_generation_benchmark
 from captum_ext.evaluation.options import GenerationBenchmarkOptions
 from captum_ext.evaluation.user_data import LoadedExamples
 

@@ -15,6 +15,7 @@ import datasets
 import pandas as pd
 import pytest
 import torch
+from captum_ext._utils.common import classifier_forward
 from captum_ext.evaluation.attribute import (
     attribute_dataset,
     ManifestMismatchError,
@@ -114,7 +115,7 @@ def test_metric_values_equal_each_example_alone(tmp_path: Path) -> None:
     model = tiny_labelled_bert()
     table = pd.read_parquet(run(tmp_path / "out", model, metrics=["aopc"]))
     explain = METHODS["NormXLogit"].factory(model, tokenizer())
-    forward = runner.classifier_forward(model)
+    forward = classifier_forward(model)
     for index in (1, 6):
         ids, mask = single(DATA.texts[index])
         target = torch.tensor([int(table["predicted"][index])])

@@ -70,8 +70,8 @@ def test_two_ranks_equal_one_process(tmp_path):
 GENERATION_SCRIPT = """
 import sys
 import torch
+from captum_ext.evaluation.engine.causal_lm import run_generation_benchmark
 from captum_ext.evaluation.user_data import LoadedExamples
-from captum_ext.evaluation.generation_engine import run_generation_benchmark
 from captum_ext.evaluation.options import GenerationBenchmarkOptions
 from tests.attr.llm_fixtures import tiny_lm_tokenizer
 from tests.helpers import dump_rank_zero_result, tiny_causal_lm

@@ -6,7 +6,11 @@ The user guide (layout of the output directory, columns, resuming, several
 machines, what survives a kill) is ``docs/guide/attribute.rst``; the modules:
 
 - :mod:`~captum_ext.evaluation.attribute.runner`: :func:`attribute_dataset`,
-  the per-batch work;
+  the output directory agreed between ranks and the shards written;
+- :mod:`~captum_ext.evaluation.attribute.plans`: what differs between a
+  classifier's run and a causal LM's (checks, manifest arguments, schema);
+- :mod:`~captum_ext.evaluation.attribute.shard_builders`: the per-batch work,
+  one builder per kind of model;
 - :mod:`~captum_ext.evaluation.attribute.manifest`: the run's manifest and the
   data and model fingerprints a rerun must match;
 - :mod:`~captum_ext.evaluation.attribute.schema`: the Parquet schema of a run;

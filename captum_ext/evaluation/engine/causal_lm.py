@@ -30,38 +30,36 @@ per prompt as the method itself would batch it. Then the scores are scored:
 
 The table is sorted by ``Evidence@1`` when present. Under ``torchrun`` the
 examples are dealt to the ranks as in the classifier engine
-(:mod:`captum_ext.evaluation.engine`) and rank 0 gathers the per-example values.
+(:mod:`~captum_ext.evaluation.engine.skeleton`, this module being the
+engine's causal-LM strategy, :class:`CausalLMStrategy`) and rank 0 gathers the
+per-example values.
 """
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn, Tensor
 
 from captum_ext._utils.common import causal_lm_forward
-from captum_ext._utils.progress import Progress
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX, teacher_forced_batch
 from captum_ext.adapters import get_adapter
-from captum_ext.attr._utils.continuations import (
-    generate_continuations,
-    left_padded,
-    prompt_pad_id,
-    right_padded,
-)
-from captum_ext.evaluation.attribute.runner import encode_prompts
-from captum_ext.evaluation.distributed import distributed_context, DistributedContext
-from captum_ext.evaluation.engine import (
-    check_options,
+from captum_ext.attr._utils.continuations import prompt_pad_id, right_padded
+from captum_ext.evaluation.distributed import DistributedContext
+from captum_ext.evaluation.engine.skeleton import (
+    check_run_sizes,
     checked_max_length,
+    EngineStrategy,
     kept_scores,
-    merge_method,
     MethodShard,
+    metric_columns,
     no_signal,
     ranked_tokens,
+    RankOutput,
     run_config,
+    run_engine,
 )
 from captum_ext.evaluation.names import (
     check_names,
@@ -70,6 +68,11 @@ from captum_ext.evaluation.names import (
 )
 from captum_ext.evaluation.options import GenerationBenchmarkOptions
 from captum_ext.evaluation.planted_evidence import planted_evidence_accuracy
+from captum_ext.evaluation.prompt_batches import (
+    encode_prompts,
+    EncodedPrompts,
+    prompt_batches,
+)
 from captum_ext.evaluation.registry import (
     GENERATION_METRICS,
     GenerationMetricContext,
@@ -85,6 +88,7 @@ from captum_ext.metrics import TokenOptions
 from captum_ext.visualization import GenerationExplanation, special_token_mask
 
 __all__ = [
+    "CausalLMStrategy",
     "EVIDENCE_TOP_K",
     "evidence_column",
     "evidence_set_column",
@@ -146,9 +150,7 @@ class _PromptBatch:
 class _Encoded:
     r"""The data as token ids, checked before any work."""
 
-    prompts: List[List[int]]
-    given: Optional[List[List[int]]]  # None: generated greedily
-    max_new_tokens: Optional[int]
+    ids: EncodedPrompts
     evidence: Optional[List[List[List[int]]]]  # each step's one position, as a set
     evidence_sets: Optional[List[List[List[int]]]]
 
@@ -159,16 +161,14 @@ def _encoded(
     max_length: int,
     options: GenerationBenchmarkOptions,
 ) -> _Encoded:
-    prompts, given, max_new_tokens = encode_prompts(
-        tokenizer, data, max_length, options.max_new_tokens
-    )
+    ids = encode_prompts(tokenizer, data, max_length, options.max_new_tokens)
     evidence = None
     if data.evidence is not None:
         evidence = [[[position] for position in row] for row in data.evidence]
     for sets in (evidence, data.evidence_sets):
         if sets is not None:
-            _check_evidence(data, prompts, given, sets)
-    return _Encoded(prompts, given, max_new_tokens, evidence, data.evidence_sets)
+            _check_evidence(data, ids.prompts, ids.given, sets)
+    return _Encoded(ids, evidence, data.evidence_sets)
 
 
 def _check_evidence(
@@ -201,33 +201,21 @@ def _batches(
 ) -> List[_PromptBatch]:
     r"""``rows`` in batches of similar length; the greedy continuations, when
     none are given, generated here once for every method."""
-    given = encoded.given
-
-    def length(row: int) -> int:
-        return len(encoded.prompts[row]) + (0 if given is None else len(given[row]))
-
-    order = sorted(rows, key=length)
     batches = []
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        prompts = [torch.tensor(encoded.prompts[row]) for row in chunk]
-        ids, mask = left_padded(prompts, prompt_pad_id(tokenizer), device)
-        if given is None:
-            args = {"max_new_tokens": encoded.max_new_tokens}
-            continuations = generate_continuations(model, tokenizer, ids, mask, args)
-        else:
-            continuations = [torch.tensor(given[row]) for row in chunk]
-        target = right_padded(continuations, device)
+    for batch in prompt_batches(
+        model, tokenizer, encoded.ids, rows, batch_size, device
+    ):
+        target = right_padded(batch.continuations, device)
         batches.append(
             _PromptBatch(
-                chunk,
-                ids,
-                mask,
+                batch.rows,
+                batch.input_ids,
+                batch.attention_mask,
                 target,
-                _evidence(encoded.evidence, chunk, prompts, target),
-                _evidence(encoded.evidence_sets, chunk, prompts, target),
-                [prompt.tolist() for prompt in prompts],
-                [continuation.tolist() for continuation in continuations],
+                _evidence(encoded.evidence, batch.rows, batch.prompts, target),
+                _evidence(encoded.evidence_sets, batch.rows, batch.prompts, target),
+                [prompt.tolist() for prompt in batch.prompts],
+                [continuation.tolist() for continuation in batch.continuations],
             )
         )
     return batches
@@ -273,18 +261,8 @@ def _evidence_accuracy(
     return torch.tensor(values, dtype=torch.float64)
 
 
-@dataclass(frozen=True)
-class _Run:
-    r"""What every batch of one method's scoring shares."""
-
-    model: nn.Module
-    tokenizer: Any
-    metrics: List[GenerationMetricSpec]
-    keep: Sequence[int]
-
-
 def _unit_forward(
-    run: _Run, batch: _PromptBatch, one_prompt_at_a_time: bool
+    run: "CausalLMStrategy", batch: _PromptBatch, one_prompt_at_a_time: bool
 ) -> Callable[[], Any]:
     r"""The forward work a method's time on ``batch`` is divided by: one pass
     over the padded batch, or, for a method that runs one prompt at a time,
@@ -301,7 +279,7 @@ def _unit_forward(
 
 def _score_batch(
     explain: Any,
-    run: _Run,
+    run: "CausalLMStrategy",
     batch: _PromptBatch,
     shard: MethodShard,
     one_prompt_at_a_time: bool = False,
@@ -347,49 +325,79 @@ def _score_batch(
             shard.kept[row] = scores[b, :steps, start:].float().cpu()
 
 
+# ------------------------------------------------------------------ strategy
 @dataclass
-class _RankOutput:
-    r"""What a rank sends to rank 0: each method's shard and the kept rows'
-    prompt and continuation ids."""
+class CausalLMStrategy(EngineStrategy[_PromptBatch]):
+    r"""The engine's causal LM: left-padded prompts with their given or greedy
+    continuations, each method's ``[batch, T, P]`` scores scored by the
+    metrics of generated text and the planted evidence."""
 
-    methods: Dict[str, MethodShard] = field(default_factory=dict)
-    kept: Dict[int, Tuple[List[int], List[int]]] = field(default_factory=dict)
+    metrics: List[GenerationMetricSpec]
+    encoded: _Encoded  # the data as token ids
+    max_length: int  # prompt + continuation (:func:`checked_max_length`)
 
+    def batches(self, rows: List[int], device: torch.device) -> List[_PromptBatch]:
+        batch_size = self.options.batch_size
+        return _batches(
+            self.model, self.tokenizer, self.encoded, rows, batch_size, device
+        )
 
-def _run_shard(
-    run: _Run,
-    methods: List[MethodSpec],
-    encoded: _Encoded,
-    n_rows: int,
-    options: GenerationBenchmarkOptions,
-    ctx: DistributedContext,
-) -> _RankOutput:
-    rows = ctx.shard(list(range(n_rows)))
-    batches = _batches(
-        run.model, run.tokenizer, encoded, rows, options.batch_size, ctx.device
-    )
-    output = _RankOutput()
-    for batch in batches:
-        for b, row in enumerate(batch.rows):
-            if row in run.keep:
-                output.kept[row] = (batch.prompts[b], batch.continuations[b])
-    for spec in methods:
-        label = f"{options.task}: {spec.name}"
-        if ctx.is_distributed:
-            label += f" (rank {ctx.rank})"
-        progress = Progress(len(rows), label, "examples", enabled=options.progress)
-        explain = spec.build_generation(run.model, run.tokenizer)
-        shard = MethodShard()
+    def rows_of(self, batch: _PromptBatch) -> List[int]:
+        return batch.rows
+
+    def rank_output(self, batches: List[_PromptBatch]) -> RankOutput:
+        r"""The kept rows' prompt and continuation ids."""
+        output = RankOutput()
         for batch in batches:
-            _score_batch(explain, run, batch, shard, spec.one_prompt_at_a_time)
-            progress.update(len(batch.rows))
-        progress.close()
-        output.methods[spec.name] = shard
-    return output
+            for b, row in enumerate(batch.rows):
+                if row in self.keep:
+                    output.kept[row] = (batch.prompts[b], batch.continuations[b])
+        return output
+
+    def scorer(self, spec: MethodSpec) -> Callable[[_PromptBatch, MethodShard], None]:
+        explain = spec.build_generation(self.model, self.tokenizer)
+
+        def score(batch: _PromptBatch, shard: MethodShard) -> None:
+            _score_batch(explain, self, batch, shard, spec.one_prompt_at_a_time)
+
+        return score
+
+    def result(
+        self,
+        outputs: List[RankOutput],
+        rows: List[MethodResult],
+        ctx: DistributedContext,
+    ) -> BenchmarkResult:
+        task, methods = self.options.task, self.methods
+        generated = self.data.continuations is None
+        examples = _examples(self.tokenizer, self.data, outputs, generated)
+        config = run_config(
+            self.model, self.data, methods, self.options, self.max_length, ctx, 0
+        )
+        config["generation"] = {
+            task: {
+                "continuations": (
+                    "generated" if self.encoded.ids.given is None else "given"
+                ),
+                "max_new_tokens": self.encoded.ids.max_new_tokens,
+                "metric_value": "mean over each example's target tokens",
+                "one_prompt_at_a_time": [
+                    spec.name for spec in methods if spec.one_prompt_at_a_time
+                ],
+            }
+        }
+        return BenchmarkResult(
+            rows=_ranked(rows),
+            metrics=self.columns,
+            examples={},
+            config=config,
+            columns={task: list(self.columns)},
+            generation_examples={task: examples},
+        )
 
 
 def _examples(
-    tokenizer: Any, data: LoadedExamples, outputs: List[_RankOutput], generated: bool
+    tokenizer: Any, data: LoadedExamples, outputs: List[RankOutput], generated: bool
 ) -> List[GenerationExplanation]:
     r"""The kept rows' target x prompt scores of every method, in row order."""
     kept = {row: ids for out in outputs for row, ids in out.kept.items()}
@@ -431,27 +439,6 @@ def _ranked(rows: List[MethodResult]) -> List[MethodResult]:
     return sorted(rows, key=key)
 
 
-def _merge(
-    run: _Run,
-    data: LoadedExamples,
-    outputs: List[_RankOutput],
-    methods: List[MethodSpec],
-    columns: Dict[str, bool],
-    options: GenerationBenchmarkOptions,
-) -> Tuple[List[MethodResult], List[GenerationExplanation]]:
-    task = options.task
-    rows = [
-        merge_method(
-            spec, [out.methods[spec.name] for out in outputs], task, list(columns)
-        )
-        for spec in methods
-    ]
-    for row in rows:  # positions -> the data's own row ids
-        row.rows = [data.rows[position] for position in row.rows]
-    generated = data.continuations is None
-    return _ranked(rows), _examples(run.tokenizer, data, outputs, generated)
-
-
 def run_generation_benchmark(
     model: nn.Module,
     tokenizer: Any,
@@ -469,7 +456,7 @@ def run_generation_benchmark(
 
     Args:
         model (nn.Module): a Hugging Face causal LM (e.g. from
-            :func:`captum_ext.evaluation.models.load_causal_lm`); it is moved
+            :func:`captum_ext.evaluation.user_models.load_causal_lm`); it is moved
             to ``options.device``.
         tokenizer (PreTrainedTokenizerBase): its tokenizer (prompts are encoded
             with its special tokens, BOS included where it adds one;
@@ -493,6 +480,36 @@ def run_generation_benchmark(
         the first ``options.n_examples`` prompts' ``[T, P]`` scores.
     """
     start = time.perf_counter()
+    methods = _chosen_methods(options, extra_methods)
+    metrics = [
+        GENERATION_METRICS[name]
+        for name in check_names(
+            options.metrics, GENERATION_METRIC_NAMES, "metric for generated text"
+        )
+    ]
+    check_run_sizes(options.batch_size, options.n_examples, data)
+    get_adapter(model).require_causal_lm("the generation benchmark")
+    max_length = checked_max_length(model, tokenizer, options.max_length)
+    encoded = _encoded(tokenizer, data, max_length, options)
+    columns = _columns(metrics, data)
+    strategy = CausalLMStrategy(
+        model,
+        tokenizer,
+        data,
+        methods,
+        columns,
+        options,
+        metrics=metrics,
+        encoded=encoded,
+        max_length=max_length,
+    )
+    return run_engine(strategy, start)
+
+
+def _chosen_methods(
+    options: GenerationBenchmarkOptions, extra_methods: Sequence[MethodSpec]
+) -> List[MethodSpec]:
+    r"""The registry's chosen methods, then the extra ones."""
     names: List[str] = []  # none chosen, with extras: those alone
     if not (extra_methods and options.methods is not None and not options.methods):
         names = check_names(
@@ -506,51 +523,19 @@ def run_generation_benchmark(
                 "name of its own"
             )
         methods.append(spec)
-    metrics = [
-        GENERATION_METRICS[name]
-        for name in check_names(
-            options.metrics, GENERATION_METRIC_NAMES, "metric for generated text"
-        )
-    ]
-    check_options(options.batch_size, options.n_examples, data)
-    get_adapter(model).require_causal_lm("the generation benchmark")
-    max_length = checked_max_length(model, tokenizer, options.max_length)
-    encoded = _encoded(tokenizer, data, max_length, options)
-    columns = {c: up for m in metrics for c, up in m.columns.items()}
+    return methods
+
+
+def _columns(
+    metrics: List[GenerationMetricSpec], data: LoadedExamples
+) -> Dict[str, bool]:
+    r"""The table's columns (whether higher is better): the evidence
+    accuracies the data can score, first, then the metrics'."""
+    columns = metric_columns(metrics)
     for known, column in (
         (data.evidence_sets, evidence_set_column),
         (data.evidence, evidence_column),
     ):
         if known is not None:
             columns = {**{column(k): True for k in EVIDENCE_TOP_K}, **columns}
-    keep = range(min(options.n_examples, len(data)))
-    run = _Run(model, tokenizer, metrics, keep)
-    default_device = next(model.parameters()).device
-    with distributed_context(str(options.device or default_device)) as ctx:
-        model.to(ctx.device)
-        output = _run_shard(run, methods, encoded, len(data), options, ctx)
-        gathered = ctx.gather(output)
-        result = None
-        if gathered is not None:
-            rows, examples = _merge(run, data, gathered, methods, columns, options)
-            config = run_config(model, data, methods, options, max_length, ctx, 0)
-            config["generation"] = {
-                options.task: {
-                    "continuations": "generated" if encoded.given is None else "given",
-                    "max_new_tokens": encoded.max_new_tokens,
-                    "metric_value": "mean over each example's target tokens",
-                    "one_prompt_at_a_time": [
-                        spec.name for spec in methods if spec.one_prompt_at_a_time
-                    ],
-                }
-            }
-            result = BenchmarkResult(
-                rows=rows,
-                metrics=columns,
-                examples={},
-                config=config,
-                columns={options.task: list(columns)},
-                generation_examples={options.task: examples},
-            )
-            result.wall_seconds = time.perf_counter() - start
-        return ctx.broadcast(result)
+    return columns

@@ -11,7 +11,7 @@ import torch
 from captum_ext import classifier_forward
 from captum_ext.attr import AttCAT
 from captum_ext.evaluation import engine, registry
-from captum_ext.evaluation.engine import benchmark
+from captum_ext.evaluation.engine import benchmark, classifier
 from captum_ext.evaluation.registry import (
     METHODS,
     MethodSpec,
@@ -193,8 +193,8 @@ def test_paired_timings_survive_a_slow_forward_on_one_batch(monkeypatch):
 
         return factory
 
-    monkeypatch.setattr(engine, "clock_for", lambda device: clock)
-    monkeypatch.setattr(engine, "_forward_for", lambda model: timed_forward)
+    monkeypatch.setattr(classifier, "clock_for", lambda device: clock)
+    monkeypatch.setattr(classifier, "_forward_for", lambda model: timed_forward)
     monkeypatch.setitem(
         METHODS, "Three", MethodSpec("Three", method_costing(3.0), "captum")
     )

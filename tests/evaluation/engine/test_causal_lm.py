@@ -12,9 +12,9 @@ import pytest
 import torch
 from captum_ext._utils.common import causal_lm_forward
 from captum_ext.attr._utils.continuations import left_padded, right_padded
-from captum_ext.evaluation import generation_engine
-from captum_ext.evaluation.engine import run_benchmark
-from captum_ext.evaluation.generation_engine import run_generation_benchmark
+from captum_ext.evaluation import prompt_batches
+from captum_ext.evaluation.engine import causal_lm, run_benchmark
+from captum_ext.evaluation.engine.causal_lm import run_generation_benchmark
 from captum_ext.evaluation.names import GENERATION_METRIC_NAMES
 from captum_ext.evaluation.options import BenchmarkOptions, GenerationBenchmarkOptions
 from captum_ext.evaluation.planted_evidence import planted_evidence_accuracy
@@ -195,7 +195,7 @@ def _unit_forward_shapes(lm, method, monkeypatch):
     r"""The ``input_ids`` shapes of the forward passes ``method``'s time is
     divided by, per batch, on the four prompts in one batch."""
     batches, timing_unit = [], [False]
-    model, real_timing = lm[0], generation_engine.time_paired
+    model, real_timing = lm[0], causal_lm.time_paired
 
     def record(module, args, kwargs):
         if timing_unit[0]:
@@ -211,7 +211,7 @@ def _unit_forward_shapes(lm, method, monkeypatch):
         timing_unit[0] = False
         return real_timing(lambda: None, method_run, clock)
 
-    monkeypatch.setattr(generation_engine, "time_paired", timed)
+    monkeypatch.setattr(causal_lm, "time_paired", timed)
     hook = model.register_forward_pre_hook(record, with_kwargs=True)
     try:
         result = run(lm, prompts(), methods=[method], batch_size=4, metrics=["aopc"])
@@ -260,13 +260,13 @@ def test_kept_examples_are_each_methods_target_by_prompt_scores(lm, result):
 
 def test_greedy_continuations_are_generated_once_for_every_method(lm, monkeypatch):
     calls = []
-    generate = generation_engine.generate_continuations
+    generate = prompt_batches.generate_continuations
 
     def counted(*args, **kwargs):
         calls.append(args[2].shape)
         return generate(*args, **kwargs)
 
-    monkeypatch.setattr(generation_engine, "generate_continuations", counted)
+    monkeypatch.setattr(prompt_batches, "generate_continuations", counted)
     data = prompts(evidence=False, continuations=False)
     result = run(lm, data, batch_size=2, max_new_tokens=2, n_examples=4)
     assert len(calls) == 2  # one per batch of 2 prompts, not one per method
