@@ -11,9 +11,7 @@ from captum_ext._utils.positive_int import check_positive_int
 __all__ = ["batch_slices", "check_internal_batch_size", "take_rows"]
 
 
-def check_internal_batch_size(
-    value: Optional[int], name: str = "internal_batch_size"
-) -> Optional[int]:
+def check_internal_batch_size(value: Optional[int]) -> Optional[int]:
     r"""Returns ``value`` unchanged if it is ``None`` or a positive int: the
     examples per chunk (:func:`~captum_ext._utils.positive_int.check_positive_int`).
 
@@ -21,7 +19,7 @@ def check_internal_batch_size(
         TypeError: ``value`` is not an int (``bool`` included).
         ValueError: ``value`` is zero or negative.
     """
-    return check_positive_int(value, name, "examples per chunk")
+    return check_positive_int(value, "internal_batch_size", "examples per chunk")
 
 
 def batch_slices(batch_size: int, internal_batch_size: Optional[int]) -> List[slice]:

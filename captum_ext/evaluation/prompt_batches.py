@@ -11,22 +11,19 @@ from dataclasses import dataclass
 from typing import Any, Iterator, List, NamedTuple, Optional, Sequence
 
 import torch
-from captum.attr._core.llm_attr import DEFAULT_GEN_ARGS
 from torch import nn, Tensor
 
-from captum_ext._utils.row_chunks import check_internal_batch_size
+from captum_ext._utils.positive_int import check_positive_int
 from captum_ext.attr._utils.continuations import (
     generate_continuations,
     left_padded,
     prompt_pad_id,
 )
 from captum_ext.defaults.batching import length_sorted_batches
+from captum_ext.evaluation.options import continuation_gen_args, DEFAULT_MAX_NEW_TOKENS
 from captum_ext.evaluation.user_data import DataError, LoadedExamples
 
 __all__ = ["EncodedPrompts", "PromptBatch", "encode_prompts", "prompt_batches"]
-
-# A causal LM's generated continuation length when none is given (Captum's).
-DEFAULT_MAX_NEW_TOKENS = DEFAULT_GEN_ARGS["max_new_tokens"]
 
 
 class EncodedPrompts(NamedTuple):
@@ -69,7 +66,7 @@ def prompt_batches(
         prompts = [torch.tensor(encoded.prompts[row]) for row in chunk]
         ids, mask = left_padded(prompts, pad_id, device)
         if given is None:
-            args = {"max_new_tokens": encoded.max_new_tokens}
+            args = continuation_gen_args(encoded.max_new_tokens)
             continuations = generate_continuations(model, tokenizer, ids, mask, args)
         else:
             continuations = [torch.tensor(given[row]) for row in chunk]
@@ -92,7 +89,7 @@ def encode_prompts(
             "these are given (drop --max-new-tokens or --target-column)"
         )
     if max_new_tokens is not None:
-        check_internal_batch_size(max_new_tokens, "max_new_tokens")
+        check_positive_int(max_new_tokens, "max_new_tokens")
     if data.continuations is None:
         max_new_tokens = max_new_tokens or DEFAULT_MAX_NEW_TOKENS
     prompts = list(tokenizer(list(data.texts), verbose=False)["input_ids"])

@@ -13,8 +13,8 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 import pyarrow as pa
 from torch import nn
 
+from captum_ext._utils.positive_int import check_positive_int
 from captum_ext._utils.progress import Progress
-from captum_ext._utils.row_chunks import check_internal_batch_size
 from captum_ext.evaluation.attribute.lock import output_lock
 from captum_ext.evaluation.attribute.manifest import (
     check_or_write_manifest,
@@ -122,7 +122,7 @@ def attribute_dataset(
     """
     method_specs, metric_specs = _check_names(methods, metrics)
     for name, value in (("batch_size", batch_size), ("shard_size", shard_size)):
-        check_internal_batch_size(value, name)
+        check_positive_int(value, name)
     if model.training:
         raise ValueError("the model is in training mode; call model.eval() first")
     length = checked_max_length(model, tokenizer, max_length)

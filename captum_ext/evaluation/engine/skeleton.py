@@ -31,8 +31,8 @@ from typing import (
 import torch
 from torch import nn, Tensor
 
+from captum_ext._utils.positive_int import check_positive_int
 from captum_ext._utils.progress import Progress
-from captum_ext._utils.row_chunks import check_internal_batch_size
 from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.options import BenchmarkOptions
@@ -91,7 +91,7 @@ def checked_max_length(
     ``ValueError`` before any work when the model has fewer positions."""
     if max_length is None:
         return default_max_length(model, tokenizer)
-    check_internal_batch_size(max_length, "max_length")
+    check_positive_int(max_length, "max_length")
     positions = _positions(model)
     if positions is not None and max_length > positions:
         raise ValueError(
@@ -351,7 +351,7 @@ def metric_columns(metrics: Sequence[Any]) -> Dict[str, bool]:
 def check_run_sizes(batch_size: int, n_examples: int, data: Examples) -> None:
     r"""A positive batch size, ``n_examples >= 0`` and some data, before any
     work."""
-    check_internal_batch_size(batch_size, "batch_size")
+    check_positive_int(batch_size, "batch_size")
     if n_examples < 0:
         raise ValueError(f"n_examples must be >= 0, got {n_examples}")
     if len(data) == 0:
