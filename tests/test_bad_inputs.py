@@ -22,6 +22,7 @@ from captum_ext.metrics import (
     get_protocol,
     kendall_tau,
     KendallProtocol,
+    PerturbationProtocol,
     token_overlap,
     TokenOptions,
 )
@@ -92,7 +93,8 @@ def test_not_a_transformers_model(config: MethodConfig) -> None:
 
 @lru_cache(maxsize=None)
 def _mpnet() -> nn.Module:
-    config = transformers.MPNetConfig(
+    # num_labels: a PreTrainedConfig keyword the dataclass signature omits
+    config = transformers.MPNetConfig(  # type: ignore[call-arg]
         vocab_size=VOCAB,
         hidden_size=32,
         num_hidden_layers=NUM_LAYERS,
@@ -345,8 +347,10 @@ def test_kendall_tau_needs_every_class() -> None:
 @pytest.mark.parametrize("name", CURVE_METRICS)
 def test_metric_without_mask_or_pad_token(name: str) -> None:
     metric, forward, ids, mask, scores = _metric_inputs(name)
+    protocol = get_protocol(name)
+    assert isinstance(protocol, PerturbationProtocol)  # for mypy: a curve metric's
     for mode in ("mask", "pad"):
-        preset = replace(get_protocol(name), mode=mode)
+        preset = replace(protocol, mode=mode)
         with pytest.raises(ValueError, match=f"mode='{mode}'.*{mode}_token_id"):
             metric(forward, ids, scores, mask, preset=preset)
 
@@ -414,8 +418,8 @@ def test_metric_with_a_raw_hugging_face_model(name: str) -> None:
     metric = kendall_tau if name == "kendall_tau" else TOKEN_METRICS[name]
     if name == "kendall_tau":
         scores = torch.rand(3, NUM_LABELS, ids.shape[1])
-        mask = (mask,)  # kendall_tau takes the Captum argument order
-        call = metric_call(kendall_tau, _model(), ids, scores, None, mask)
+        # kendall_tau takes the Captum argument order
+        call = metric_call(kendall_tau, _model(), ids, scores, None, (mask,))
     else:
         call = metric_call(metric, _model(), ids, scores, mask)
     with pytest.raises(ValueError, match=r"captum_ext.classifier_forward\(model\)"):
@@ -482,7 +486,15 @@ def test_metric_preset_of_another_kind() -> None:
     ids, mask = _inputs()
     forward = classifier_forward(_model())
     with pytest.raises(TypeError, match="aopc takes a PerturbationProtocol"):
-        aopc(forward, ids, torch.rand(ids.shape), None, mask, preset=KendallProtocol())
+        aopc(
+            forward,
+            ids,
+            torch.rand(ids.shape),
+            None,
+            mask,
+            # The wrong kind on purpose: the run-time check is the test.
+            preset=KendallProtocol(),  # type: ignore[arg-type]
+        )
     with pytest.raises(ValueError, match="no metric 'aopcc'"):
         get_protocol("aopcc")
 

@@ -8,10 +8,11 @@ offloaded weights where accelerate keeps them."""
 
 import copy
 from types import SimpleNamespace
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
 import pytest
 import torch
+import transformers
 from captum.attr import LayerIntegratedGradients
 from captum_ext import causal_lm_forward, UnsupportedModelError
 from captum_ext.adapters import execution_device, get_adapter, read_parameter
@@ -50,9 +51,12 @@ from tests.helpers import (
 )
 
 accelerate = pytest.importorskip("accelerate")  # setup.cfg [test]
+# accelerate places a model in place and returns it: the placed model is the
+# caller's (a LlamaForCausalLM stays one).
+M = TypeVar("M", bound=nn.Module)
 
 
-def _disk_split(model: nn.Module, tmp_path: Any) -> nn.Module:
+def _disk_split(model: M, tmp_path: Any) -> M:
     r"""``infer_auto_device_map`` with CPU memory for 60 % of the weights: the
     embeddings and the first layers on "cpu", the rest offloaded to disk."""
     total = accelerate.utils.compute_module_sizes(model)[""]
@@ -65,11 +69,11 @@ def _disk_split(model: nn.Module, tmp_path: Any) -> nn.Module:
     )
 
 
-def _cpu_offload(model: nn.Module, tmp_path: Any) -> nn.Module:
+def _cpu_offload(model: M, tmp_path: Any) -> M:
     return accelerate.cpu_offload(model, execution_device=torch.device("cpu"))
 
 
-def _gpu_split(model: nn.Module, tmp_path: Any) -> nn.Module:
+def _gpu_split(model: M, tmp_path: Any) -> M:
     r"""Half the weights on the first GPU (the embeddings and first layers),
     the rest in CPU memory, as ``device_map="auto"`` does on a small GPU."""
     total = accelerate.utils.compute_module_sizes(model)[""]
@@ -80,7 +84,7 @@ def _gpu_split(model: nn.Module, tmp_path: Any) -> nn.Module:
     return accelerate.dispatch_model(model, device_map=device_map)
 
 
-def _gpu_offload(model: nn.Module, tmp_path: Any) -> nn.Module:
+def _gpu_offload(model: M, tmp_path: Any) -> M:
     return accelerate.cpu_offload(model, execution_device=torch.device("cuda", 0))
 
 
@@ -98,16 +102,17 @@ PLACEMENTS = pytest.mark.parametrize(
 )
 
 
-def _placed(model: nn.Module, place: Callable, tmp_path: Any) -> nn.Module:
+def _placed(model: M, place: Callable[[M, Any], M], tmp_path: Any) -> M:
     placed = place(copy.deepcopy(model), tmp_path)
     # offloaded or moved for real
     assert any(p.is_meta or p.device.type != "cpu" for p in placed.parameters())
     return placed
 
 
-def _tolerance(place: Callable) -> Dict[str, float]:
-    r"""A GPU sums in another order than the CPU (float32 round-off)."""
-    return {"rtol": 1e-4, "atol": 1e-5} if place in _ON_GPU else {}
+def _tolerance(place: Callable) -> Tuple[Optional[float], Optional[float]]:
+    r"""``(rtol, atol)``: a GPU sums in another order than the CPU (float32
+    round-off); None: ``assert_close``'s defaults."""
+    return (1e-4, 1e-5) if place in _ON_GPU else (None, None)
 
 
 def _meta_names(model: nn.Module) -> set:
@@ -124,8 +129,9 @@ def _same_on_placed(
     assert bool(expected.isfinite().any())
     placed = _placed(model, place, tmp_path)
     before, offloaded = model_state(placed), _meta_names(placed)
+    rtol, atol = _tolerance(place)
     torch.testing.assert_close(
-        run(placed).cpu(), expected, equal_nan=True, **_tolerance(place)
+        run(placed).cpu(), expected, equal_nan=True, rtol=rtol, atol=atol
     )
     assert_same_state(before, model_state(placed))
     assert _meta_names(placed) == offloaded
@@ -160,7 +166,7 @@ GENERATION_METHODS: Dict[str, Callable[[nn.Module], Any]] = {
         m, 1, method=LayerIntegratedGradients
     ),
 }
-_OPTIONS = {
+_OPTIONS: Dict[str, Dict[str, Optional[int]]] = {
     "DecodedLayerGradCam": {"relu": None},
     "DecodedLayerAttribution": {"relu": None, "n_steps": 4},
 }
@@ -248,10 +254,13 @@ def test_input_device_is_the_embeddings_execution_device(place, tmp_path) -> Non
 
 def test_read_parameter_loads_offloaded_weights(tmp_path) -> None:
     model = tiny_causal_lm("llama")
+    # For mypy: the family fixes the class, and so .model.norm.
+    assert isinstance(model, transformers.LlamaForCausalLM)
     placed = _placed(model, _cpu_offload, tmp_path)
     norm, placed_norm = model.model.norm, placed.model.norm
     assert placed_norm.weight.is_meta
-    assert torch.equal(read_parameter(placed_norm, "weight"), norm.weight)
+    loaded = read_parameter(placed_norm, "weight")
+    assert loaded is not None and torch.equal(loaded, norm.weight)
     assert placed_norm.weight.is_meta  # put back where accelerate keeps it
     assert read_parameter(placed_norm, "bias") is None
 

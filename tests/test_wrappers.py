@@ -8,10 +8,12 @@ adapter unwraps the ``OptimizedModule`` before any backend is involved.
 """
 
 import copy
+from typing import List
 
 import peft  # a test dependency (setup.cfg [test])
 import pytest
 import torch
+import transformers
 from captum_ext import get_adapter, UnsupportedModelError
 from captum_ext.adapters import unwrap_model
 from torch import nn, Tensor
@@ -31,7 +33,7 @@ def _attribute(model: nn.Module, config: MethodConfig) -> Tensor:
     return config.factory(model)(batch["input_ids"], batch["attention_mask"], 1)
 
 
-def _lora(targets: list, seed: int = 1) -> nn.Module:
+def _lora(targets: List[str], seed: int = 1) -> peft.PeftModel:
     r"""A LoRA sequence classifier with non-zero adapters and a retrained copy of
     the classifier (``modules_to_save``), so a method that bypassed either would
     explain another model."""
@@ -44,21 +46,32 @@ def _lora(targets: list, seed: int = 1) -> nn.Module:
     )
     torch.manual_seed(seed)
     model = peft.get_peft_model(tiny_classifier("bert"), config).eval()
-    classifier = model.base_model.model.classifier.modules_to_save["default"]
+    classifier = model.get_submodule(
+        "base_model.model.classifier.modules_to_save.default"
+    )
+    assert isinstance(classifier, nn.Linear)  # for mypy: BERT's classifier head
     with torch.no_grad():
         classifier.weight.add_(torch.randn_like(classifier.weight))
     return model
 
 
-def _merged_copy(peft_model: nn.Module) -> nn.Module:
+def _merged_copy(peft_model: peft.PeftModel) -> nn.Module:
     r"""The plain transformers model that computes what ``peft_model`` computes."""
     return copy.deepcopy(peft_model).merge_and_unload().eval()
 
 
-def _merged_in_place(targets: list) -> nn.Module:
+def _merged_in_place(targets: List[str]) -> peft.PeftModel:
     model = _lora(targets)
     model.merge_adapter()  # LoRA layers stay, their deltas now in the weights
     return model
+
+
+def _compiled(model: nn.Module) -> nn.Module:
+    compiled = torch.compile(model, backend="eager")
+    # torch.compile wraps a module in an OptimizedModule, an nn.Module; its
+    # annotation only says "a callable with the module's signature".
+    assert isinstance(compiled, nn.Module)
+    return compiled
 
 
 def _assert_same_attributions(
@@ -105,6 +118,8 @@ def test_globenc_refuses_unmerged_lora_on_the_attention_output():
 def test_lora_inner_model_is_the_transformers_model():
     lora = _lora(UNMERGED_TARGETS)
     inner = lora.get_base_model()
+    # For mypy: peft returns the model it wraps, the tiny BERT classifier.
+    assert isinstance(inner, transformers.BertForSequenceClassification)
     adapter = get_adapter(lora)
     assert adapter.model is inner
     assert adapter.word_embeddings() is inner.get_input_embeddings()
@@ -117,7 +132,7 @@ def test_lora_inner_model_is_the_transformers_model():
 @CONFIGS
 def test_torch_compile_equals_uncompiled(config):
     model = tiny_classifier("bert")
-    compiled = torch.compile(model, backend="eager")
+    compiled = _compiled(model)
     assert get_adapter(compiled).model is model
     _assert_same_attributions(compiled, model, config)
 
@@ -130,7 +145,7 @@ def test_data_parallel_equals_inner_model(config):
 
 def test_nested_wrappers_are_seen_through():
     lora = _lora(UNMERGED_TARGETS)
-    compiled = torch.compile(lora, backend="eager")
+    compiled = _compiled(lora)
     assert unwrap_model(compiled) is lora.get_base_model()
     plain = tiny_classifier("bert")
     assert unwrap_model(plain) is plain

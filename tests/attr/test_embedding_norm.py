@@ -3,6 +3,7 @@ import math
 
 import pytest
 import torch
+import transformers
 from captum_ext.attr import EmbeddingNorm, LogAt, NormXLogit
 
 from tests.attr.baseline_checks import (
@@ -34,6 +35,8 @@ def test_equals_naive_per_example_norm(family):
 def test_bert_is_the_norm_of_layernormed_summed_embeddings():
     # BERT's hidden_states[0] = LayerNorm(word + position + segment embeddings)
     model = tiny_classifier("bert", dtype=torch.float64)
+    # For mypy: the family fixes the class, and so .bert.embeddings.
+    assert isinstance(model, transformers.BertForSequenceClassification)
     ids = unpadded(token_batch())[0]
     embeddings = model.bert.embeddings
     n = ids.shape[1]

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+from typing import Any, Callable, Dict, Protocol
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -23,6 +25,7 @@ from captum_ext.attr import (  # noqa: E402
     LogAt,
     NormXLogit,
 )
+from torch import nn, Tensor  # noqa: E402
 
 from tests.attr.contract_method import GradientXEmbedding  # noqa: E402
 from tests.attr.llm_fixtures import (  # noqa: E402
@@ -35,8 +38,17 @@ from tests.helpers import tiny_causal_lm, tiny_classifier  # noqa: E402
 PROMPTS = ["the cat sat on a mat", "a dog ran", "what is the colour of sky ?"]
 TARGETS = ["it was big", "to the house .", "blue"]
 
+
+class CausalLMMethod(Protocol):
+    r"""What these tests call on a method: scores ``[batch, T, P]``."""
+
+    def attribute(
+        self, inputs: Tensor, target: Tensor, additional_forward_args: Any = None
+    ) -> Tensor: ...
+
+
 # The contract's reference method and every captum_ext method on causal LMs.
-METHODS = {
+METHODS: Dict[str, Callable[[nn.Module], CausalLMMethod]] = {
     "GradientXEmbedding": GradientXEmbedding,
     "LogAt": LogAt,
     "NormXLogit": NormXLogit,

@@ -12,8 +12,10 @@ import multiprocessing
 import os
 import signal
 from functools import lru_cache
+from multiprocessing.process import BaseProcess
+from multiprocessing.synchronize import Event
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional, ParamSpec, Tuple, TypeVar, Union
 
 import pandas as pd
 from captum_ext.evaluation.attribute import attribute_dataset
@@ -21,6 +23,12 @@ from captum_ext.evaluation.user_data import LoadedExamples
 from torch import nn
 
 from tests.helpers import tiny_labelled_bert, TINY_TEXTS, tiny_tokenizer
+
+P = ParamSpec("P")
+R = TypeVar("R")
+PathName = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+# (paused, resume): the child sets the first at its point, waits for the second.
+Pause = Tuple[Event, Event]
 
 # 9 examples in shards of 4: three shards, the last one short; two are cut.
 DATA = LoadedExamples(
@@ -79,11 +87,22 @@ def assert_same_output(out: Path, expected: pd.DataFrame) -> None:
     assert leftovers == []
 
 
-def _kill() -> None:
+def _kill() -> NoReturn:
     os.kill(os.getpid(), signal.SIGKILL)
+    raise AssertionError("unreachable: SIGKILL ends the process")
 
 
-def inject(point: str, pause: Optional[Any] = None) -> None:
+def _after(act: Callable[[], None], function: Callable[P, R]) -> Callable[P, R]:
+    r"""``function`` that calls ``act()`` first."""
+
+    def acted_then(*args: P.args, **kwargs: P.kwargs) -> R:
+        act()
+        return function(*args, **kwargs)
+
+    return acted_then
+
+
+def inject(point: str, pause: Optional[Pause] = None) -> None:
     r"""Arms ``point`` in this (child) process: ``after-lock``, or
     ``<where>:<n>`` at the ``n``-th rename. With ``pause`` (a pair of events)
     the process signals ``pause[0]`` at the point and waits for ``pause[1]``
@@ -99,30 +118,33 @@ def inject(point: str, pause: Optional[Any] = None) -> None:
     if where == "after-lock":
         from captum_ext.evaluation.attribute import runner
 
-        manifest = runner.run_manifest
-
-        def locked_then(*args: Any) -> Any:
-            act()
-            return manifest(*args)
-
-        runner.run_manifest = locked_then
+        runner.run_manifest = _after(act, runner.run_manifest)
         return
     real_replace, calls = os.replace, [0]
 
-    def replace(source: Any, target: Any) -> None:
+    # os.replace's own signature, so that every caller's call stays valid.
+    def replace(
+        src: PathName,
+        dst: PathName,
+        *,
+        src_dir_fd: Optional[int] = None,
+        dst_dir_fd: Optional[int] = None,
+    ) -> None:
         calls[0] += 1
         if calls[0] == int(n) and where == "torn-before-rename":
-            os.truncate(source, os.path.getsize(source) // 2)
+            os.truncate(src, os.path.getsize(src) // 2)
         if calls[0] == int(n) and where != "after-rename":
             act()
-        real_replace(source, target)
+        real_replace(src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
         if calls[0] == int(n) and where == "after-rename":
             act()
 
     os.replace = replace
 
 
-def in_child(job: Callable[[], Any], point: str, pause: Optional[Any] = None) -> Any:
+def in_child(
+    job: Callable[[], Any], point: str, pause: Optional[Pause] = None
+) -> BaseProcess:
     r"""Starts ``job`` in a forked child with ``point`` armed; returns the
     process (``exitcode`` is ``-SIGKILL`` for a kill)."""
     context = multiprocessing.get_context("fork")

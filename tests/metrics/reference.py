@@ -7,7 +7,7 @@ probabilities [C]``; the score functions turn one example's curve into its
 score."""
 
 import math
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Iterable, List, Optional, Sequence
 
 import numpy as np
 
@@ -114,7 +114,7 @@ def decoded_curves(
 
 
 def _default_inputs(
-    ids: List[int], scores: List[float], suff: bool, levels: Sequence[float]
+    ids: List[int], scores: List[float], suff: bool, levels: Iterable[float]
 ) -> List[List[int]]:
     order = [i for i in _order(scores) if ids[i] not in SPECIALS]
     inputs = []
@@ -169,8 +169,9 @@ def mean_drop(
     return sum(drops) / len(drops) if drops else empty
 
 
-def mean_log_odds(base: float, curve: Curve) -> float:
-    r"""Log-odds: the mean of ``log(p / base)``; NaN for a skipped example."""
+def mean_log_odds(base: float, curve: Optional[List[float]]) -> float:
+    r"""Log-odds: the mean of ``log(p / base)``; NaN for a skipped example (its
+    curves, AttCAT's and the default, skip no level)."""
     if curve is None:
         return math.nan
     return sum(math.log(p / base) for p in curve) / len(curve)

@@ -2,13 +2,17 @@
 r"""Behaviour shared by the perturbation-curve metrics: what is perturbed, how
 inputs are re-packed, how many forward passes are run, and input errors."""
 
+from typing import Union
+
 import pytest
 import torch
 from captum_ext import classifier_forward
 from captum_ext.metrics import (
     aopc,
     hiding_revealing,
+    HidingRevealingResult,
     log_odds,
+    MetricResult,
     PerturbationProtocol,
     sufficiency,
     TokenOptions,
@@ -40,8 +44,8 @@ class Recorder:
         return self.model(input_ids, attention_mask)
 
 
-def _result(output):
-    return output.hiding if isinstance(output, tuple) and len(output) == 2 else output
+def _result(output: Union[MetricResult, HidingRevealingResult]) -> MetricResult:
+    return output.hiding if isinstance(output, HidingRevealingResult) else output
 
 
 @pytest.mark.parametrize("metric,preset", PRESET_CASES)
@@ -211,7 +215,9 @@ def test_an_example_with_no_perturbable_token_is_not_scored(metric):
             additional_forward_args=(mask,),
             tokens=TokenOptions.from_tokenizer(tokenizer),
         )
-        return getattr(result, metric, result).score
+        if isinstance(result, HidingRevealingResult):
+            result = result.hiding if metric == "hiding" else result.revealing
+        return result.score
 
     both = score(["the movie was fun", "x"])
     assert torch.isnan(both[1]) and torch.isfinite(both[0])

@@ -40,6 +40,8 @@ from captum_ext.attr._utils.llm_prompts import (
 from captum_ext.attr._utils.teacher_forced_attribution import TeacherForcedLogProbs
 
 TargetLike = Union[str, Tensor, Sequence[int], None]
+# A batch's targets: one per prompt, each given (a None inside is refused).
+TargetBatch = Sequence[Union[str, Tensor, Sequence[int]]]
 
 
 class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
@@ -160,14 +162,14 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
     def attribute(
         self,
         inp: List[Any],
-        target: Optional[Sequence[TargetLike]] = None,
+        target: Optional[TargetBatch] = None,
         num_trials: int = 1,
         gen_args: Optional[Dict[str, Any]] = None,
         use_cached_outputs: bool = True,
         _inspect_forward: Optional[Callable[[str, str, List[float]], None]] = None,
         forward_in_tokens: bool = True,
         *,
-        contrast_target: Optional[Sequence[TargetLike]] = None,
+        contrast_target: Optional[TargetBatch] = None,
         attribute_generated: bool = False,
         chat: bool = False,
         skip_tokens: Optional[Union[List[int], List[str]]] = None,
@@ -198,14 +200,14 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
     def attribute(
         self,
         inp: Any,
-        target: Union[TargetLike, Sequence[TargetLike]] = None,
+        target: Union[TargetLike, TargetBatch] = None,
         num_trials: int = 1,
         gen_args: Optional[Dict[str, Any]] = None,
         use_cached_outputs: bool = True,
         _inspect_forward: Optional[Callable[[str, str, List[float]], None]] = None,
         forward_in_tokens: bool = True,
         *,
-        contrast_target: Union[TargetLike, Sequence[TargetLike]] = None,
+        contrast_target: Union[TargetLike, TargetBatch] = None,
         attribute_generated: bool = False,
         chat: bool = False,
         skip_tokens: Optional[Union[List[int], List[str]]] = None,
