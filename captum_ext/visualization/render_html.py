@@ -6,13 +6,17 @@ same styles scoped for a notebook (:func:`notebook_html`); every string
 escaped."""
 
 import re
-from typing import List, Optional, Sequence, TYPE_CHECKING
+from typing import List, Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from captum_ext.metrics._utils.ranking import no_signal
 from captum_ext.visualization.escaping import html_safe
+from captum_ext.visualization.record_protocols import (
+    ExplanationFields,
+    GenerationFields,
+)
 from captum_ext.visualization.tokens import (
     _mask_or_none,
     display_texts,
@@ -20,9 +24,6 @@ from captum_ext.visualization.tokens import (
     positioned_texts,
     word_groups,
 )
-
-if TYPE_CHECKING:
-    from captum_ext.visualization.records import Explanation, GenerationExplanation
 
 __all__ = [
     "HEATMAP_COLUMNS",
@@ -117,7 +118,7 @@ def html_page(title: str, body: str) -> str:
     )
 
 
-def explanation_caption(explanation: "Explanation") -> str:
+def explanation_caption(explanation: ExplanationFields) -> str:
     r"""HTML: gold class (if known), prediction with its probability and the
     explained class."""
 
@@ -134,7 +135,7 @@ def explanation_caption(explanation: "Explanation") -> str:
     )
 
 
-def explanation_html(explanation: "Explanation", text: Optional[str] = None) -> str:
+def explanation_html(explanation: ExplanationFields, text: Optional[str] = None) -> str:
     r"""A table body (no page around it) with one highlighted row per method;
     ``text`` (default: ``explanation.text``) is shown above it."""
     specials = explanation.specials()
@@ -187,9 +188,7 @@ def _heatmap_cell(value: float, raw: float, special: bool, evidence: bool) -> st
 HEATMAP_COLUMNS = 16
 
 
-def _heatmap(
-    explanation: "GenerationExplanation", scores: Tensor, prompt: List[str]
-) -> str:
+def _heatmap(explanation: GenerationFields, scores: Tensor, prompt: List[str]) -> str:
     r"""One method's target x prompt table, the prompt wrapped into bands of
     :data:`HEATMAP_COLUMNS` columns, each band with its own header."""
     specials = explanation.specials()
@@ -227,7 +226,7 @@ def _heatmap(
     return '<table class="heatmap">' + "".join(bands) + "</table>"
 
 
-def generation_html(explanation: "GenerationExplanation", heading: int = 2) -> str:
+def generation_html(explanation: GenerationFields, heading: int = 2) -> str:
     r"""A body (no page around it): the prompt and continuation, then one
     target x prompt heatmap table per method under an ``<h{heading}>`` (rows:
     target tokens; columns: prompt tokens, wrapped into bands of

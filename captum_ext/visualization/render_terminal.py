@@ -4,12 +4,16 @@ r"""Terminal views: highlighted token lines (:func:`ansi_tokens`), the reports o
 (:func:`generation_text`); every string terminal-safe."""
 
 import os
-from typing import List, Optional, Sequence, TextIO, TYPE_CHECKING
+from typing import List, Optional, Sequence, TextIO
 
 import torch
 from torch import Tensor
 
 from captum_ext.visualization.escaping import terminal_safe
+from captum_ext.visualization.record_protocols import (
+    ExplanationFields,
+    GenerationFields,
+)
 from captum_ext.visualization.tokens import (
     _mask_or_none,
     display_texts,
@@ -17,9 +21,6 @@ from captum_ext.visualization.tokens import (
     positioned_texts,
     word_groups,
 )
-
-if TYPE_CHECKING:
-    from captum_ext.visualization.records import Explanation, GenerationExplanation
 
 __all__ = [
     "NO_POSITIVE_EVIDENCE",
@@ -106,7 +107,7 @@ def _top_tokens(
     return ", ".join(shown) or NO_POSITIVE_EVIDENCE
 
 
-def explanation_text(explanation: "Explanation", color: bool) -> str:
+def explanation_text(explanation: ExplanationFields, color: bool) -> str:
     r"""The terminal report of ``explain``: prediction, then one highlighted line
     and the top tokens per method. Class and method names are sanitised."""
     label = explanation.label
@@ -139,7 +140,7 @@ def fit_line(line: str, width: int = 100) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def generation_text(explanation: "GenerationExplanation", k: int = 3) -> str:
+def generation_text(explanation: GenerationFields, k: int = 3) -> str:
     r"""The terminal report of ``explain-generation``: the prompt, the
     continuation, then per method each target token with its ``k`` top prompt
     tokens and their raw scores (only positive scores count as evidence: "no
