@@ -25,8 +25,8 @@ __version__ = "0.1.0"
 _WHERE = {
     "ModelAdapter": "captum_ext.adapters",
     "UnsupportedModelError": "captum_ext.adapters",
-    "causal_lm_forward": "captum_ext._utils.common",
-    "classifier_forward": "captum_ext._utils.common",
+    "causal_lm_forward": "captum_ext._utils.model_forward",
+    "classifier_forward": "captum_ext._utils.model_forward",
     "get_adapter": "captum_ext.adapters",
 }
 __all__ = list(_WHERE)

@@ -2,8 +2,9 @@
 import pytest
 import torch
 from captum_ext import get_adapter, UnsupportedModelError
-from captum_ext._utils.common import parse_token_batch, resolve_target
 from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.model_forward import resolve_target
+from captum_ext._utils.token_batch import parse_token_batch
 from captum_ext.adapters import check_head_reproduces, supported_families
 from captum_ext.adapters.families import _Family
 from captum_ext.attr import AttCAT

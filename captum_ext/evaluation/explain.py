@@ -18,8 +18,9 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch import nn
 
-from captum_ext._utils.common import check_tokenizer_vocabulary, classifier_forward
 from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.model_forward import classifier_forward
+from captum_ext._utils.token_batch import check_tokenizer_vocabulary
 from captum_ext.adapters import get_adapter
 from captum_ext.evaluation.engine import checked_max_length
 from captum_ext.evaluation.names import check_names

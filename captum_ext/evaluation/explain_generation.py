@@ -24,8 +24,8 @@ from typing import Any, List, Optional, Sequence
 import torch
 from torch import nn, Tensor
 
-from captum_ext._utils.common import check_tokenizer_vocabulary
 from captum_ext._utils.positive_int import check_positive_int
+from captum_ext._utils.token_batch import check_tokenizer_vocabulary
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.continuations import generate_continuations
 from captum_ext.attr._utils.llm_prompts import check_text, prepare_prompt, Prompt

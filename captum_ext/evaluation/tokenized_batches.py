@@ -11,7 +11,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from captum_ext._utils.common import TokenBatch
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.defaults.batching import length_sorted_batches
 
 __all__ = ["EncodedBatch", "bucketed_batches", "texts_without_words"]
@@ -19,7 +19,7 @@ __all__ = ["EncodedBatch", "bucketed_batches", "texts_without_words"]
 
 @dataclass(kw_only=True)
 class EncodedBatch(TokenBatch):
-    r"""One padded :class:`~captum_ext._utils.common.TokenBatch` of a dataset.
+    r"""One padded :class:`~captum_ext._utils.token_batch.TokenBatch` of a dataset.
     ``rows[i]`` is the input position of batch row ``i``; ``truncated[i]`` says
     whether that text was cut to ``max_length`` tokens."""
 

@@ -17,8 +17,8 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 from torch import nn
 
-from captum_ext._utils.common import check_tokenizer_vocabulary
 from captum_ext._utils.progress import quiet_library_bars
+from captum_ext._utils.token_batch import check_tokenizer_vocabulary
 from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext.defaults.models import quiet_transformers
 from captum_ext.evaluation.hub import cache_only_unless_reachable, is_hub_id

@@ -15,9 +15,9 @@ backward pass per target step and per chunk: slow, obviously right.
 from typing import Any, Optional
 
 import torch
-from captum_ext._utils.common import parse_token_ids
 from captum_ext._utils.row_chunks import batch_slices
 from captum_ext._utils.teacher_forcing import teacher_forced_batch
+from captum_ext._utils.token_batch import parse_token_ids
 from captum_ext.adapters import get_adapter
 from torch import nn, Tensor
 

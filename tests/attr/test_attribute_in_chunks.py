@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 import pytest
 import torch
-from captum_ext._utils.common import TokenBatch
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
 from torch import nn
 

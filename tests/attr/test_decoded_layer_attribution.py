@@ -15,7 +15,8 @@ from captum.attr import (
     LayerGradientXActivation,
     LayerIntegratedGradients,
 )
-from captum_ext._utils.common import classifier_forward, TokenBatch
+from captum_ext._utils.model_forward import classifier_forward
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import get_adapter
 from captum_ext.attr import (
     DecodedLayerAttribution,
@@ -189,7 +190,7 @@ def _spy(method: Any) -> List[Tensor]:
 def _decoded_from(method: DecodedLayerAttribution, alpha: Tensor, batch: dict):
     r"""The decoded scores recomputed from a recorded layer attribution (signed,
     no tau), via the literal loops with ``a`` replaced."""
-    from captum_ext._utils.common import parse_token_batch
+    from captum_ext._utils.token_batch import parse_token_batch
     from captum_ext.attr._utils.decoded_aggregation import aggregate
     from captum_ext.attr._utils.decoded_probabilities import decoded_input_probabilities
 

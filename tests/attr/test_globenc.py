@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 import torch
 from captum_ext import get_adapter, UnsupportedModelError
-from captum_ext._utils.common import parse_token_batch
 from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.token_batch import parse_token_batch
 from captum_ext.attr import GlobEnc
 from captum_ext.attr._core import globenc
 from captum_ext.attr._utils import encoder_decomposition

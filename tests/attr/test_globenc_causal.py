@@ -9,9 +9,9 @@ import pytest
 import torch
 import transformers
 from captum_ext import get_adapter, UnsupportedModelError
-from captum_ext._utils.common import parse_token_batch
 from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX, teacher_forced_batch
+from captum_ext._utils.token_batch import parse_token_batch
 from captum_ext.adapters.families import _FAMILIES
 from captum_ext.attr import GlobEnc
 from captum_ext.attr._utils.decoder_decomposition import (

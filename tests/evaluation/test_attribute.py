@@ -15,7 +15,7 @@ import datasets
 import pandas as pd
 import pytest
 import torch
-from captum_ext._utils.common import classifier_forward
+from captum_ext._utils.model_forward import classifier_forward
 from captum_ext.evaluation.attribute import (
     attribute_dataset,
     ManifestMismatchError,

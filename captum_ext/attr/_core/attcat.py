@@ -6,8 +6,8 @@ from typing import List
 import torch
 from torch import Tensor
 
-from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import AttentionInputs
 from captum_ext.attr._core.cat import CAT
 from captum_ext.attr._utils.attention_statistics import (

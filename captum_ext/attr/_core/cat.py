@@ -10,10 +10,11 @@ from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import GradientAttribution
 from torch import nn, Tensor
 
-from captum_ext._utils.common import resolve_target, run_model, TokenBatch
 from captum_ext._utils.hooks import gradients_from
 from captum_ext._utils.log import log_usage
+from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import AttentionInputs, get_adapter
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.attribute_tokens import attribute_tokens

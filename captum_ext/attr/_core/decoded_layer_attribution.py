@@ -13,15 +13,15 @@ from captum.attr import LayerConductance, LayerGradientShap, LayerGradientXActiv
 from captum.attr._utils.attribution import LayerAttribution
 from torch import nn, Tensor
 
-from captum_ext._utils.common import (
+from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.log import log_usage
+from captum_ext._utils.model_forward import (
     classifier_forward,
     resolve_target,
     run_model,
-    TokenBatch,
 )
-from captum_ext._utils.hooks import HookSet
-from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.attribute_tokens import attribute_tokens

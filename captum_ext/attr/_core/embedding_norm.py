@@ -7,7 +7,8 @@ from typing import Tuple
 from captum._utils.typing import TargetType
 from torch import Tensor
 
-from captum_ext._utils.common import resolve_target, run_model, TokenBatch
+from captum_ext._utils.model_forward import resolve_target, run_model
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.forward_only_attribution import ForwardOnlyAttribution
 

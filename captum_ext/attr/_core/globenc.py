@@ -10,9 +10,10 @@ from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import Attribution
 from torch import nn, Tensor
 
-from captum_ext._utils.common import parse_token_batch, resolve_target, TokenBatch
 from captum_ext._utils.log import log_usage
+from captum_ext._utils.model_forward import resolve_target
 from captum_ext._utils.teacher_forcing import teacher_forced_batch, TeacherForcedBatch
+from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
 from captum_ext.adapters import BlockParts, get_adapter, NormParams, PreNormParts
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 from captum_ext.attr._utils.attribute_tokens import attribute_classes

@@ -7,8 +7,9 @@ from typing import List, Optional, Sequence, Tuple
 from captum._utils.typing import TargetType
 from torch import Tensor
 
-from captum_ext._utils.common import resolve_target, run_model, TokenBatch
+from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import AttentionInputs
 from captum_ext.attr._utils.attention_statistics import rolled_out_attention_rows
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype

@@ -20,10 +20,10 @@ from captum.attr._core.llm_attr import (
 from captum.attr._utils.attribution import Attribution
 from torch import Tensor
 
-from captum_ext._utils.common import check_tokenizer_vocabulary
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import teacher_forced_batch
+from captum_ext._utils.token_batch import check_tokenizer_vocabulary
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.continuations import (
     generate_continuations,

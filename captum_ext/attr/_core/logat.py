@@ -7,13 +7,13 @@ import torch
 from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
-from captum_ext._utils.common import (
+from captum_ext._utils.model_forward import (
     check_decoder_vocabulary,
     resolve_target,
     run_model,
-    TokenBatch,
 )
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import check_head_reproduces
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.forward_only_attribution import ForwardOnlyAttribution

@@ -6,7 +6,7 @@ from typing import Any, Optional
 from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
-from captum_ext._utils.common import TokenBatch
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.attr._core.logat import LogAt
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 

@@ -11,10 +11,10 @@ import torch
 from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
-from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.finite import check_finite
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext._utils.row_chunks import batch_slices, take_rows
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import get_adapter, UnsupportedModelError
 
 __all__ = ["attribute_in_chunks", "result_dtype"]

@@ -11,7 +11,7 @@ each kind of model:
 - classifier: the per-chunk scores ``(chunk, target, **per_example) ->
   (scores [chunk, ..., pos], logits)`` run by
   :func:`~captum_ext.attr._utils.attribute_in_chunks.attribute_in_chunks` on the
-  batch that :func:`~captum_ext._utils.common.parse_token_batch` checked, exactly
+  batch that :func:`~captum_ext._utils.token_batch.parse_token_batch` checked, exactly
   zero on padding.
 """
 
@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional
 from captum._utils.typing import TargetType
 from torch import Tensor
 
-from captum_ext._utils.common import parse_token_batch
+from captum_ext._utils.token_batch import parse_token_batch
 from captum_ext.adapters import ModelAdapter
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, ChunkFn
 from captum_ext.attr._utils.teacher_forced_attribution import (

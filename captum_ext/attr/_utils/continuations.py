@@ -10,9 +10,12 @@ import torch
 from captum.attr._core.llm_attr import DEFAULT_GEN_ARGS
 from torch import Tensor
 
-from captum_ext._utils.common import check_tokenizer_vocabulary, check_vocabulary_ids
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX
+from captum_ext._utils.token_batch import (
+    check_tokenizer_vocabulary,
+    check_vocabulary_ids,
+)
 from captum_ext.adapters import get_adapter, ModelAdapter
 
 __all__ = [

@@ -9,8 +9,9 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from captum_ext._utils.common import check_decoder_vocabulary, TokenBatch
 from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.model_forward import check_decoder_vocabulary
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 
 __all__ = ["decoded_input_probabilities", "decoded_token_sums", "Decoder"]

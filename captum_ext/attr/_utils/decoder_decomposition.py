@@ -24,8 +24,9 @@ from typing import List, Tuple
 import torch
 from torch import Tensor
 
-from captum_ext._utils.common import run_model, TokenBatch
 from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.model_forward import run_model
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import (
     AttentionInputs,
     ModelAdapter,

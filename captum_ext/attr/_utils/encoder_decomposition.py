@@ -9,8 +9,9 @@ from typing import List, Tuple
 
 from torch import Tensor
 
-from captum_ext._utils.common import run_model, TokenBatch
 from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.model_forward import run_model
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import AttentionInputs, BlockParts, ModelAdapter, NormParams
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.norm_decomposition import Factors, single_call, through_norm

@@ -10,9 +10,9 @@ from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import Attribution
 from torch import nn, Tensor
 
-from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.attribute_tokens import attribute_tokens
 

@@ -19,7 +19,6 @@ import torch.nn.functional as F
 from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
-from captum_ext._utils.common import parse_token_batch, TokenBatch
 from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.teacher_forcing import (
     IGNORE_INDEX,
@@ -27,6 +26,7 @@ from captum_ext._utils.teacher_forcing import (
     teacher_forced_batch,
     TeacherForcedBatch,
 )
+from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
 from captum_ext.adapters import get_adapter, ModelAdapter
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 

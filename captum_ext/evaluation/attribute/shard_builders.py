@@ -11,7 +11,7 @@ import pyarrow as pa
 import torch
 from torch import nn, Tensor
 
-from captum_ext._utils.common import classifier_forward
+from captum_ext._utils.model_forward import classifier_forward
 from captum_ext.attr._utils.continuations import right_padded
 from captum_ext.attr._utils.llm_prompts import Prompt
 from captum_ext.evaluation.attribute.prediction import (

@@ -43,7 +43,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn, Tensor
 
-from captum_ext._utils.common import causal_lm_forward
+from captum_ext._utils.model_forward import causal_lm_forward
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX, teacher_forced_batch
 from captum_ext.adapters import get_adapter
 from captum_ext.attr._utils.continuations import prompt_pad_id, right_padded

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import nn, Tensor
 
-from captum_ext._utils.common import classifier_forward
+from captum_ext._utils.model_forward import classifier_forward
 from captum_ext.evaluation.distributed import DistributedContext
 from captum_ext.evaluation.engine.classifier_metrics import (
     explain_batch,

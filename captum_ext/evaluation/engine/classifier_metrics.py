@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import torch
 from torch import Tensor
 
-from captum_ext._utils.common import TokenBatch
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.evaluation.registry import (
     MethodFn,
     MetricContext,

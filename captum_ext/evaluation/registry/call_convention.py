@@ -9,8 +9,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch import nn, Tensor
 
-from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX
+from captum_ext._utils.token_batch import TokenBatch
 
 __all__ = [
     "GenerationFactory",

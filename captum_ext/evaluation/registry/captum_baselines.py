@@ -48,8 +48,8 @@ from captum.attr import (
 )
 from torch import nn, Tensor
 
-from captum_ext._utils.common import classifier_forward
 from captum_ext._utils.hooks import eval_semantics
+from captum_ext._utils.model_forward import classifier_forward
 from captum_ext.adapters import get_adapter
 from captum_ext.evaluation.registry.call_convention import (
     _explainer,

@@ -13,8 +13,8 @@ from typing import Any, Callable, Dict, Optional, Sequence
 import torch
 from torch import Tensor
 
-from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX
+from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.metrics import (
     aopc,
     generation_aopc,

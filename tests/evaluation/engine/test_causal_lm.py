@@ -10,7 +10,7 @@ import zlib
 
 import pytest
 import torch
-from captum_ext._utils.common import causal_lm_forward
+from captum_ext._utils.model_forward import causal_lm_forward
 from captum_ext.attr._utils.continuations import left_padded, right_padded
 from captum_ext.evaluation import prompt_batches
 from captum_ext.evaluation.engine import causal_lm, run_benchmark
