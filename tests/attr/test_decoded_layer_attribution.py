@@ -4,7 +4,7 @@ Captum layer method, and the one-pass sweep over all layers."""
 
 import copy
 from functools import partial
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 import torch
@@ -28,6 +28,7 @@ from captum_ext.attr._utils.decoded_probabilities import (
     decoded_token_sums,
 )
 from torch import nn, Tensor
+from transformers import BertForSequenceClassification
 
 from tests.helpers import (
     assert_same_state,
@@ -50,7 +51,9 @@ def model() -> nn.Module:
 @pytest.fixture(scope="module")
 def decoder() -> nn.Module:
     # A pre-trained-style MLM head (random here) over the same 99-token vocab.
-    return get_adapter(tiny_masked_lm("bert", seed=1)).mlm_head()
+    head = get_adapter(tiny_masked_lm("bert", seed=1)).mlm_head()
+    assert head is not None  # for mypy: a masked LM has its head
+    return head
 
 
 def _batch_with_repeats() -> dict:
@@ -393,13 +396,17 @@ def _calls(
 @pytest.mark.parametrize("method_class", [LayerGradientXActivation, LayerConductance])
 def test_model_state_untouched(decoder, method_class):
     model = tiny_classifier("bert")
+    assert isinstance(model, BertForSequenceClassification)  # for mypy: .classifier
     model.classifier.weight.grad = torch.ones_like(model.classifier.weight)
     model.train()
     batch = token_batch(seed=16)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     before = model_state(model)
     method = DecodedLayerAttribution(model, 1, decoder, method_class)
-    kwargs = {} if method_class is LayerGradientXActivation else {"n_steps": 4}
+    # The wrapped Captum method's own options (its **attribute_kwargs: Any).
+    kwargs: Dict[str, Any] = (
+        {} if method_class is LayerGradientXActivation else {"n_steps": 4}
+    )
     if method_class is LayerConductance:
         kwargs["baselines"] = torch.zeros_like(ids)
     with pytest.warns(UserWarning, match="training mode"):
@@ -429,6 +436,7 @@ def test_model_state_untouched_when_a_forward_raises(decoder, after_calls):
     # after_calls=1: the probe forward passes, the wrapped method's forward (with
     # Captum's hooks registered) raises.
     model = tiny_classifier("bert")
+    assert isinstance(model, BertForSequenceClassification)  # for mypy: .bert
     batch = token_batch(seed=17)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     handle = model.bert.encoder.layer[1].register_forward_hook(

@@ -136,7 +136,9 @@ def test_texts_are_required_and_not_empty(model, texts):
     with pytest.raises(TypeError, match="got one str"):
         load_fitted_decoder(model, _tokenizer(), 1, "w5 w6 w7", CONFIG)
     with pytest.raises(TypeError, match="item int"):
-        fit_decoders(model, _tokenizer(), ["w5 w6", 7], CONFIG)
+        # An int item on purpose: the run-time check is the test.
+        wrong = ["w5 w6", 7]
+        fit_decoders(model, _tokenizer(), wrong, CONFIG)  # type: ignore[arg-type]
 
 
 class _Payload:

@@ -50,7 +50,7 @@ def test_encoded_sets_point_at_the_flags():
     assert bool((batch.evidence == -1).all()) and bool((batch.key_position == -1).all())
     rows = torch.arange(16)[:, None]
     flags = tokenizer.convert_ids_to_tokens(
-        batch.input_ids[rows, batch.needed[:, 0]].flatten()
+        batch.input_ids[rows, batch.needed[:, 0]].flatten().tolist()
     )
     assert all(word.startswith("f") for word in flags)
 

@@ -9,7 +9,7 @@ import os
 import pickle
 from contextlib import ExitStack
 from pathlib import Path
-from typing import List
+from typing import Any, List
 
 import datasets
 import pandas as pd
@@ -23,6 +23,7 @@ from captum_ext.evaluation.attribute import (
 )
 from captum_ext.evaluation.attribute.lock import LOCK
 from captum_ext.evaluation.attribute.manifest import MANIFEST
+from captum_ext.evaluation.distributed import DistributedContext
 from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import METHODS, MethodSpec, MetricContext, METRICS
 from captum_ext.evaluation.user_data import LoadedExamples
@@ -293,15 +294,20 @@ def test_max_length_defaults_to_what_tokenizer_and_model_allow(tmp_path: Path) -
     "error",
     [ManifestMismatchError("max_length differs: 10 != 12"), PermissionError(13, "no")],
 )
-def test_other_ranks_raise_the_error_rank_0_found(error) -> None:
-    class OtherRank:
-        is_main = False
-
-        def broadcast(self, verdict):  # what rank 0 sent, through pickle
+def test_other_ranks_raise_the_error_rank_0_found(error: Exception) -> None:
+    class OtherRank(DistributedContext):
+        def broadcast(self, obj: Any) -> Any:  # what rank 0 sent, through pickle
             return pickle.loads(pickle.dumps((error, [])))
 
     with pytest.raises(type(error)) as raised:
-        runner._agreed_missing_shards(OtherRank(), None, None, None, ExitStack())
+        # None on purpose: a rank other than 0 reads neither output nor model.
+        runner._agreed_missing_shards(
+            OtherRank(rank=1, world_size=2),
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            None,
+            ExitStack(),
+        )
     assert str(raised.value) == str(error)
 
 

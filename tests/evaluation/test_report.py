@@ -5,13 +5,17 @@ import importlib
 import json
 import math
 import re
+from typing import cast
 
+import numpy as np
 import pytest
 import torch
 from captum_ext.evaluation import figures, frontier, report, result_views
 from captum_ext.evaluation.report import markdown_table, write_report
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
 from captum_ext.visualization import Explanation
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PathCollection
 from matplotlib.text import Text
 
 GRID = [0.1, 0.5, 1.0]
@@ -380,6 +384,8 @@ def test_frontier_figure_draws_flagged_timings_hollow_and_labels_apart(tmp_path)
         row = _point_row(f"Crowded {index}", "captum", 1.0 + 0.02 * index, 0.3, 0.5)
         table.rows.append(row)
     fig = figures.frontier_drawing(table)
+    # For mypy: a figure (a metric has a point), on the Agg canvas it measured with.
+    assert fig is not None and isinstance(fig.canvas, FigureCanvasAgg)
     fig.tight_layout()  # as saved
     fig.canvas.draw()  # places the annotations' text
     renderer = fig.canvas.get_renderer()
@@ -387,14 +393,19 @@ def test_frontier_figure_draws_flagged_timings_hollow_and_labels_apart(tmp_path)
         labels = [t for t in ax.texts if t.get_text() != "Random"]
         # The text's own box (an annotation's box would include its leader line).
         boxes = [Text.get_window_extent(t, renderer) for t in labels]
+        # For mypy: every collection is a scatter's (markers and the front's rings).
+        scatters = [c for c in ax.collections if isinstance(c, PathCollection)]
+        assert len(scatters) == len(ax.collections)
         # One marker per method (the front's rings are the larger ones).
-        points = [c for c in ax.collections if c.get_sizes()[0] < 50]
+        points = [c for c in scatters if c.get_sizes()[0] < 50]
         # Every method but the control, flagged included, has its label.
         assert len(boxes) == len(points) >= 9
         for i, box in enumerate(boxes):
             assert not any(box.overlaps(other) for other in boxes[i + 1 :])
         # The flagged timing is drawn hollow (no face), every other point filled.
-        faces = [c.get_facecolor() for c in points]
+        # RGBA rows [n, 4]: a collection's colours are an array (the stub's
+        # ColorType union also allows one colour).
+        faces = [cast(np.ndarray, c.get_facecolor()) for c in points]
         assert sum(len(face) == 0 or face[0][3] == 0 for face in faces) == 1
         assert "Flagged (flagged)" in [t.get_text() for t in labels]
     assert figures.frontier_figure(table, tmp_path / "front.png")

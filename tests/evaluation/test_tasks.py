@@ -7,6 +7,7 @@ prompts with their planted evidence."""
 import pytest
 from captum_ext._utils.progress import duration
 from captum_ext.defaults.data import TaskExamples
+from captum_ext.defaults.flags import FlagTask
 from captum_ext.defaults.generator import DEFAULT_RECIPE, generator_cache_name
 from captum_ext.evaluation import tasks
 from captum_ext.evaluation.options import BenchmarkOptions
@@ -81,6 +82,9 @@ def test_recall_data_is_held_out_with_evidence_on_the_answer():
     data = tasks.recall_data(6, tokenizer)
     assert data.texts == [e.prompt for e in DEFAULT_RECIPE.task.sample(6, 2)]
     assert DEFAULT_RECIPE.seeds()[2] == 2  # the test seed: not training's 1000 +
+    # For mypy: recall data has continuations, evidence and evidence sets.
+    assert data.continuations is not None and data.evidence is not None
+    assert data.evidence_sets is not None
     for prompt, continuation, evidence, sets in zip(
         data.texts, data.continuations, data.evidence, data.evidence_sets
     ):
@@ -97,6 +101,9 @@ def test_flag_data_has_the_two_flags_as_its_only_evidence():
     _, tokenizer = tiny_recall_generator(task=recipe.task)
     data = tasks.recall_data(20, tokenizer, recipe)
     assert data.evidence is None
+    # For mypy: a flag sum's continuations and sets, of a FlagTask.
+    assert data.continuations is not None and data.evidence_sets is not None
+    assert isinstance(recipe.task, FlagTask)
     for prompt, continuation, sets in zip(
         data.texts, data.continuations, data.evidence_sets
     ):
@@ -114,6 +121,8 @@ def test_long_recall_has_16_prompts_of_over_1024_tokens_at_most():
     _, tokenizer = tiny_recall_generator(task=recipe.task)
     data = tasks.recall_data(4, tokenizer, recipe)
     assert min(len(tokenizer(t)["input_ids"]) for t in data.texts) >= 1024
+    # For mypy: recall data has continuations and evidence.
+    assert data.continuations is not None and data.evidence is not None
     for prompt, continuation, evidence in zip(
         data.texts, data.continuations, data.evidence
     ):
@@ -186,4 +195,5 @@ def test_the_first_run_is_estimated_from_the_measured_pieces(tmp_path, monkeypat
     for name in ("default-sentiment-v1", "fitted-decoder-v1-x", generator_cache_name()):
         (tmp_path / name).mkdir()
     assert tasks.first_run_estimate(["sentiment", "recall"]) is None
-    assert "source 30 s" in tasks.first_run_estimate(["source"])
+    source = tasks.first_run_estimate(["source"])
+    assert source is not None and "source 30 s" in source

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+import transformers
 from captum_ext import UnsupportedModelError
 from captum_ext.evaluation.user_models import load_classifier, resolve_device
 
@@ -27,11 +28,14 @@ def test_loads_a_classifier_the_default_way_in_eval_mode_in_the_asked_dtype(
     model_dir,
 ):
     model, tokenizer = load_classifier(model_dir, dtype="bfloat16", max_length=12)
+    assert isinstance(model, transformers.PreTrainedModel)  # for mypy: its config
     assert not model.training
     assert model.config._attn_implementation == "sdpa"  # from_pretrained's default
     assert next(model.parameters()).dtype == torch.bfloat16
     assert tokenizer.model_max_length == 12
-    assert model.config.id2label[2] == "<mixed>"
+    # transformers types id2label as also None or str-keyed; a loaded config's
+    # keys are ints.
+    assert model.config.id2label[2] == "<mixed>"  # type: ignore[index]
 
 
 def test_a_separate_tokenizer_directory(model_dir, tmp_path):

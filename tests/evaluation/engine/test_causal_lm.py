@@ -7,6 +7,7 @@ method, and bad choices get clear errors."""
 import dataclasses
 import math
 import zlib
+from typing import Callable, Dict, List, Tuple
 
 import pytest
 import torch
@@ -28,6 +29,7 @@ from captum_ext.metrics import (
     generation_soft_nc,
     generation_soft_ns,
     generation_sufficiency,
+    GenerationMetricResult,
     TokenOptions,
 )
 
@@ -43,7 +45,7 @@ EVIDENCE = [[4, -1], [1, 2, -1], [5], [2, 3]]
 # of 1-3 positions).
 EVIDENCE_SETS = [[[3, 4]], [[1], [1, 2]], [[2, 5, 6]], [[2, 3], [3]]]
 METHOD_SET = ["LogAt", "AttCAT", "FeatureAblation", "Random"]
-LIBRARY = {
+LIBRARY: Dict[str, Callable[..., GenerationMetricResult]] = {
     "AOPC": generation_aopc,
     "Sufficiency": generation_sufficiency,
     "LOdds": generation_log_odds,
@@ -101,7 +103,7 @@ def test_values_are_the_library_metrics_and_evidence_accuracy(lm, result):
             ids, mask, target = one_example(tokenizer, row)
             scores = explain(ids, mask, target)  # [1, T, P]
             for column, metric in LIBRARY.items():
-                options = {}
+                options: Dict[str, int] = {}
                 if column.startswith("Soft"):  # seeded by the example, as documented
                     content = [ids[0].tolist(), target[0].tolist()]
                     options["seed"] = zlib.crc32(repr(content).encode())
@@ -145,6 +147,7 @@ def test_curves_are_the_mean_of_the_library_curves(lm, result):
                 direct = metric(forward, ids, scores, target, (mask,), tokens=tokens)
                 per_example.append(direct.curve.double().nanmean(1)[0])
             grid, mean = row_result.curves[column]
+            assert direct.levels is not None  # for mypy: a hard metric's levels
             assert grid == pytest.approx(direct.levels.tolist())
             expected = torch.stack(per_example).nanmean(0).tolist()
             assert mean == pytest.approx(expected, abs=1e-6, nan_ok=True), column
@@ -194,7 +197,8 @@ def test_batch_of_one_equals_batch_of_four(lm, result):
 def _unit_forward_shapes(lm, method, monkeypatch):
     r"""The ``input_ids`` shapes of the forward passes ``method``'s time is
     divided by, per batch, on the four prompts in one batch."""
-    batches, timing_unit = [], [False]
+    batches: List[List[Tuple[int, ...]]] = []  # per batch: (batch, len) per pass
+    timing_unit = [False]
     model, real_timing = lm[0], causal_lm.time_paired
 
     def record(module, args, kwargs):
