@@ -143,8 +143,8 @@ def test_unreached_target_caches_nothing(
     assert not (tmp_path / generator_cache_name(recipe)).exists()
 
 
-def test_the_shipped_recipe_keeps_its_cache_name():
-    # train_task (None) -> None is left out of the hash: the cache built before it existed
+def test_the_shipped_recipe_keeps_its_cache_name() -> None:
+    # train_task (None) is left out of the hash: the cache built before it existed
     assert generator_cache_name() == "default-generator-706d28d5f66a07e0"
     shorter = RecallTask(n_keys=4, n_values=4, min_pairs=1, max_pairs=1)
     other = GeneratorRecipe(**{**TINY.__dict__, "train_task": shorter})
