@@ -8,7 +8,6 @@ from typing import cast, Dict
 
 import pytest
 import torch
-import transformers
 from captum_ext import UnsupportedModelError
 from captum_ext.evaluation.user_models import load_classifier, resolve_device
 
@@ -30,7 +29,6 @@ def test_loads_a_classifier_the_default_way_in_eval_mode_in_the_asked_dtype(
     model_dir: Path,
 ) -> None:
     model, tokenizer = load_classifier(model_dir, dtype="bfloat16", max_length=12)
-    assert isinstance(model, transformers.PreTrainedModel)  # for mypy: its config
     assert not model.training
     assert model.config._attn_implementation == "sdpa"  # from_pretrained's default
     assert next(model.parameters()).dtype == torch.bfloat16
