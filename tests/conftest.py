@@ -11,6 +11,7 @@ import pytest
 import torch
 from captum_ext.adapters import attention as attention_module
 from captum_ext.defaults.models import load_default_model
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tests.helpers import embedding_decoders_in_registry
 
@@ -27,14 +28,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session")
-def sentiment_model() -> Tuple[torch.nn.Module, object]:
+def sentiment_model() -> Tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     r"""``(model, tokenizer)``: all-MiniLM-L6-v2 fine-tuned on negative/positive
     movie snippets, in eval mode."""
     return load_default_model("sentiment")
 
 
 @pytest.fixture(scope="session")
-def source_model() -> Tuple[torch.nn.Module, object]:
+def source_model() -> Tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     r"""``(model, tokenizer)``: all-MiniLM-L6-v2 fine-tuned to tell movie /
     tweet / product / editorial snippets apart, in eval mode."""
     return load_default_model("source")

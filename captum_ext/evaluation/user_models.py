@@ -12,7 +12,7 @@ snapshot's commit, which the benchmark's configuration records."""
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, TYPE_CHECKING, Union
 
 import torch
 from torch import nn
@@ -23,6 +23,9 @@ from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext.defaults.models import quiet_transformers
 from captum_ext.evaluation.hub import cache_only_unless_reachable, is_hub_id
 from captum_ext.evaluation.model_files import read_model_config
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = [
     "DTYPES",
@@ -288,7 +291,7 @@ def load_classifier(
     max_length: Optional[int] = None,
     revision: Optional[str] = None,
     trust_remote_code: bool = False,
-) -> Tuple[nn.Module, Any]:
+) -> Tuple["PreTrainedModel", Any]:
     r"""A Hugging Face sequence classifier and its tokenizer, from a local
     directory or a Hub id, ready to explain: eval mode, the default attention (sdpa), on
     ``device`` in ``dtype``.
@@ -350,7 +353,7 @@ def load_causal_lm(
     max_length: Optional[int] = None,
     revision: Optional[str] = None,
     trust_remote_code: bool = False,
-) -> Tuple[nn.Module, Any]:
+) -> Tuple["PreTrainedModel", Any]:
     r"""A Hugging Face causal language model (``AutoModelForCausalLM``) and its
     tokenizer, as :func:`load_classifier` loads a classifier (same arguments,
     same errors): eval mode, the default attention, a pad token (the EOS token when
@@ -384,7 +387,7 @@ def _load(
     max_length: Optional[int],
     revision: Optional[str],
     trust_remote_code: bool,
-) -> Tuple[nn.Module, Any]:
+) -> Tuple["PreTrainedModel", Any]:
     quiet_library_bars()
     chosen_device = resolve_device(device)
     chosen_dtype = _dtype(dtype)

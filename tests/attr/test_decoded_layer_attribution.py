@@ -4,11 +4,12 @@ Captum layer method, and the one-pass sweep over all layers."""
 
 import copy
 from functools import partial
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Type
 
 import pytest
 import torch
 from captum.attr import (
+    LayerAttribution,
     LayerConductance,
     LayerDeepLift,
     LayerGradientShap,
@@ -29,6 +30,7 @@ from captum_ext.attr._utils.decoded_probabilities import (
     decoded_token_sums,
 )
 from torch import nn, Tensor
+from transformers import BertForSequenceClassification
 
 from tests.helpers import (
     assert_same_state,
@@ -51,10 +53,12 @@ def model() -> nn.Module:
 @pytest.fixture(scope="module")
 def decoder() -> nn.Module:
     # A pre-trained-style MLM head (random here) over the same 99-token vocab.
-    return get_adapter(tiny_masked_lm("bert", seed=1)).mlm_head()
+    head = get_adapter(tiny_masked_lm("bert", seed=1)).mlm_head()
+    assert head is not None  # for mypy: a masked LM has its head
+    return head
 
 
-def _batch_with_repeats() -> dict:
+def _batch_with_repeats() -> Dict[str, Tensor]:
     batch = token_batch((9, 6, 8), seed=3)
     ids = batch["input_ids"]
     ids[0, 4] = ids[0, 2]  # a repeated content token
@@ -114,7 +118,9 @@ def _naive(
 # (tests/test_bad_inputs.py).
 @pytest.mark.parametrize("layer", [0, 1, 2])
 @pytest.mark.parametrize("relu", RELUS)
-def test_equals_literal_algorithm_1(model, decoder, layer, relu):
+def test_equals_literal_algorithm_1(
+    model: nn.Module, decoder: nn.Module, layer: int, relu: Optional[str]
+) -> None:
     batch = _batch_with_repeats()
     method = DecodedLayerGradCam(model, layer, decoder)
     for tau in TAUS:
@@ -128,7 +134,9 @@ def test_equals_literal_algorithm_1(model, decoder, layer, relu):
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-7)
 
 
-def test_top_tau_and_relu_change_the_scores(model, decoder):
+def test_top_tau_and_relu_change_the_scores(
+    model: nn.Module, decoder: nn.Module
+) -> None:
     # The literal comparison is only meaningful if tau and relu matter here.
     batch = _batch_with_repeats()
     method = DecodedLayerGradCam(model, 1, decoder)
@@ -140,7 +148,9 @@ def test_top_tau_and_relu_change_the_scores(model, decoder):
     assert not torch.allclose(inside, method.attribute(*args, relu="outside"))
 
 
-def test_repeated_tokens_share_a_score_and_pads_are_zero(model, decoder):
+def test_repeated_tokens_share_a_score_and_pads_are_zero(
+    model: nn.Module, decoder: nn.Module
+) -> None:
     batch = _batch_with_repeats()
     scores = DecodedLayerGradCam(model, 1, decoder).attribute(
         batch["input_ids"], additional_forward_args=batch["attention_mask"], relu=None
@@ -152,7 +162,9 @@ def test_repeated_tokens_share_a_score_and_pads_are_zero(model, decoder):
 
 
 @pytest.mark.parametrize("tau", [None, 2])
-def test_batch_and_padding_invariance(model, decoder, tau):
+def test_batch_and_padding_invariance(
+    model: nn.Module, decoder: nn.Module, tau: Optional[int]
+) -> None:
     batch = token_batch((9, 4, 7), seed=5)
     method = DecodedLayerGradCam(model, 1, decoder)
     together = method.attribute(
@@ -187,7 +199,9 @@ def _spy(method: Any) -> List[Tensor]:
     return seen
 
 
-def _decoded_from(method: DecodedLayerAttribution, alpha: Tensor, batch: dict):
+def _decoded_from(
+    method: DecodedLayerAttribution, alpha: Tensor, batch: Dict[str, Tensor]
+) -> Tensor:
     r"""The decoded scores recomputed from a recorded layer attribution (signed,
     no tau), via the literal loops with ``a`` replaced."""
     from captum_ext._utils.token_batch import parse_token_batch
@@ -210,7 +224,9 @@ def _decoded_from(method: DecodedLayerAttribution, alpha: Tensor, batch: dict):
     return aggregate(decoded, alpha.sum(-1), tokens, None, None)
 
 
-def test_integrated_gradients_output_is_used_unchanged(model, decoder):
+def test_integrated_gradients_output_is_used_unchanged(
+    model: nn.Module, decoder: nn.Module
+) -> None:
     batch = token_batch((8, 5), seed=7)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     baseline = torch.where(mask.bool(), torch.full_like(ids, 4), ids)  # [MASK]-like
@@ -230,7 +246,9 @@ def test_integrated_gradients_output_is_used_unchanged(model, decoder):
     torch.testing.assert_close(scores, _decoded_from(method, alpha, batch))
 
 
-def test_an_option_named_like_a_chunking_argument_reaches_the_method(model, decoder):
+def test_an_option_named_like_a_chunking_argument_reaches_the_method(
+    model: nn.Module, decoder: nn.Module
+) -> None:
     r"""Integrated Gradients' own ``method`` (its quadrature rule) is one of the
     ``**attribute_kwargs``, not the name of the chunking's method."""
     batch = token_batch((8, 5), seed=7)
@@ -261,7 +279,13 @@ def test_an_option_named_like_a_chunking_argument_reaches_the_method(model, deco
     ],
 )
 @pytest.mark.parametrize("layer", [0, 2])
-def test_any_captum_layer_method(model, decoder, method_class, kwargs, layer):
+def test_any_captum_layer_method(
+    model: nn.Module,
+    decoder: nn.Module,
+    method_class: Type[LayerAttribution],
+    kwargs: Dict[str, Any],
+    layer: int,
+) -> None:
     batch = token_batch((8, 5), seed=8)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     if method_class is not LayerGradientXActivation:
@@ -279,7 +303,9 @@ def test_any_captum_layer_method(model, decoder, method_class, kwargs, layer):
     torch.testing.assert_close(scores, _decoded_from(method, alpha, batch))
 
 
-def test_conductance_gets_embeddings_and_sums_to_the_output_gap(model, decoder):
+def test_conductance_gets_embeddings_and_sums_to_the_output_gap(
+    model: nn.Module, decoder: nn.Module
+) -> None:
     batch = token_batch((8, 5), seed=9)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     method = DecodedLayerAttribution(model, 1, decoder, LayerConductance)
@@ -293,7 +319,9 @@ def test_conductance_gets_embeddings_and_sums_to_the_output_gap(model, decoder):
     torch.testing.assert_close(seen[0].sum((1, 2)), gap, rtol=2e-2, atol=1e-3)
 
 
-def test_deep_lift_runs_but_hf_nonlinearities_get_no_rescale_rule(model, decoder):
+def test_deep_lift_runs_but_hf_nonlinearities_get_no_rescale_rule(
+    model: nn.Module, decoder: nn.Module
+) -> None:
     # Captum's DeepLift rules cover nn.ReLU/Tanh/Softmax/... modules; BERT's GELU
     # (GELUActivation), LayerNorm and functional attention softmax fall back to
     # plain gradients, so summation-to-delta does not hold.
@@ -310,7 +338,9 @@ def test_deep_lift_runs_but_hf_nonlinearities_get_no_rescale_rule(model, decoder
     assert (error > 1e-3 * gap.abs()).any()
 
 
-def test_method_instance_and_layer_by_module(model, decoder):
+def test_method_instance_and_layer_by_module(
+    model: nn.Module, decoder: nn.Module
+) -> None:
     batch = token_batch(seed=11)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     module = get_adapter(model).hidden_state_module(2)
@@ -324,7 +354,7 @@ def test_method_instance_and_layer_by_module(model, decoder):
         DecodedLayerAttribution(model, 1, decoder, instance)
 
 
-def test_deberta_blocks_returning_tuples(decoder):
+def test_deberta_blocks_returning_tuples(decoder: nn.Module) -> None:
     model = tiny_classifier("deberta-v2")
     mlm = get_adapter(tiny_masked_lm("deberta-v2")).mlm_head()
     batch = token_batch(seed=12)
@@ -337,7 +367,9 @@ def test_deberta_blocks_returning_tuples(decoder):
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "distilbert", "deberta-v2"])
 @pytest.mark.parametrize("tau, relu", [(None, "outside"), (2, "inside"), (3, None)])
-def test_sweep_equals_single_layers(family, tau, relu):
+def test_sweep_equals_single_layers(
+    family: str, tau: Optional[int], relu: Optional[str]
+) -> None:
     model = tiny_classifier(family)
     decoder = EmbeddingDecoder(model)
     batch = token_batch((9, 4, 7), seed=13)
@@ -352,7 +384,7 @@ def test_sweep_equals_single_layers(family, tau, relu):
         torch.testing.assert_close(sweep[:, layer], single, rtol=1e-4, atol=1e-7)
 
 
-def test_sweep_with_one_decoder_per_layer(model, decoder):
+def test_sweep_with_one_decoder_per_layer(model: nn.Module, decoder: nn.Module) -> None:
     batch = token_batch(seed=14)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     decoders = [decoder, EmbeddingDecoder(model), decoder]
@@ -367,7 +399,7 @@ def test_sweep_with_one_decoder_per_layer(model, decoder):
         )
 
 
-def test_sweep_with_frozen_parameters(decoder):
+def test_sweep_with_frozen_parameters(decoder: nn.Module) -> None:
     model = tiny_classifier("bert")
     model.requires_grad_(False)
     batch = token_batch(seed=15)
@@ -382,7 +414,7 @@ def test_sweep_with_frozen_parameters(decoder):
 
 def _calls(
     method: DecodedLayerAttribution, ids: Tensor, mask: Tensor
-) -> List[Callable]:
+) -> List[Callable[[], Tensor]]:
     return [
         lambda: method.attribute(ids, None, mask),
         lambda: method.attribute(
@@ -392,15 +424,21 @@ def _calls(
 
 
 @pytest.mark.parametrize("method_class", [LayerGradientXActivation, LayerConductance])
-def test_model_state_untouched(decoder, method_class):
+def test_model_state_untouched(
+    decoder: nn.Module, method_class: Type[LayerAttribution]
+) -> None:
     model = tiny_classifier("bert")
+    assert isinstance(model, BertForSequenceClassification)  # for mypy: .classifier
     model.classifier.weight.grad = torch.ones_like(model.classifier.weight)
     model.train()
     batch = token_batch(seed=16)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     before = model_state(model)
     method = DecodedLayerAttribution(model, 1, decoder, method_class)
-    kwargs = {} if method_class is LayerGradientXActivation else {"n_steps": 4}
+    # The wrapped Captum method's own options (its **attribute_kwargs: Any).
+    kwargs: Dict[str, Any] = (
+        {} if method_class is LayerGradientXActivation else {"n_steps": 4}
+    )
     if method_class is LayerConductance:
         kwargs["baselines"] = torch.zeros_like(ids)
     with pytest.warns(UserWarning, match="training mode"):
@@ -414,7 +452,7 @@ class _Boom(RuntimeError):
     pass
 
 
-def _failing_hook(after_calls: int) -> Callable:
+def _failing_hook(after_calls: int) -> Callable[..., None]:
     calls = {"n": 0}
 
     def hook(*_: Any) -> None:
@@ -426,10 +464,13 @@ def _failing_hook(after_calls: int) -> Callable:
 
 
 @pytest.mark.parametrize("after_calls", [0, 1])
-def test_model_state_untouched_when_a_forward_raises(decoder, after_calls):
+def test_model_state_untouched_when_a_forward_raises(
+    decoder: nn.Module, after_calls: int
+) -> None:
     # after_calls=1: the probe forward passes, the wrapped method's forward (with
     # Captum's hooks registered) raises.
     model = tiny_classifier("bert")
+    assert isinstance(model, BertForSequenceClassification)  # for mypy: .bert
     batch = token_batch(seed=17)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     handle = model.bert.encoder.layer[1].register_forward_hook(
@@ -447,7 +488,7 @@ def test_model_state_untouched_when_a_forward_raises(decoder, after_calls):
     handle.remove()
 
 
-def test_model_state_untouched_when_the_decoder_raises(model):
+def test_model_state_untouched_when_the_decoder_raises(model: nn.Module) -> None:
     def decoder(hidden: Tensor) -> Tensor:
         raise _Boom("decoder")
 
@@ -460,7 +501,7 @@ def test_model_state_untouched_when_the_decoder_raises(model):
     assert_same_state(before, model_state(model))
 
 
-def test_clear_errors(model, decoder):
+def test_clear_errors(model: nn.Module, decoder: nn.Module) -> None:
     batch = token_batch(seed=19)
     ids, mask = batch["input_ids"], batch["attention_mask"]
     wrong_vocab = nn.Linear(32, 50).eval()
@@ -484,13 +525,15 @@ def test_clear_errors(model, decoder):
         DecodedLayerAttribution(model, 1, decoder, input_space="tokens")
 
 
-def test_embedding_decoder_needs_matching_width():
+def test_embedding_decoder_needs_matching_width() -> None:
     with pytest.raises(ValueError, match="word embeddings have size 16"):
         EmbeddingDecoder(tiny_classifier("albert"))
 
 
 @pytest.mark.parametrize("relu", RELUS)
-def test_token_sums_equal_the_decoded_map_without_tau(decoder, relu):
+def test_token_sums_equal_the_decoded_map_without_tau(
+    decoder: nn.Module, relu: Optional[str]
+) -> None:
     # The linear path of long prompts (no [pos, pos] map) against aggregate()
     # over decoded_input_probabilities, row by row, in float64, with padding and
     # repeated tokens.

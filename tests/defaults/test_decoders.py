@@ -5,19 +5,21 @@ import pickle
 import random
 from dataclasses import replace
 from pathlib import Path
-from typing import List
+from typing import Any, Callable, List, Tuple
 
 import pytest
 import torch
 from captum_ext.attr import DecodedLayerGradCam
 from captum_ext.defaults import cache, decoders
 from captum_ext.defaults.decoders import (
+    DecoderHead,
     fit_decoders,
     FitConfig,
     load_fitted_decoder,
     load_fitted_decoders,
 )
 from tokenizers import models, pre_tokenizers, processors, Tokenizer
+from torch import nn
 from transformers import PreTrainedTokenizerFast
 
 from tests.helpers import (
@@ -66,11 +68,11 @@ def _corpus(count: int, seed: int = 0) -> List[str]:
 
 
 @pytest.fixture(scope="module")
-def model():
+def model() -> nn.Module:
     return tiny_classifier("bert")
 
 
-def test_fitting_drives_reconstruction_accuracy_up(model):
+def test_fitting_drives_reconstruction_accuracy_up(model: nn.Module) -> None:
     texts = _corpus(200)
     before = model_state(model)
     untrained = fit_decoders(model, _tokenizer(), texts, replace(CONFIG, steps=1, lr=0))
@@ -82,12 +84,14 @@ def test_fitting_drives_reconstruction_accuracy_up(model):
         assert end > start + 0.1 and end > 0.5  # chance is 1 / 94
 
 
-def test_cache_reuses_the_fit(model, monkeypatch, tmp_path):
+def test_cache_reuses_the_fit(
+    model: nn.Module, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path))
-    calls = []
+    calls: List[int] = []
     train = decoders._train_head
 
-    def counting(*args, **kwargs):
+    def counting(*args: Any, **kwargs: Any) -> DecoderHead:
         calls.append(1)
         return train(*args, **kwargs)
 
@@ -108,7 +112,7 @@ def test_cache_reuses_the_fit(model, monkeypatch, tmp_path):
     assert len(calls) == 6
 
 
-def test_fitted_decoders_in_the_sweep(model):
+def test_fitted_decoders_in_the_sweep(model: nn.Module) -> None:
     tokenizer = _tokenizer()
     fitted = fit_decoders(model, tokenizer, _corpus(200), replace(CONFIG, steps=5))
     encoded = tokenizer(["w5 w6 w7 w5", "w9 w10"], padding=True, return_tensors="pt")
@@ -118,7 +122,7 @@ def test_fitted_decoders_in_the_sweep(model):
     torch.testing.assert_close(sweep[:, 1], method.attribute(ids, None, mask))
 
 
-def test_clear_errors(model):
+def test_clear_errors(model: nn.Module) -> None:
     with pytest.raises(ValueError, match="vocabulary sizes differ"):
         fit_decoders(model, _tokenizer(50), _corpus(10), CONFIG)
     with pytest.raises(IndexError, match="out of range"):
@@ -126,7 +130,7 @@ def test_clear_errors(model):
 
 
 @pytest.mark.parametrize("texts", [[], ["", "  "]])
-def test_texts_are_required_and_not_empty(model, texts):
+def test_texts_are_required_and_not_empty(model: nn.Module, texts: List[str]) -> None:
     with pytest.raises(TypeError, match="texts"):
         load_fitted_decoders(model, _tokenizer())  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="texts is empty"):
@@ -136,7 +140,9 @@ def test_texts_are_required_and_not_empty(model, texts):
     with pytest.raises(TypeError, match="got one str"):
         load_fitted_decoder(model, _tokenizer(), 1, "w5 w6 w7", CONFIG)
     with pytest.raises(TypeError, match="item int"):
-        fit_decoders(model, _tokenizer(), ["w5 w6", 7], CONFIG)
+        # An int item on purpose: the run-time check is the test.
+        wrong = ["w5 w6", 7]
+        fit_decoders(model, _tokenizer(), wrong, CONFIG)  # type: ignore[arg-type]
 
 
 class _Payload:
@@ -146,11 +152,13 @@ class _Payload:
     def __init__(self, marker: Path) -> None:
         self.marker = marker
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Callable[..., Any], Tuple[str, str]]:
         return (open, (str(self.marker), "w"))
 
 
-def test_planted_pickle_in_the_cache_is_refused_not_run(model, monkeypatch, tmp_path):
+def test_planted_pickle_in_the_cache_is_refused_not_run(
+    model: nn.Module, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path / "cache"))
     texts, tokenizer = _corpus(200), _tokenizer()
     config = replace(CONFIG, steps=2)
@@ -169,7 +177,7 @@ def test_planted_pickle_in_the_cache_is_refused_not_run(model, monkeypatch, tmp_
 
 
 @pytest.mark.parametrize("count, held_out", [(3, 1), (1, 0)])
-def test_few_texts_still_fit_and_warn(count, held_out):
+def test_few_texts_still_fit_and_warn(count: int, held_out: int) -> None:
     # A user's small data set: a fifth is held out (none for one text: NaN).
     model = tiny_classifier("bert")
     config = replace(CONFIG, steps=2)

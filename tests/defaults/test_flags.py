@@ -4,6 +4,7 @@ neither, the evidence sets through the tokenizer, the training rows."""
 
 import random
 from collections import Counter
+from typing import Dict
 
 import pytest
 import torch
@@ -13,12 +14,12 @@ from captum_ext.defaults.recall import encode_examples, recall_tokenizer
 TASK = FlagTask()
 
 
-def test_same_seed_same_examples_other_seed_other_examples():
+def test_same_seed_same_examples_other_seed_other_examples() -> None:
     assert TASK.sample(50, seed=3) == TASK.sample(50, seed=3)
     assert TASK.sample(50, seed=3) != TASK.sample(50, seed=4)
 
 
-def test_the_label_is_the_flag_sum_and_stands_nowhere_in_the_prompt():
+def test_the_label_is_the_flag_sum_and_stands_nowhere_in_the_prompt() -> None:
     for example in TASK.sample(300, seed=0):
         words = example.prompt.split()
         assert words[-1] == QUERY
@@ -31,7 +32,7 @@ def test_the_label_is_the_flag_sum_and_stands_nowhere_in_the_prompt():
         assert example.evidence == () and example.key_position == -1
 
 
-def test_either_flag_alone_leaves_every_label_equally_likely():
+def test_either_flag_alone_leaves_every_label_equally_likely() -> None:
     examples = TASK.sample(4000, seed=1)
     by_first = Counter(
         (e.prompt.split()[e.needed[0][0]], e.continuation) for e in examples
@@ -41,7 +42,7 @@ def test_either_flag_alone_leaves_every_label_equally_likely():
         assert max(counts) < 1.35 * min(counts)
 
 
-def test_encoded_sets_point_at_the_flags():
+def test_encoded_sets_point_at_the_flags() -> None:
     tokenizer = recall_tokenizer(TASK)
     examples = TASK.sample(16, seed=2)
     batch = encode_examples(examples, tokenizer, end_token=True)
@@ -50,12 +51,12 @@ def test_encoded_sets_point_at_the_flags():
     assert bool((batch.evidence == -1).all()) and bool((batch.key_position == -1).all())
     rows = torch.arange(16)[:, None]
     flags = tokenizer.convert_ids_to_tokens(
-        batch.input_ids[rows, batch.needed[:, 0]].flatten()
+        batch.input_ids[rows, batch.needed[:, 0]].flatten().tolist()
     )
     assert all(word.startswith("f") for word in flags)
 
 
-def test_training_row_labels_the_answer_and_eos_only():
+def test_training_row_labels_the_answer_and_eos_only() -> None:
     example = TASK.sample(1, seed=5)[0]
     words, labelled = TASK.training_row(example, 4, random.Random(0))
     assert words[1:-2] == example.prompt.split()
@@ -64,6 +65,6 @@ def test_training_row_labels_the_answer_and_eos_only():
 
 
 @pytest.mark.parametrize("options", [dict(min_words=1), dict(n_flags=1)])
-def test_bad_task_is_refused(options):
+def test_bad_task_is_refused(options: Dict[str, int]) -> None:
     with pytest.raises(ValueError, match="need"):
         FlagTask(**options)

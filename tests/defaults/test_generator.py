@@ -4,6 +4,8 @@ a temporary cache, fast) and, marked ``integration``, the trained model's
 recall accuracy."""
 
 import json
+from pathlib import Path
+from typing import Any, Dict, List, Sequence, Set, Tuple
 
 import pytest
 import torch
@@ -14,8 +16,15 @@ from captum_ext.defaults.generator import (
     GeneratorRecipe,
     load_default_generator,
     recall_accuracy,
+    Task,
 )
-from captum_ext.defaults.recall import encode_examples, recall_tokenizer, RecallTask
+from captum_ext.defaults.recall import (
+    encode_examples,
+    recall_tokenizer,
+    RecallExample,
+    RecallTask,
+)
+from torch import nn, Tensor
 
 # Measured 0.985 on these 1,000 held-out prompts (0.975 on the 512 of training.json);
 # the issue asks for 0.95.
@@ -37,13 +46,20 @@ TINY = GeneratorRecipe(
 
 
 @pytest.fixture
-def counted_training(tmp_path, monkeypatch):
+def counted_training(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> List[GeneratorRecipe]:
     r"""An empty cache in ``tmp_path``; yields the list of recipes trained."""
     monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path))
-    trained = []
+    trained: List[GeneratorRecipe] = []
     train = generator._train
 
-    def counting(model, tokenizer, recipe, validation):
+    def counting(
+        model: Any,
+        tokenizer: Any,
+        recipe: GeneratorRecipe,
+        validation: List[RecallExample],
+    ) -> Tuple[int, float]:
         trained.append(recipe)
         return train(model, tokenizer, recipe, validation)
 
@@ -51,11 +67,13 @@ def counted_training(tmp_path, monkeypatch):
     return trained
 
 
-def _weights(model):
+def _weights(model: nn.Module) -> Dict[str, Tensor]:
     return {name: p.detach().clone() for name, p in model.state_dict().items()}
 
 
-def test_cached_once_loaded_identically_in_eval_mode(counted_training, tmp_path):
+def test_cached_once_loaded_identically_in_eval_mode(
+    counted_training: List[GeneratorRecipe], tmp_path: Path
+) -> None:
     model, tokenizer = load_default_generator(recipe=TINY)
     again, _ = load_default_generator(recipe=TINY)
     assert counted_training == [TINY]
@@ -72,7 +90,9 @@ def test_cached_once_loaded_identically_in_eval_mode(counted_training, tmp_path)
     assert record["steps"] == 1  # target 0.0 is reached at the first evaluation
 
 
-def test_changed_recipe_trains_anew(counted_training, tmp_path):
+def test_changed_recipe_trains_anew(
+    counted_training: List[GeneratorRecipe], tmp_path: Path
+) -> None:
     changed = GeneratorRecipe(**{**TINY.__dict__, "seed": 1})
     assert changed.fingerprint() != TINY.fingerprint()
     model, _ = load_default_generator(recipe=TINY)
@@ -84,7 +104,11 @@ def test_changed_recipe_trains_anew(counted_training, tmp_path):
     )
 
 
-def test_training_is_deterministic(counted_training, tmp_path, monkeypatch):
+def test_training_is_deterministic(
+    counted_training: List[GeneratorRecipe],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     model, _ = load_default_generator(recipe=TINY)
     monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path / "second"))
     again, _ = load_default_generator(recipe=TINY)
@@ -93,7 +117,9 @@ def test_training_is_deterministic(counted_training, tmp_path, monkeypatch):
     assert all(torch.equal(first[name], second[name]) for name in first)
 
 
-def test_progress_lines_without_carriage_returns(counted_training, capsys):
+def test_progress_lines_without_carriage_returns(
+    counted_training: List[GeneratorRecipe], capsys: pytest.CaptureFixture[str]
+) -> None:
     recipe = GeneratorRecipe(**{**TINY.__dict__, "target_accuracy": 1.1})
     with pytest.raises(RuntimeError, match="below the recipe's 1.1"):
         load_default_generator(recipe=recipe)
@@ -108,14 +134,16 @@ def test_progress_lines_without_carriage_returns(counted_training, capsys):
     assert "held-out accuracy" in steps[-1]
 
 
-def test_unreached_target_caches_nothing(counted_training, tmp_path):
+def test_unreached_target_caches_nothing(
+    counted_training: List[GeneratorRecipe], tmp_path: Path
+) -> None:
     recipe = GeneratorRecipe(**{**TINY.__dict__, "target_accuracy": 1.1})
     with pytest.raises(RuntimeError):
         load_default_generator(recipe=recipe)
     assert not (tmp_path / generator_cache_name(recipe)).exists()
 
 
-def test_the_shipped_recipe_keeps_its_cache_name():
+def test_the_shipped_recipe_keeps_its_cache_name() -> None:
     # train_task (None) is left out of the hash: the cache built before it existed
     assert generator_cache_name() == "default-generator-706d28d5f66a07e0"
     shorter = RecallTask(n_keys=4, n_values=4, min_pairs=1, max_pairs=1)
@@ -123,17 +151,27 @@ def test_the_shipped_recipe_keeps_its_cache_name():
     assert other.fingerprint() != TINY.fingerprint()
 
 
-def test_train_task_is_trained_on_and_task_evaluated_on(counted_training, monkeypatch):
+def test_train_task_is_trained_on_and_task_evaluated_on(
+    counted_training: List[GeneratorRecipe], monkeypatch: pytest.MonkeyPatch
+) -> None:
     shorter = RecallTask(n_keys=4, n_values=4, min_pairs=1, max_pairs=1)
     recipe = GeneratorRecipe(**{**TINY.__dict__, "train_task": shorter})
-    sampled, evaluated = [], []
+    sampled: List[Tuple[Task, Set[int]]] = []  # (task, pairs per prompt) per batch
+    evaluated: List[int] = []  # pairs per held-out prompt
     sample, accuracy = generator._multi_query_batch, generator.recall_accuracy
 
-    def training_batch(task, examples, *args):
+    def training_batch(
+        task: Task, examples: Sequence[RecallExample], *args: Any
+    ) -> Tuple[Tensor, Tensor]:
         sampled.append((task, {e.prompt.count(";") for e in examples}))
         return sample(task, examples, *args)
 
-    def held_out(model, tokenizer, examples, batch_size=256):
+    def held_out(
+        model: Any,
+        tokenizer: Any,
+        examples: Sequence[RecallExample],
+        batch_size: int = 256,
+    ) -> float:
         evaluated.extend(e.prompt.count(";") for e in examples)
         return accuracy(model, tokenizer, examples, batch_size)
 
@@ -145,7 +183,9 @@ def test_train_task_is_trained_on_and_task_evaluated_on(counted_training, monkey
     assert model.config.max_position_embeddings >= TINY.task.longest_prompt()
 
 
-def test_a_flag_recipe_trains_and_caches(counted_training, tmp_path):
+def test_a_flag_recipe_trains_and_caches(
+    counted_training: List[GeneratorRecipe], tmp_path: Path
+) -> None:
     recipe = GeneratorRecipe(
         **{**TINY.__dict__, "task": FlagTask(min_words=2, max_words=6)}
     )
@@ -155,24 +195,27 @@ def test_a_flag_recipe_trains_and_caches(counted_training, tmp_path):
     assert (tmp_path / generator_cache_name(recipe) / "training.json").is_file()
 
 
-def test_spread_positions_keep_pairs_together_within_the_span():
+def test_spread_positions_keep_pairs_together_within_the_span() -> None:
     recipe = GeneratorRecipe(**{**TINY.__dict__, "position_span": 60})
     task = RecallTask(n_keys=4, n_values=4, min_pairs=3, max_pairs=4)
     tokenizer = recall_tokenizer(task)
     examples = task.sample(6, seed=0)
     input_ids, _ = generator._multi_query_batch(task, examples, tokenizer, 1, 0)
     positions = generator._spread_positions(input_ids, tokenizer, recipe, step=1)
+    assert positions is not None  # for mypy: recipe has a position_span
     steps = positions.diff(dim=1)  # [batch, len - 1]
     after = input_ids[:, :-1] == tokenizer.convert_tokens_to_ids(";")
     assert bool((steps[~after] == 1).all())  # consecutive inside a pair
     assert bool((steps >= 1).all()) and int(positions.max()) < 60
     assert bool((steps[after] > 1).any())  # gaps after some separators
     same = generator._spread_positions(input_ids, tokenizer, recipe, step=1)
-    assert torch.equal(positions, same)
+    assert same is not None and torch.equal(positions, same)
     assert generator._spread_positions(input_ids, tokenizer, TINY, 1) is None
 
 
-def test_init_starts_from_that_recipes_model(counted_training, monkeypatch):
+def test_init_starts_from_that_recipes_model(
+    counted_training: List[GeneratorRecipe], monkeypatch: pytest.MonkeyPatch
+) -> None:
     recipe = GeneratorRecipe(**{**TINY.__dict__, "init": TINY, "position_span": 40})
     assert recipe.fingerprint() != TINY.fingerprint()
     model, _ = load_default_generator(recipe=recipe)
@@ -184,7 +227,7 @@ def test_init_starts_from_that_recipes_model(counted_training, monkeypatch):
         load_default_generator(recipe=wrong)
 
 
-def test_long_prompts_are_evaluated_in_small_batches():
+def test_long_prompts_are_evaluated_in_small_batches() -> None:
     # [batch, heads, L, L] float32 maps of one layer near 256 MiB at most
     assert generator._eval_batch_size(generator.DEFAULT_RECIPE.task) == 256
     long_task = RecallTask(n_keys=512, min_pairs=342, max_pairs=360, values_per_key=1)
@@ -194,7 +237,7 @@ def test_long_prompts_are_evaluated_in_small_batches():
 
 
 @pytest.mark.integration
-def test_default_generator_recalls_held_out_prompts():
+def test_default_generator_recalls_held_out_prompts() -> None:
     model, tokenizer = load_default_generator()
     recipe = generator.DEFAULT_RECIPE
     held_out = recipe.task.sample(1000, seed=recipe.seeds()[2] + 1)
@@ -202,7 +245,7 @@ def test_default_generator_recalls_held_out_prompts():
 
 
 @pytest.mark.integration
-def test_long_recall_generator_recalls_over_1024_prompt_tokens():
+def test_long_recall_generator_recalls_over_1024_prompt_tokens() -> None:
     recipe = generator.LONG_RECALL_RECIPE
     model, tokenizer = load_default_generator(recipe=recipe)
     held_out = recipe.task.sample(64, seed=recipe.seeds()[2] + 1)
@@ -211,7 +254,7 @@ def test_long_recall_generator_recalls_over_1024_prompt_tokens():
 
 
 @pytest.mark.integration
-def test_flag_generator_solves_held_out_prompts():
+def test_flag_generator_solves_held_out_prompts() -> None:
     recipe = generator.FLAG_RECIPE
     model, tokenizer = load_default_generator(recipe=recipe)
     held_out = recipe.task.sample(1000, seed=recipe.seeds()[2] + 1)
@@ -219,7 +262,7 @@ def test_flag_generator_solves_held_out_prompts():
 
 
 @pytest.mark.integration
-def test_greedy_generation_matches_the_teacher_forced_accuracy():
+def test_greedy_generation_matches_the_teacher_forced_accuracy() -> None:
     model, tokenizer = load_default_generator()
     examples = generator.DEFAULT_RECIPE.task.sample(32, seed=123)
     batch = encode_examples(examples, tokenizer, end_token=True)
@@ -238,7 +281,7 @@ def test_greedy_generation_matches_the_teacher_forced_accuracy():
         assert exact[row] == (recall_accuracy(model, tokenizer, [example]) == 1.0)
 
 
-def test_training_sequences_start_with_the_evaluation_example():
+def test_training_sequences_start_with_the_evaluation_example() -> None:
     examples = RecallTask().sample(8, seed=0)
     tokenizer = recall_tokenizer(RecallTask())
     input_ids, labels = generator._multi_query_batch(

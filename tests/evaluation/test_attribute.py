@@ -9,10 +9,11 @@ import os
 import pickle
 from contextlib import ExitStack
 from pathlib import Path
-from typing import List
+from typing import Any, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 import datasets
 import pandas as pd
+import pyarrow as pa
 import pytest
 import torch
 from captum_ext._utils.model_forward import classifier_forward
@@ -23,9 +24,13 @@ from captum_ext.evaluation.attribute import (
 )
 from captum_ext.evaluation.attribute.lock import LOCK
 from captum_ext.evaluation.attribute.manifest import MANIFEST
+from captum_ext.evaluation.distributed import DistributedContext
 from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import METHODS, MethodSpec, MetricContext, METRICS
+from captum_ext.evaluation.registry.call_convention import MethodFn
 from captum_ext.evaluation.user_data import LoadedExamples
+from torch import nn, Tensor
+from transformers import PreTrainedTokenizerBase
 
 from tests.helpers import (
     assert_same_state,
@@ -41,19 +46,25 @@ DATA = LoadedExamples("tiny.csv", TINY_TEXTS + MORE, labels=LABELS)
 METHOD_NAMES = ["NormXLogit", "AttCAT", "Saliency"]
 
 
-def tokenizer():
+def tokenizer() -> PreTrainedTokenizerBase:
     tokenizer = tiny_tokenizer()
     tokenizer.model_max_length = 10  # the two longest texts are cut
     return tokenizer
 
 
-def run(out: Path, model=None, data=DATA, methods=METHOD_NAMES, **options) -> Path:
+def run(
+    out: Path,
+    model: Optional[nn.Module] = None,
+    data: LoadedExamples = DATA,
+    methods: Sequence[str] = METHOD_NAMES,
+    **options: Any,
+) -> Path:
     options = {"batch_size": 3, "shard_size": 4, "progress": False, **options}
     model = tiny_labelled_bert() if model is None else model
     return attribute_dataset(model, tokenizer(), data, methods, out, **options)
 
 
-def single(text: str):
+def single(text: str) -> Tuple[Tensor, Tensor]:
     encoded = tokenizer()(text, truncation=True, max_length=10, return_tensors="pt")
     return encoded["input_ids"], encoded["attention_mask"]
 
@@ -79,7 +90,7 @@ def test_rows_equal_each_example_explained_alone(tmp_path: Path) -> None:
             torch.tensor(row.probabilities), probabilities[0], atol=1e-6
         )
         assert list(row.input_ids) == ids[0].tolist()
-        assert list(row.tokens) == tokenizer().convert_ids_to_tokens(ids[0])
+        assert list(row.tokens) == tokenizer().convert_ids_to_tokens(ids[0].tolist())
         for name, explain in explainers.items():
             expected = explain(ids, mask, torch.tensor([predicted]))[0]
             got = torch.tensor(table[name][row.id])
@@ -160,13 +171,15 @@ def test_reads_back_with_datasets_in_data_order(tmp_path: Path) -> None:
     assert loaded["NormXLogit"] == pd.read_parquet(out)["NormXLogit"].map(list).tolist()
 
 
-def test_resume_after_interruption(tmp_path: Path, monkeypatch) -> None:
+def test_resume_after_interruption(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = tmp_path / "out"
     complete = pd.read_parquet(run(tmp_path / "reference"))
     write = runner.write_shard
     calls: List[Path] = []
 
-    def write_then_die(table, path, rank):
+    def write_then_die(table: pa.Table, path: Path, rank: int) -> None:
         if calls:
             raise KeyboardInterrupt  # killed while working on the second shard
         calls.append(path)
@@ -201,7 +214,9 @@ def test_resume_after_interruption(tmp_path: Path, monkeypatch) -> None:
         (dict(model=tiny_labelled_bert()), None),
     ],
 )
-def test_refuses_to_mix_runs(tmp_path: Path, change, named) -> None:
+def test_refuses_to_mix_runs(
+    tmp_path: Path, change: Dict[str, Any], named: Optional[str]
+) -> None:
     out = run(tmp_path / "out", data=DATA.head(4), methods=["NormXLogit"])
     if "model" in change:  # same architecture, other weights
         with torch.no_grad():
@@ -236,16 +251,23 @@ def test_unreadable_manifest_and_other_versions(tmp_path: Path) -> None:
         run(out, data=DATA.head(2), methods=["NormXLogit"])
 
 
-def test_model_state_is_left_alone_also_on_error(tmp_path: Path, monkeypatch) -> None:
+def test_model_state_is_left_alone_also_on_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model = tiny_labelled_bert()
     before = model_state(model)
     run(tmp_path / "ok", model, data=DATA.head(4))
     assert_same_state(before, model_state(model))
 
-    def failing(model, tokenizer):
+    def failing(model: nn.Module, tokenizer: Any) -> MethodFn:
         explain = METHODS["NormXLogit"].factory(model, tokenizer)
 
-        def explain_or_fail(input_ids, attention_mask, target, token_type_ids=None):
+        def explain_or_fail(
+            input_ids: Tensor,
+            attention_mask: Tensor,
+            target: Tensor,
+            token_type_ids: Optional[Tensor] = None,
+        ) -> NoReturn:
             explain(input_ids, attention_mask, target)  # runs the forward pass
             raise RuntimeError("method failed midway")
 
@@ -293,15 +315,20 @@ def test_max_length_defaults_to_what_tokenizer_and_model_allow(tmp_path: Path) -
     "error",
     [ManifestMismatchError("max_length differs: 10 != 12"), PermissionError(13, "no")],
 )
-def test_other_ranks_raise_the_error_rank_0_found(error) -> None:
-    class OtherRank:
-        is_main = False
-
-        def broadcast(self, verdict):  # what rank 0 sent, through pickle
+def test_other_ranks_raise_the_error_rank_0_found(error: Exception) -> None:
+    class OtherRank(DistributedContext):
+        def broadcast(self, obj: Any) -> Any:  # what rank 0 sent, through pickle
             return pickle.loads(pickle.dumps((error, [])))
 
     with pytest.raises(type(error)) as raised:
-        runner._agreed_missing_shards(OtherRank(), None, None, None, ExitStack())
+        # None on purpose: a rank other than 0 reads neither output nor model.
+        runner._agreed_missing_shards(
+            OtherRank(rank=1, world_size=2),
+            None,  # type: ignore[arg-type]
+            None,  # type: ignore[arg-type]
+            None,
+            ExitStack(),
+        )
     assert str(raised.value) == str(error)
 
 
@@ -325,7 +352,9 @@ def test_bad_arguments(tmp_path: Path) -> None:
     assert not (tmp_path / "a").exists()
 
 
-def test_plain_progress_lines_when_not_a_terminal(tmp_path: Path, capsys) -> None:
+def test_plain_progress_lines_when_not_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run(tmp_path / "out", data=DATA.head(5), progress=True)
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[-1].startswith("attribute: 5/5 examples, ")
@@ -379,7 +408,9 @@ def test_max_length_above_the_models_positions_is_refused_before_any_work(
     assert pd.read_parquet(tmp_path / "out")["truncated"].tolist() == [True] * 3
 
 
-def test_truncation_is_told_by_the_projects_own_notice(tmp_path: Path, capfd) -> None:
+def test_truncation_is_told_by_the_projects_own_notice(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     with pytest.warns(UserWarning) as notices:
         run(tmp_path / "out", methods=["NormXLogit"])
     assert "Token indices sequence length" not in capfd.readouterr().err

@@ -5,13 +5,18 @@ import importlib
 import json
 import math
 import re
+from pathlib import Path
+from typing import Any, cast, NoReturn
 
+import numpy as np
 import pytest
 import torch
 from captum_ext.evaluation import figures, frontier, report, result_views
 from captum_ext.evaluation.report import markdown_table, write_report
 from captum_ext.evaluation.results import BenchmarkResult, MethodResult
 from captum_ext.visualization import Explanation
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PathCollection
 from matplotlib.text import Text
 
 GRID = [0.1, 0.5, 1.0]
@@ -60,7 +65,7 @@ def _fake_result() -> BenchmarkResult:
     )
 
 
-def test_markdown_table_has_directions_values_best_marks_and_time_ratio():
+def test_markdown_table_has_directions_values_best_marks_and_time_ratio() -> None:
     table = markdown_table(_fake_result())
     lines = table.splitlines()
     assert lines[0] == "### sentiment (n=4)"
@@ -70,7 +75,7 @@ def test_markdown_table_has_directions_values_best_marks_and_time_ratio():
     assert lines[5] == "| Random | control | 0.100 | n/a | 2.0 |"
 
 
-def test_examples_a_metric_cannot_score_are_counted_as_n_a():
+def test_examples_a_metric_cannot_score_are_counted_as_n_a() -> None:
     result = _fake_result()
     attcat = result.rows[0]
     attcat.per_example = {"AOPC": [0.5, math.nan, 0.3, math.nan], "LOdds": [-1.25]}
@@ -85,7 +90,7 @@ def test_examples_a_metric_cannot_score_are_counted_as_n_a():
     )
 
 
-def test_implausible_time_ratio_is_flagged_except_for_the_control():
+def test_implausible_time_ratio_is_flagged_except_for_the_control() -> None:
     result = _fake_result()
     for row in result.rows:
         row.seconds = 0.1  # 0.4 x a forward pass
@@ -95,7 +100,9 @@ def test_implausible_time_ratio_is_flagged_except_for_the_control():
     assert "below 0.9 is impossible" in lines[-1]
 
 
-def test_kendall_tau_is_not_applicable_to_class_agnostic_methods(tmp_path):
+def test_kendall_tau_is_not_applicable_to_class_agnostic_methods(
+    tmp_path: Path,
+) -> None:
     result = _fake_result()
     result.metrics["Kendall-tau"] = False
     for row, tau in zip(result.rows, (1.0, 0.5)):
@@ -119,7 +126,7 @@ def test_kendall_tau_is_not_applicable_to_class_agnostic_methods(tmp_path):
         ]
 
 
-def test_markdown_escapes_html_pipes_and_terminal_escapes():
+def test_markdown_escapes_html_pipes_and_terminal_escapes() -> None:
     result = _fake_result()
     result.rows[0].method = "<script>alert(1)</script>|x\x1b[31m"
     table = markdown_table(result)
@@ -128,7 +135,7 @@ def test_markdown_escapes_html_pipes_and_terminal_escapes():
     assert "| \\<script\\>alert(1)\\</script\\>\\|x\\\\x1b[31m | captum_ext |" in table
 
 
-def test_markdown_read_as_text_holds_no_html_entities():
+def test_markdown_read_as_text_holds_no_html_entities() -> None:
     result = _fake_result()
     result.rows[0].method = 'it\'s "R&D"'
     table = markdown_table(result)
@@ -136,7 +143,7 @@ def test_markdown_read_as_text_holds_no_html_entities():
     assert not re.search(r"&(#x?[0-9a-f]+|[a-z]+);", table)
 
 
-def test_random_control_is_never_marked_best():
+def test_random_control_is_never_marked_best() -> None:
     result = _fake_result()
     result.rows[1].metrics["AOPC"] = 0.9  # Random beats AttCAT on AOPC
     lines = markdown_table(result).splitlines()
@@ -145,7 +152,7 @@ def test_random_control_is_never_marked_best():
     assert lines[5].startswith("| Random | control | 0.900 |")
 
 
-def test_csv_has_one_row_per_method_with_every_metric(tmp_path):
+def test_csv_has_one_row_per_method_with_every_metric(tmp_path: Path) -> None:
     paths = write_report(_fake_result(), tmp_path)
     with open(paths["csv"]) as handle:
         rows = list(csv.DictReader(handle))
@@ -158,7 +165,7 @@ def test_csv_has_one_row_per_method_with_every_metric(tmp_path):
     assert rows[0]["family"] == "captum_ext" and rows[0]["n"] == "4"
 
 
-def test_json_is_strict_and_complete(tmp_path):
+def test_json_is_strict_and_complete(tmp_path: Path) -> None:
     paths = write_report(_fake_result(), tmp_path)
     data = json.loads(paths["json"].read_text(), parse_constant=pytest.fail)
     assert data == json.loads(json.dumps(_fake_result().to_dict()))
@@ -182,7 +189,7 @@ def test_json_is_strict_and_complete(tmp_path):
     assert len(data["layer_maps"]["sentiment"]["AttCAT"]["scores"]) == 3
 
 
-def test_plots_are_png_files(tmp_path):
+def test_plots_are_png_files(tmp_path: Path) -> None:
     write_report(_fake_result(), tmp_path)
     for name in ("sentiment_AOPC_curve.png", "sentiment_AttCAT_layers.png"):
         assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -190,7 +197,7 @@ def test_plots_are_png_files(tmp_path):
     assert not (tmp_path / "sentiment_LOdds_curve.png").exists()
 
 
-def test_html_report_shows_this_runs_plots_only(tmp_path):
+def test_html_report_shows_this_runs_plots_only(tmp_path: Path) -> None:
     # An earlier run into the same directory plotted LOdds; this one has no
     # LOdds curve, so its page must not embed the old picture.
     stale = tmp_path / "sentiment_LOdds_curve.png"
@@ -201,7 +208,7 @@ def test_html_report_shows_this_runs_plots_only(tmp_path):
     assert 'alt="sentiment_LOdds_curve"' not in page
 
 
-def test_html_report_is_self_contained_and_escaped(tmp_path):
+def test_html_report_is_self_contained_and_escaped(tmp_path: Path) -> None:
     paths = write_report(_fake_result(), tmp_path)
     page = paths["html"].read_text()
     assert "<script" not in page
@@ -213,7 +220,7 @@ def test_html_report_is_self_contained_and_escaped(tmp_path):
     assert "<td>AttCAT</td>" in page and "0.400*" in page
 
 
-def test_markdown_file_is_the_terminal_table_plus_definitions(tmp_path):
+def test_markdown_file_is_the_terminal_table_plus_definitions(tmp_path: Path) -> None:
     paths = write_report(_fake_result(), tmp_path)
     text = paths["markdown"].read_text()
     assert text.startswith(markdown_table(_fake_result()) + "\n\n")
@@ -221,16 +228,18 @@ def test_markdown_file_is_the_terminal_table_plus_definitions(tmp_path):
     assert "Higher is better." in text and "Lower is better." in text
 
 
-def test_writes_leave_no_temporary_files(tmp_path):
+def test_writes_leave_no_temporary_files(tmp_path: Path) -> None:
     write_report(_fake_result(), tmp_path)
     write_report(_fake_result(), tmp_path)  # rerun over existing files
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 
 
-def test_importing_the_report_switches_no_matplotlib_backend(monkeypatch):
+def test_importing_the_report_switches_no_matplotlib_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import matplotlib
 
-    def refuse(*args, **kwargs):
+    def refuse(*args: Any, **kwargs: Any) -> NoReturn:
         raise AssertionError("matplotlib.use called at import")
 
     monkeypatch.setattr(matplotlib, "use", refuse)
@@ -238,7 +247,7 @@ def test_importing_the_report_switches_no_matplotlib_backend(monkeypatch):
     importlib.reload(report)
 
 
-def test_every_method_gets_a_distinct_colour_and_marker():
+def test_every_method_gets_a_distinct_colour_and_marker() -> None:
     rows = [_row(f"m{i}", "captum_ext", 0.1, 0.1) for i in range(15)]
     rows.append(_row("Random", "control", 0.1, 0.1))
     styles = figures._styles(rows)
@@ -247,7 +256,9 @@ def test_every_method_gets_a_distinct_colour_and_marker():
     assert styles[-1] == {"color": "black", "marker": "x", "linestyle": ":"}
 
 
-def test_disturbed_repetitions_flag_the_time_and_the_note_says_how_it_was_taken():
+def test_disturbed_repetitions_flag_the_time_and_the_note_says_how_it_was_taken() -> (
+    None
+):
     result = _fake_result()
     attcat = result.rows[0]
     assert not attcat.timing_suspect
@@ -258,7 +269,7 @@ def test_disturbed_repetitions_flag_the_time_and_the_note_says_how_it_was_taken(
     assert "fastest run divided by the fastest forward pass" in table
 
 
-def test_heatmap_axis_joins_word_pieces_to_their_words():
+def test_heatmap_axis_joins_word_pieces_to_their_words() -> None:
     tokens = ["[CLS]", "hope", "##less", "##ly", "bad", "$5", "[SEP]"]
     specials = [True, False, False, False, False, False, True]
     assert figures._ticks(tokens, specials) == [
@@ -273,7 +284,9 @@ def test_heatmap_axis_joins_word_pieces_to_their_words():
 
 
 # ------------------------------------------------------------------- frontier
-def _point_row(method: str, family: str, ratio: float, aopc: float, tau: float):
+def _point_row(
+    method: str, family: str, ratio: float, aopc: float, tau: float
+) -> MethodResult:
     row = _row(method, family, aopc, -aopc)
     row.metrics["Kendall-tau"] = tau
     row.ratios = [ratio]
@@ -301,7 +314,7 @@ def _frontier_result() -> BenchmarkResult:
     )
 
 
-def test_budget_front_names_one_method_per_budget_the_timings_tell_apart():
+def test_budget_front_names_one_method_per_budget_the_timings_tell_apart() -> None:
     FrontPoint, front = frontier.FrontPoint, frontier.budget_front
     points = [
         FrontPoint("a", 1.0, 0.3, 1.1),
@@ -324,7 +337,7 @@ def test_budget_front_names_one_method_per_budget_the_timings_tell_apart():
     assert [p.method for p in front(exact, True)] == ["a", "b"]
 
 
-def test_budget_front_does_not_follow_timing_noise():
+def test_budget_front_does_not_follow_timing_noise() -> None:
     FrontPoint, front = frontier.FrontPoint, frontier.budget_front
     # Two runs of one job: the same values, costs jittered within the spread.
     run_1 = [
@@ -339,7 +352,7 @@ def test_budget_front_does_not_follow_timing_noise():
     assert [p.method for p in front(run_2, True)] == ["Attention"]
 
 
-def test_frontier_leaves_out_the_control_flagged_timings_and_na_cells():
+def test_frontier_leaves_out_the_control_flagged_timings_and_na_cells() -> None:
     result = _frontier_result()
     rows = result.task_rows("sentiment").rows
     aopc = frontier.budget_front(frontier.frontier_points(rows, "AOPC"), True)
@@ -357,7 +370,7 @@ def test_frontier_leaves_out_the_control_flagged_timings_and_na_cells():
     assert frontier.budget_front(tau_points, False, floor=0.0) == []
 
 
-def test_frontier_sentence_names_each_method_with_its_budget():
+def test_frontier_sentence_names_each_method_with_its_budget() -> None:
     table = _frontier_result().task_rows("sentiment")
     sentence = result_views.frontier_sentence(table, "AOPC")
     assert sentence == (
@@ -373,13 +386,17 @@ def test_frontier_sentence_names_each_method_with_its_budget():
     )
 
 
-def test_frontier_figure_draws_flagged_timings_hollow_and_labels_apart(tmp_path):
+def test_frontier_figure_draws_flagged_timings_hollow_and_labels_apart(
+    tmp_path: Path,
+) -> None:
     table = _frontier_result().task_rows("sentiment")
     # Crowd the cheap end: four more methods within 10 % of one forward pass.
     for index in range(4):
         row = _point_row(f"Crowded {index}", "captum", 1.0 + 0.02 * index, 0.3, 0.5)
         table.rows.append(row)
     fig = figures.frontier_drawing(table)
+    # For mypy: a figure (a metric has a point), on the Agg canvas it measured with.
+    assert fig is not None and isinstance(fig.canvas, FigureCanvasAgg)
     fig.tight_layout()  # as saved
     fig.canvas.draw()  # places the annotations' text
     renderer = fig.canvas.get_renderer()
@@ -387,21 +404,26 @@ def test_frontier_figure_draws_flagged_timings_hollow_and_labels_apart(tmp_path)
         labels = [t for t in ax.texts if t.get_text() != "Random"]
         # The text's own box (an annotation's box would include its leader line).
         boxes = [Text.get_window_extent(t, renderer) for t in labels]
+        # For mypy: every collection is a scatter's (markers and the front's rings).
+        scatters = [c for c in ax.collections if isinstance(c, PathCollection)]
+        assert len(scatters) == len(ax.collections)
         # One marker per method (the front's rings are the larger ones).
-        points = [c for c in ax.collections if c.get_sizes()[0] < 50]
+        points = [c for c in scatters if c.get_sizes()[0] < 50]
         # Every method but the control, flagged included, has its label.
         assert len(boxes) == len(points) >= 9
         for i, box in enumerate(boxes):
             assert not any(box.overlaps(other) for other in boxes[i + 1 :])
         # The flagged timing is drawn hollow (no face), every other point filled.
-        faces = [c.get_facecolor() for c in points]
+        # RGBA rows [n, 4]: a collection's colours are an array (the stub's
+        # ColorType union also allows one colour).
+        faces = [cast(np.ndarray, c.get_facecolor()) for c in points]
         assert sum(len(face) == 0 or face[0][3] == 0 for face in faces) == 1
         assert "Flagged (flagged)" in [t.get_text() for t in labels]
     assert figures.frontier_figure(table, tmp_path / "front.png")
     assert (tmp_path / "front.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_frontier_is_at_the_top_of_the_report_and_in_results_md(tmp_path):
+def test_frontier_is_at_the_top_of_the_report_and_in_results_md(tmp_path: Path) -> None:
     paths = write_report(_frontier_result(), tmp_path)
     page = paths["html"].read_text()
     body = page.split("<body>", 1)[1]
@@ -415,7 +437,7 @@ def test_frontier_is_at_the_top_of_the_report_and_in_results_md(tmp_path):
 
 
 # ---------------------------------------------------------------- reprs
-def test_a_result_repr_fits_a_terminal_and_names_the_front():
+def test_a_result_repr_fits_a_terminal_and_names_the_front() -> None:
     text = repr(_frontier_result())
     lines = text.splitlines()
     assert len(lines) <= 5 and all(len(line) <= 100 for line in lines)
@@ -423,7 +445,7 @@ def test_a_result_repr_fits_a_terminal_and_names_the_front():
     assert "\x1b" not in text
 
 
-def test_a_result_shows_the_reports_table_and_highlights_in_a_notebook():
+def test_a_result_shows_the_reports_table_and_highlights_in_a_notebook() -> None:
     page = _fake_result()._repr_html_()
     assert "<script" not in page and "&lt;script&gt;" in page
     assert "<td>AttCAT</td>" in page and "0.400*" in page  # the report's table
@@ -434,7 +456,7 @@ def test_a_result_shows_the_reports_table_and_highlights_in_a_notebook():
     assert "body {" not in page and ".captum-ext mark.tok" in page
 
 
-def test_no_signal_examples_are_counted_and_their_method_never_starred():
+def test_no_signal_examples_are_counted_and_their_method_never_starred() -> None:
     result = _fake_result()
     flat = _row("Flat", "captum_ext", math.nan, math.nan)
     flat.metrics = {}

@@ -4,9 +4,13 @@ one combined result out; the decoders' training texts are read only when a
 chosen method fits decoders; recall is the default generator on held-out
 prompts with their planted evidence."""
 
+from pathlib import Path
+from typing import List, Tuple
+
 import pytest
 from captum_ext._utils.progress import duration
 from captum_ext.defaults.data import TaskExamples
+from captum_ext.defaults.flags import FlagTask
 from captum_ext.defaults.generator import DEFAULT_RECIPE, generator_cache_name
 from captum_ext.evaluation import tasks
 from captum_ext.evaluation.options import BenchmarkOptions
@@ -21,10 +25,13 @@ from tests.helpers import (
 
 
 @pytest.fixture
-def splits_read(monkeypatch, no_decoder_fitting):
-    read = []
+def splits_read(
+    monkeypatch: pytest.MonkeyPatch, no_decoder_fitting: None
+) -> List[Tuple[str, str]]:
+    r"""The (task, split) pairs read, in order, with tiny models and texts."""
+    read: List[Tuple[str, str]] = []
 
-    def load_split(task, split="test"):
+    def load_split(task: str, split: str = "test") -> TaskExamples:
         read.append((task, split))
         return TaskExamples(list(TINY_TEXTS), [0, 1, 2, 0, 1, 2], TINY_LABEL_NAMES)
 
@@ -42,7 +49,9 @@ def splits_read(monkeypatch, no_decoder_fitting):
     return read
 
 
-def test_the_tasks_in_one_result_without_reading_training_texts(splits_read):
+def test_the_tasks_in_one_result_without_reading_training_texts(
+    splits_read: List[Tuple[str, str]],
+) -> None:
     # recall_long (1,000-token prompts) is left out to keep the test fast
     result = tasks.benchmark_default_tasks(
         3,
@@ -76,11 +85,14 @@ def test_the_tasks_in_one_result_without_reading_training_texts(splits_read):
     assert splits_read == [("sentiment", "test"), ("source", "test")]
 
 
-def test_recall_data_is_held_out_with_evidence_on_the_answer():
+def test_recall_data_is_held_out_with_evidence_on_the_answer() -> None:
     _, tokenizer = tiny_recall_generator()
     data = tasks.recall_data(6, tokenizer)
     assert data.texts == [e.prompt for e in DEFAULT_RECIPE.task.sample(6, 2)]
     assert DEFAULT_RECIPE.seeds()[2] == 2  # the test seed: not training's 1000 +
+    # For mypy: recall data has continuations, evidence and evidence sets.
+    assert data.continuations is not None and data.evidence is not None
+    assert data.evidence_sets is not None
     for prompt, continuation, evidence, sets in zip(
         data.texts, data.continuations, data.evidence, data.evidence_sets
     ):
@@ -92,11 +104,14 @@ def test_recall_data_is_held_out_with_evidence_on_the_answer():
         assert [s[1] for s in sets] == evidence
 
 
-def test_flag_data_has_the_two_flags_as_its_only_evidence():
+def test_flag_data_has_the_two_flags_as_its_only_evidence() -> None:
     recipe = tasks.GENERATION_TASKS["flags"][0]
     _, tokenizer = tiny_recall_generator(task=recipe.task)
     data = tasks.recall_data(20, tokenizer, recipe)
     assert data.evidence is None
+    # For mypy: a flag sum's continuations and sets, of a FlagTask.
+    assert data.continuations is not None and data.evidence_sets is not None
+    assert isinstance(recipe.task, FlagTask)
     for prompt, continuation, sets in zip(
         data.texts, data.continuations, data.evidence_sets
     ):
@@ -108,12 +123,14 @@ def test_flag_data_has_the_two_flags_as_its_only_evidence():
         assert continuation not in words  # the answer copies no prompt token
 
 
-def test_long_recall_has_16_prompts_of_over_1024_tokens_at_most():
+def test_long_recall_has_16_prompts_of_over_1024_tokens_at_most() -> None:
     recipe, most = tasks.GENERATION_TASKS["recall_long"]
     assert most == 16
     _, tokenizer = tiny_recall_generator(task=recipe.task)
     data = tasks.recall_data(4, tokenizer, recipe)
     assert min(len(tokenizer(t)["input_ids"]) for t in data.texts) >= 1024
+    # For mypy: recall data has continuations and evidence.
+    assert data.continuations is not None and data.evidence is not None
     for prompt, continuation, evidence in zip(
         data.texts, data.continuations, data.evidence
     ):
@@ -123,7 +140,9 @@ def test_long_recall_has_16_prompts_of_over_1024_tokens_at_most():
         assert ids.count(ids[-1]) == 2  # the queried key: unique among hundreds
 
 
-def test_a_task_cap_bounds_its_prompts(splits_read, monkeypatch):
+def test_a_task_cap_bounds_its_prompts(
+    splits_read: List[Tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(tasks.GENERATION_TASKS, "recall", (DEFAULT_RECIPE, 2))
     result = tasks.benchmark_default_tasks(
         3, ["recall"], methods=["Random"], metrics=["aopc"], progress=False
@@ -131,7 +150,9 @@ def test_a_task_cap_bounds_its_prompts(splits_read, monkeypatch):
     assert result.config["tasks"] == {"recall": 2}
 
 
-def test_a_task_without_a_chosen_method_is_skipped_with_a_notice(splits_read):
+def test_a_task_without_a_chosen_method_is_skipped_with_a_notice(
+    splits_read: List[Tuple[str, str]],
+) -> None:
     with pytest.warns(UserWarning, match="task recall skipped: none of the chosen"):
         result = tasks.benchmark_default_tasks(
             2, methods=["Saliency"], metrics=["aopc"], progress=False
@@ -152,7 +173,9 @@ def test_a_task_without_a_chosen_method_is_skipped_with_a_notice(splits_read):
         )
 
 
-def test_decoded_grad_cam_reads_the_sentiment_training_texts_once(splits_read):
+def test_decoded_grad_cam_reads_the_sentiment_training_texts_once(
+    splits_read: List[Tuple[str, str]],
+) -> None:
     tasks.benchmark_default_tasks(
         2,
         ("sentiment", "source"),
@@ -167,14 +190,16 @@ def test_decoded_grad_cam_reads_the_sentiment_training_texts_once(splits_read):
     ]
 
 
-def test_bad_task_and_n():
+def test_bad_task_and_n() -> None:
     with pytest.raises(ValueError, match="task must be one of"):
         tasks.default_task("nope", 3)
     with pytest.raises(ValueError, match="n must be >= 1"):
         tasks.default_task("sentiment", 0)
 
 
-def test_the_first_run_is_estimated_from_the_measured_pieces(tmp_path, monkeypatch):
+def test_the_first_run_is_estimated_from_the_measured_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path))
     estimate = tasks.first_run_estimate(["sentiment", "recall"])
     pieces = tasks.PREPARATION_SECONDS
@@ -186,4 +211,5 @@ def test_the_first_run_is_estimated_from_the_measured_pieces(tmp_path, monkeypat
     for name in ("default-sentiment-v1", "fitted-decoder-v1-x", generator_cache_name()):
         (tmp_path / name).mkdir()
     assert tasks.first_run_estimate(["sentiment", "recall"]) is None
-    assert "source 30 s" in tasks.first_run_estimate(["source"])
+    source = tasks.first_run_estimate(["source"])
+    assert source is not None and "source 30 s" in source

@@ -7,6 +7,8 @@ method, and bad choices get clear errors."""
 import dataclasses
 import math
 import zlib
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 import torch
@@ -19,8 +21,10 @@ from captum_ext.evaluation.names import GENERATION_METRIC_NAMES
 from captum_ext.evaluation.options import BenchmarkOptions, GenerationBenchmarkOptions
 from captum_ext.evaluation.planted_evidence import planted_evidence_accuracy
 from captum_ext.evaluation.registry import GENERATION_METRICS, METHODS
+from captum_ext.evaluation.registry.call_convention import GenerationFn
 from captum_ext.evaluation.report import markdown_table, write_report
 from captum_ext.evaluation.results import BenchmarkResult
+from captum_ext.evaluation.timing import PairedTiming
 from captum_ext.evaluation.user_data import LoadedExamples
 from captum_ext.metrics import (
     generation_aopc,
@@ -28,7 +32,14 @@ from captum_ext.metrics import (
     generation_soft_nc,
     generation_soft_ns,
     generation_sufficiency,
+    GenerationMetricResult,
     TokenOptions,
+)
+from torch import nn, Tensor
+from transformers import (
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
 )
 
 from tests.attr.llm_fixtures import tiny_lm_tokenizer
@@ -43,7 +54,7 @@ EVIDENCE = [[4, -1], [1, 2, -1], [5], [2, 3]]
 # of 1-3 positions).
 EVIDENCE_SETS = [[[3, 4]], [[1], [1, 2]], [[2, 5, 6]], [[2, 3], [3]]]
 METHOD_SET = ["LogAt", "AttCAT", "FeatureAblation", "Random"]
-LIBRARY = {
+LIBRARY: Dict[str, Callable[..., GenerationMetricResult]] = {
     "AOPC": generation_aopc,
     "Sufficiency": generation_sufficiency,
     "LOdds": generation_log_odds,
@@ -52,14 +63,18 @@ LIBRARY = {
 }
 
 
+# (model, tokenizer) of the tiny causal LM
+LM = Tuple[PreTrainedModel, PreTrainedTokenizerFast]
+
+
 @pytest.fixture(scope="module")
-def lm():
+def lm() -> LM:
     r"""``(model, tokenizer)``: a tiny random GPT-2 in float64 (exact
     equalities) and its word-level tokenizer."""
     return tiny_causal_lm("gpt2", dtype=torch.float64), tiny_lm_tokenizer()
 
 
-def prompts(evidence=True, continuations=True):
+def prompts(evidence: bool = True, continuations: bool = True) -> LoadedExamples:
     return LoadedExamples(
         "tiny prompts",
         list(PROMPTS),
@@ -69,7 +84,7 @@ def prompts(evidence=True, continuations=True):
     )
 
 
-def run(lm, data, **options):
+def run(lm: LM, data: LoadedExamples, **options: Any) -> BenchmarkResult:
     options = {"methods": METHOD_SET, "progress": False, "task": "tiny", **options}
     model, tokenizer = lm
     return run_generation_benchmark(
@@ -77,7 +92,9 @@ def run(lm, data, **options):
     )
 
 
-def one_example(tokenizer, row):
+def one_example(
+    tokenizer: PreTrainedTokenizerBase, row: int
+) -> Tuple[Tensor, Tensor, Tensor]:
     r"""Example ``row`` alone: ids ``[1, P]``, mask, target ``[1, T]``."""
     prompt = torch.tensor(tokenizer(PROMPTS[row])["input_ids"])
     ids, mask = left_padded([prompt], tokenizer.pad_token_id, torch.device("cpu"))
@@ -87,11 +104,13 @@ def one_example(tokenizer, row):
 
 
 @pytest.fixture(scope="module")
-def result(lm):
+def result(lm: LM) -> BenchmarkResult:
     return run(lm, prompts(), batch_size=4)
 
 
-def test_values_are_the_library_metrics_and_evidence_accuracy(lm, result):
+def test_values_are_the_library_metrics_and_evidence_accuracy(
+    lm: LM, result: BenchmarkResult
+) -> None:
     model, tokenizer = lm
     forward = causal_lm_forward(model)
     tokens = TokenOptions.from_tokenizer(tokenizer)
@@ -101,7 +120,7 @@ def test_values_are_the_library_metrics_and_evidence_accuracy(lm, result):
             ids, mask, target = one_example(tokenizer, row)
             scores = explain(ids, mask, target)  # [1, T, P]
             for column, metric in LIBRARY.items():
-                options = {}
+                options: Dict[str, int] = {}
                 if column.startswith("Soft"):  # seeded by the example, as documented
                     content = [ids[0].tolist(), target[0].tolist()]
                     options["seed"] = zlib.crc32(repr(content).encode())
@@ -130,7 +149,9 @@ def test_values_are_the_library_metrics_and_evidence_accuracy(lm, result):
         assert row_result.n == len(PROMPTS) and sorted(row_result.rows) == [0, 1, 2, 3]
 
 
-def test_curves_are_the_mean_of_the_library_curves(lm, result):
+def test_curves_are_the_mean_of_the_library_curves(
+    lm: LM, result: BenchmarkResult
+) -> None:
     model, tokenizer = lm
     forward = causal_lm_forward(model)
     tokens = TokenOptions.from_tokenizer(tokenizer)
@@ -145,13 +166,14 @@ def test_curves_are_the_mean_of_the_library_curves(lm, result):
                 direct = metric(forward, ids, scores, target, (mask,), tokens=tokens)
                 per_example.append(direct.curve.double().nanmean(1)[0])
             grid, mean = row_result.curves[column]
+            assert direct.levels is not None  # for mypy: a hard metric's levels
             assert grid == pytest.approx(direct.levels.tolist())
             expected = torch.stack(per_example).nanmean(0).tolist()
             assert mean == pytest.approx(expected, abs=1e-6, nan_ok=True), column
         assert not {"Soft-NC", "Soft-NS"} & set(row_result.curves)  # no levels
 
 
-def test_columns_directions_and_ranking(result):
+def test_columns_directions_and_ranking(result: BenchmarkResult) -> None:
     assert result.metrics == {
         "Evidence@1": True,
         "Evidence@3": True,
@@ -169,7 +191,7 @@ def test_columns_directions_and_ranking(result):
     assert {row.method for row in result.rows} == set(METHOD_SET)
 
 
-def test_evidence_sets_alone_rank_the_table(lm):
+def test_evidence_sets_alone_rank_the_table(lm: LM) -> None:
     data = prompts()
     data.evidence = None
     alone = run(lm, data, batch_size=4, metrics=["aopc"])
@@ -178,7 +200,7 @@ def test_evidence_sets_alone_rank_the_table(lm):
     assert top1 == sorted(top1, reverse=True) and len(set(top1)) > 1
 
 
-def test_batch_of_one_equals_batch_of_four(lm, result):
+def test_batch_of_one_equals_batch_of_four(lm: LM, result: BenchmarkResult) -> None:
     alone = run(lm, prompts(), batch_size=1)
     by_method = {row.method: row for row in result.rows}
     for row in alone.rows:
@@ -191,20 +213,29 @@ def test_batch_of_one_equals_batch_of_four(lm, result):
         assert len(row.ratios) == 4 and len(batched.ratios) == 1
 
 
-def _unit_forward_shapes(lm, method, monkeypatch):
+def _unit_forward_shapes(
+    lm: LM, method: str, monkeypatch: pytest.MonkeyPatch
+) -> Tuple[List[List[Tuple[int, ...]]], BenchmarkResult]:
     r"""The ``input_ids`` shapes of the forward passes ``method``'s time is
     divided by, per batch, on the four prompts in one batch."""
-    batches, timing_unit = [], [False]
+    batches: List[List[Tuple[int, ...]]] = []  # per batch: (batch, len) per pass
+    timing_unit = [False]
     model, real_timing = lm[0], causal_lm.time_paired
 
-    def record(module, args, kwargs):
+    def record(
+        module: nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any]
+    ) -> None:
         if timing_unit[0]:
             ids = args[0] if args else kwargs.get("input_ids")
             if ids is None:
                 ids = kwargs["inputs_embeds"]
             batches[-1].append(tuple(ids.shape[:2]))
 
-    def timed(forward, method_run, clock):
+    def timed(
+        forward: Callable[[], Any],
+        method_run: Callable[[], Any],
+        clock: Callable[[], float],
+    ) -> Tuple[Any, PairedTiming]:
         batches.append([])
         timing_unit[0] = True
         forward()
@@ -220,7 +251,9 @@ def _unit_forward_shapes(lm, method, monkeypatch):
     return batches, result
 
 
-def test_time_unit_is_one_forward_at_the_methods_own_batch_size(lm, monkeypatch):
+def test_time_unit_is_one_forward_at_the_methods_own_batch_size(
+    lm: LM, monkeypatch: pytest.MonkeyPatch
+) -> None:
     model, tokenizer = lm
     # CAT runs the batch at once: one pass over the padded batch (P + T - 1).
     batches, _ = _unit_forward_shapes(lm, "CAT", monkeypatch)
@@ -238,7 +271,9 @@ def test_time_unit_is_one_forward_at_the_methods_own_batch_size(lm, monkeypatch)
     assert one_at_a_time == ["FeatureAblation"]
 
 
-def test_kept_examples_are_each_methods_target_by_prompt_scores(lm, result):
+def test_kept_examples_are_each_methods_target_by_prompt_scores(
+    lm: LM, result: BenchmarkResult
+) -> None:
     examples = result.generation_examples["tiny"]
     assert len(examples) == 3  # n_examples default
     first = examples[0]
@@ -258,11 +293,13 @@ def test_kept_examples_are_each_methods_target_by_prompt_scores(lm, result):
     assert document["config"]["generation"]["tiny"]["continuations"] == "given"
 
 
-def test_greedy_continuations_are_generated_once_for_every_method(lm, monkeypatch):
-    calls = []
+def test_greedy_continuations_are_generated_once_for_every_method(
+    lm: LM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: List[torch.Size] = []  # the prompt ids' shape per call
     generate = prompt_batches.generate_continuations
 
-    def counted(*args, **kwargs):
+    def counted(*args: Any, **kwargs: Any) -> List[Tensor]:
         calls.append(args[2].shape)
         return generate(*args, **kwargs)
 
@@ -290,30 +327,35 @@ def test_greedy_continuations_are_generated_once_for_every_method(lm, monkeypatc
         ({"batch_size": 0}, {}, "batch_size"),
     ],
 )
-def test_bad_choices_get_clear_errors(lm, options, data, message):
+def test_bad_choices_get_clear_errors(
+    lm: LM, options: Dict[str, Any], data: Dict[str, bool], message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         run(lm, prompts(**data), **options)
 
 
-def test_evidence_outside_the_prompt_is_refused(lm):
+def test_evidence_outside_the_prompt_is_refused(lm: LM) -> None:
     data = prompts()
+    assert data.evidence is not None  # for mypy: prompts() plants evidence
     data.evidence[1] = [9, 1, 1]
     with pytest.raises(ValueError, match="row 1's evidence positions"):
         run(lm, data)
 
 
-def test_a_classifier_is_refused(lm):
+def test_a_classifier_is_refused(lm: LM) -> None:
     with pytest.raises(Exception, match="causal"):
         run((tiny_labelled_bert(), lm[1]), prompts(evidence=False))
 
 
-def test_registry_metric_names_are_the_cli_names():
+def test_registry_metric_names_are_the_cli_names() -> None:
     assert tuple(GENERATION_METRICS) == GENERATION_METRIC_NAMES
     columns = [c for spec in GENERATION_METRICS.values() for c in spec.columns]
     assert columns == ["AOPC", "Sufficiency", "LOdds", "Soft-NC", "Soft-NS"]
 
 
-def test_combined_with_a_classifier_each_task_keeps_its_table(result, tmp_path):
+def test_combined_with_a_classifier_each_task_keeps_its_table(
+    result: BenchmarkResult, tmp_path: Path
+) -> None:
     classifier = run_benchmark(
         tiny_labelled_bert(),
         tiny_tokenizer(),
@@ -343,7 +385,7 @@ def test_combined_with_a_classifier_each_task_keeps_its_table(result, tmp_path):
 
 
 @pytest.mark.integration
-def test_on_the_default_generator_attcat_finds_the_planted_evidence():
+def test_on_the_default_generator_attcat_finds_the_planted_evidence() -> None:
     from captum_ext.evaluation.tasks import benchmark_default_tasks
 
     result = benchmark_default_tasks(
@@ -367,17 +409,19 @@ def test_on_the_default_generator_attcat_finds_the_planted_evidence():
 LOGAT = METHODS["LogAt"]
 
 
-def _zero_on_first_row(model, tokenizer):
+def _zero_on_first_row(model: nn.Module, tokenizer: Any) -> GenerationFn:
     explain = LOGAT.build_generation(model, tokenizer)  # the registry's own
 
-    def flat_first(ids, mask, target):
+    def flat_first(ids: Tensor, mask: Tensor, target: Tensor) -> Tensor:
         scores = explain(ids, mask, target)  # [batch, T, P]
         return torch.cat([torch.zeros_like(scores[:1]), scores[1:]])
 
     return flat_first
 
 
-def test_an_example_without_signal_is_left_out_of_every_column(lm, monkeypatch):
+def test_an_example_without_signal_is_left_out_of_every_column(
+    lm: LM, monkeypatch: pytest.MonkeyPatch
+) -> None:
     spec = dataclasses.replace(LOGAT, generation=_zero_on_first_row)
     monkeypatch.setitem(METHODS, "LogAt", spec)
     result = run(lm, prompts(), methods=["LogAt"], batch_size=4)
