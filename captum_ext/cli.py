@@ -30,8 +30,10 @@ from captum_ext._utils.progress import duration
 from captum_ext._utils.threads import configure_threads
 from captum_ext.evaluation.names import (
     check_names,
+    GENERATION_METHOD_CHOICES,
     GENERATION_METHOD_NAMES,
     GENERATION_METRIC_NAMES,
+    METHOD_CHOICES,
     METHOD_NAMES,
     METRIC_NAMES,
     SOURCE_NAMES,
@@ -585,10 +587,12 @@ def _check_benchmark_names(args: argparse.Namespace) -> None:
     (``--prompt-column``), a classifier's (``--model``), or the built-in tasks'
     (each runs the chosen ones it knows)."""
     if args.prompt_column is not None:
-        check_names(args.methods, GENERATION_METHOD_NAMES, "method for generated text")
+        check_names(
+            args.methods, GENERATION_METHOD_CHOICES, "method for generated text"
+        )
         check_names(args.metrics, GENERATION_METRIC_NAMES, "metric for generated text")
         return
-    check_names(args.methods, METHOD_NAMES, "method")
+    check_names(args.methods, METHOD_CHOICES, "method")
     built_in = args.model is None
     check_names(args.metrics, ALL_METRIC_NAMES if built_in else METRIC_NAMES, "metric")
 

@@ -67,7 +67,8 @@ fastest setting:
 """
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -102,6 +103,7 @@ from captum_ext.evaluation.names import (
     GENERATION_METRIC_NAMES,
     METHOD_NAMES,
     METRIC_NAMES,
+    VARIANT_METHOD_NAMES,
 )
 from captum_ext.metrics import (
     aopc,
@@ -128,11 +130,13 @@ __all__ = [
     "IG_ROWS",
     "IG_STEPS",
     "METHODS",
+    "METHOD_VARIANTS",
     "METRICS",
     "METRIC_ROWS",
     "MethodFn",
     "MethodSpec",
     "baseline_token_id",
+    "method_spec",
     "MetricContext",
     "MetricSpec",
     "MetricValue",
@@ -722,6 +726,47 @@ register_method(
 register_method(
     "Random", _random, "control", causal_lm=True, generation=_random_generation
 )
+
+# The causal-LM variants of the four methods (docs/generation.rst), run on
+# generated text only and only when named: (name, entry it varies, class, options).
+_attcat, _no_own = partial(AttCAT, objective="logit"), "score_predicting_position"
+METHOD_VARIANTS: Dict[str, MethodSpec] = {
+    name: replace(
+        METHODS[base],
+        name=name,
+        layer_map=None,
+        generation=_captum_ext_generation(method, **options),
+    )
+    for name, base, method, options in (
+        ("AttCAT row", "AttCAT", partial(AttCAT, alpha="row"), {}),
+        ("AttCAT rollout", "AttCAT", partial(AttCAT, alpha="rollout"), {}),
+        ("AttCAT logit", "AttCAT", _attcat, {}),
+        ("AttCAT row logit", "AttCAT", partial(_attcat, alpha="row"), {}),
+        ("AttCAT rollout logit", "AttCAT", partial(_attcat, alpha="rollout"), {}),
+        ("CAT logit", "CAT", partial(CAT, objective="logit"), {}),
+        ("LogAt without p_t", "LogAt", partial(LogAt, **{_no_own: False}), {}),
+        (
+            "NormXLogit without p_t",
+            "NormXLogit",
+            partial(NormXLogit, **{_no_own: False}),
+            {},
+        ),
+        ("GlobEnc without p_t", "GlobEnc", partial(GlobEnc, **{_no_own: False}), {}),
+        (
+            "GlobEnc N without p_t",
+            "GlobEnc N",
+            partial(GlobEnc, **{_no_own: False}),
+            {"variant": "N"},
+        ),
+    )
+}
+if tuple(METHOD_VARIANTS) != VARIANT_METHOD_NAMES:
+    raise ImportError("the registry's variants differ from VARIANT_METHOD_NAMES")
+
+
+def method_spec(name: str) -> MethodSpec:
+    r"""The entry of a method or of a variant (:data:`METHOD_VARIANTS`)."""
+    return METHODS[name] if name in METHODS else METHOD_VARIANTS[name]
 
 
 # -------------------------------------------------------------------- metrics

@@ -4,7 +4,7 @@ r"""AttCAT: class activation tokens weighted by the attention each token receive
 from typing import List
 
 import torch
-from torch import Tensor
+from torch import nn, Tensor
 
 from captum_ext._utils.common import TokenBatch
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
@@ -13,10 +13,14 @@ from captum_ext.attr._core.cat import CAT
 from captum_ext.attr._utils.attention_statistics import (
     attention_received,
     attention_received_until,
+    attention_rows_per_layer,
 )
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 
 __all__ = ["AttCAT"]
+
+# Causal LMs: which attention weighs block l's scores of target t (``alpha``).
+ALPHAS = ("received", "row", "rollout")
 
 
 class AttCAT(CAT):
@@ -73,6 +77,17 @@ class AttCAT(CAT):
     ``prompt + y_<t`` (the consistency law); queries before :math:`i` give it
     zero attention (causal mask) and would only dilute the mean.
 
+    That is ``alpha="received"`` (default). Two other readings, each keeping
+    the consistency law (they read only rows up to :math:`p_t`):
+    ``alpha="row"``, the attention the predicting position itself pays,
+    :math:`\alpha_{t,i}^l = \bar{A}^l[p_t, i]`; and ``alpha="rollout"``, the
+    row :math:`p_t` of the raw attention rollout from the last block down to
+    block :math:`l` (as :class:`AttentionRollout`),
+    :math:`\alpha_{t,i}^l = (\bar{A}^L \bar{A}^{L-1} \cdots \bar{A}^l)[p_t, i]`,
+    how much of token :math:`i` at block :math:`l` reaches :math:`p_t` through
+    attention alone. The measurements that chose the default are in
+    docs/generation.rst.
+
     Any attention implementation works (eager, sdpa, flash): with sdpa and
     flash :math:`\alpha` is recomputed from the model's own query and key, a
     block of query rows at a time without gradients
@@ -92,6 +107,35 @@ class AttCAT(CAT):
 
     _uses_attention = True
 
+    def __init__(
+        self,
+        model: nn.Module,
+        layers: str = "inputs",
+        objective: str = "log_prob",
+        alpha: str = "received",
+    ) -> None:
+        r"""
+        Args:
+
+            model (torch.nn.Module): The model, as in :class:`CAT`.
+            layers (str, optional): ``"inputs"`` or ``"outputs"``, as in
+                        :class:`CAT`.
+                        Default: ``"inputs"``
+            objective (str, optional): Causal LMs: ``"log_prob"`` or
+                        ``"logit"`` of ``y_t``, as in :class:`CAT`.
+                        Default: ``"log_prob"``
+            alpha (str, optional): Causal LMs: ``"received"`` (mean over the
+                        queries ``i <= q <= p_t``), ``"row"`` (the predicting
+                        position's own attention row) or ``"rollout"`` (its
+                        row of the attention rollout from the top down to
+                        block ``l``); classifiers always use the column mean.
+                        Default: ``"received"``
+        """
+        if alpha not in ALPHAS:
+            raise ValueError(f"alpha must be one of {ALPHAS}, got {alpha!r}")
+        CAT.__init__(self, model, layers=layers, objective=objective)
+        self.alpha = alpha
+
     def _token_weights(
         self, batch: TokenBatch, layers: List[AttentionInputs]
     ) -> Tensor:
@@ -108,9 +152,13 @@ class AttCAT(CAT):
         r"""Causal LMs: :math:`\alpha_{t,i}^l`, ``[batch, T, L, pos]`` in float32:
         a cumulative sum over queries read at each predicting position."""
         work = result_dtype(layers[0].dtype)
+        predicting = forced.predicting_positions()  # [T]
+        if self.alpha != "received":
+            positions = predicting.expand(len(forced.target), -1)  # [batch, T]
+            rollout = self.alpha == "rollout"
+            return attention_rows_per_layer(layers, positions, work, rollout)
         # Left-padding rows attend nothing real: they are left out.
         queries = forced.model_inputs()[1].to(work)  # [batch, q]
-        predicting = forced.predicting_positions()  # [T]
         keys = torch.arange(queries.shape[1], device=predicting.device)
         # p_t - i + 1 queries see key i and predict y_t (clamped where i > p_t,
         # whose sums are zero anyway).

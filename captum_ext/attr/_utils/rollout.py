@@ -22,6 +22,7 @@ __all__ = [
     "rollout_products",
     "rollout_row",
     "rollout_rows",
+    "rollout_rows_down",
     "rollout_rows_in_blocks",
     "RowBlocks",
 ]
@@ -117,9 +118,23 @@ def rollout_rows_in_blocks(layers: Sequence[RowBlocks], positions: Tensor) -> Te
         Tensor: ``[batch, rows, pos]``: row ``r`` is row ``positions[:, r]`` of
         ``G^L``.
     """
+    *_, rows = rollout_rows_down(layers, positions)
+    return rows
+
+
+def rollout_rows_down(
+    layers: Sequence[RowBlocks], positions: Tensor
+) -> Iterator[Tensor]:
+    r"""The rows ``positions`` of every partial product from the top, in turn:
+    of :math:`M^L`, of :math:`M^L M^{L-1}`, ..., of :math:`G^L` (the last),
+    each ``[batch, rows, pos]``, from one pass over each layer's blocks (as
+    :func:`rollout_rows_in_blocks`, which keeps only the last). The
+    :math:`l`-th from the end says how much each token of block :math:`l`'s
+    input reaches ``positions`` after the last block."""
     if len(layers) == 0:
         raise ValueError("rollout needs at least one layer's matrix, got none")
     rows = _read_rows(layers[-1](), positions)  # [batch, rows, pos]
+    yield rows
     for blocks in reversed(layers[:-1]):
         product = None
         for start, block in blocks():
@@ -128,7 +143,7 @@ def rollout_rows_in_blocks(layers: Sequence[RowBlocks], positions: Tensor) -> Te
             )
             product = part if product is None else product + part
         rows = product  # type: ignore[assignment]
-    return rows
+        yield rows
 
 
 def _read_rows(blocks: Iterator[Tuple[int, Tensor]], positions: Tensor) -> Tensor:
