@@ -51,16 +51,16 @@ GENERATION_METHOD_NAMES = tuple(
 # (docs/generation.rst, "Choosing the causal-LM definitions"): run only when
 # named, on generated text only (the registry's ``METHOD_VARIANTS``).
 VARIANT_METHOD_NAMES = (
+    "AttCAT received",
     "AttCAT row",
-    "AttCAT rollout",
     "AttCAT logit",
+    "AttCAT received logit",
     "AttCAT row logit",
-    "AttCAT rollout logit",
     "CAT logit",
-    "LogAt without p_t",
-    "NormXLogit without p_t",
-    "GlobEnc without p_t",
-    "GlobEnc N without p_t",
+    "LogAt with p_t",
+    "NormXLogit with p_t",
+    "GlobEnc with p_t",
+    "GlobEnc N with p_t",
 )
 # What --methods accepts: every method, and for generated text the variants.
 METHOD_CHOICES = METHOD_NAMES + VARIANT_METHOD_NAMES

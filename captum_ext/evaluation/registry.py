@@ -729,7 +729,7 @@ register_method(
 
 # The causal-LM variants of the four methods (docs/generation.rst), run on
 # generated text only and only when named: (name, entry it varies, class, options).
-_attcat, _no_own = partial(AttCAT, objective="logit"), "score_predicting_position"
+_logit, _own = partial(AttCAT, objective="logit"), dict(score_predicting_position=True)
 METHOD_VARIANTS: Dict[str, MethodSpec] = {
     name: replace(
         METHODS[base],
@@ -738,26 +738,16 @@ METHOD_VARIANTS: Dict[str, MethodSpec] = {
         generation=_captum_ext_generation(method, **options),
     )
     for name, base, method, options in (
+        ("AttCAT received", "AttCAT", partial(AttCAT, alpha="received"), {}),
         ("AttCAT row", "AttCAT", partial(AttCAT, alpha="row"), {}),
-        ("AttCAT rollout", "AttCAT", partial(AttCAT, alpha="rollout"), {}),
-        ("AttCAT logit", "AttCAT", _attcat, {}),
-        ("AttCAT row logit", "AttCAT", partial(_attcat, alpha="row"), {}),
-        ("AttCAT rollout logit", "AttCAT", partial(_attcat, alpha="rollout"), {}),
+        ("AttCAT logit", "AttCAT", _logit, {}),
+        ("AttCAT received logit", "AttCAT", partial(_logit, alpha="received"), {}),
+        ("AttCAT row logit", "AttCAT", partial(_logit, alpha="row"), {}),
         ("CAT logit", "CAT", partial(CAT, objective="logit"), {}),
-        ("LogAt without p_t", "LogAt", partial(LogAt, **{_no_own: False}), {}),
-        (
-            "NormXLogit without p_t",
-            "NormXLogit",
-            partial(NormXLogit, **{_no_own: False}),
-            {},
-        ),
-        ("GlobEnc without p_t", "GlobEnc", partial(GlobEnc, **{_no_own: False}), {}),
-        (
-            "GlobEnc N without p_t",
-            "GlobEnc N",
-            partial(GlobEnc, **{_no_own: False}),
-            {"variant": "N"},
-        ),
+        ("LogAt with p_t", "LogAt", partial(LogAt, **_own), {}),
+        ("NormXLogit with p_t", "NormXLogit", partial(NormXLogit, **_own), {}),
+        ("GlobEnc with p_t", "GlobEnc", partial(GlobEnc, **_own), {}),
+        ("GlobEnc N with p_t", "GlobEnc N", partial(GlobEnc, **_own), {"variant": "N"}),
     )
 }
 if tuple(METHOD_VARIANTS) != VARIANT_METHOD_NAMES:

@@ -21,6 +21,7 @@ from tests.helpers import (
 
 # name -> (method on a model, attribute keywords)
 VARIANTS = {
+    "AttCAT received": (lambda m: AttCAT(m, alpha="received"), {}),
     "AttCAT row": (lambda m: AttCAT(m, alpha="row"), {}),
     "AttCAT rollout": (lambda m: AttCAT(m, alpha="rollout"), {}),
     "AttCAT rollout logit": (
@@ -29,24 +30,20 @@ VARIANTS = {
     ),
     "AttCAT outputs row": (lambda m: AttCAT(m, "outputs", alpha="row"), {}),
     "CAT logit": (lambda m: CAT(m, objective="logit"), {}),
-    "LogAt without p_t": (lambda m: LogAt(m, score_predicting_position=False), {}),
-    "NormXLogit without p_t": (
-        lambda m: NormXLogit(m, score_predicting_position=False),
-        {},
-    ),
-    "GlobEnc without p_t": (lambda m: GlobEnc(m, score_predicting_position=False), {}),
-    "GlobEnc N without p_t": (
-        lambda m: GlobEnc(m, score_predicting_position=False),
-        {"variant": "N"},
-    ),
 }
-# variant -> the default method it leaves p_t out of
-WITHOUT_OWN_TERM = {
-    "LogAt without p_t": (LogAt, {}),
-    "NormXLogit without p_t": (NormXLogit, {}),
-    "GlobEnc without p_t": (GlobEnc, {}),
-    "GlobEnc N without p_t": (GlobEnc, {"variant": "N"}),
+# LogAt, NormXLogit and GlobEnc (and its "N") with and without p_t's own term.
+OWN_TERM = {
+    "LogAt": (LogAt, {}),
+    "NormXLogit": (NormXLogit, {}),
+    "GlobEnc": (GlobEnc, {}),
+    "GlobEnc N": (GlobEnc, {"variant": "N"}),
 }
+for _name, (_method, _options) in OWN_TERM.items():
+    for _own in (True, False):
+        VARIANTS[f"{_name} {'with' if _own else 'without'} p_t"] = (
+            partial(_method, score_predicting_position=_own),
+            _options,
+        )
 
 
 def _run(method, options, model, batch, **more):
@@ -131,9 +128,10 @@ def test_attcat_alpha_is_the_predicting_rows_of_the_eager_maps(
     scores = _run(attcat, {}, model, batch, attribute_generated=True)[0]
     torch.testing.assert_close(scores[:, : width - 1], expected, rtol=1e-7, atol=1e-12)
     assert not scores[:, width - 1].any()
-    # The variants differ from the default (the test can fail).
-    default = _run(AttCAT(model, objective=objective), {}, model, batch)[0]
-    assert not torch.allclose(scores[:, : default.shape[-1]], default)
+    # The variants differ from the earlier default (the test can fail).
+    received = AttCAT(model, objective=objective, alpha="received")
+    before = _run(received, {}, model, batch)[0]
+    assert not torch.allclose(scores[:, : before.shape[-1]], before)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
@@ -167,19 +165,29 @@ def test_cat_logit_with_a_contrast_is_the_difference_of_the_two_targets():
     torch.testing.assert_close(both, _run(cat, {}, model, batch) - other)
 
 
-@pytest.mark.parametrize("name", WITHOUT_OWN_TERM)
-def test_without_p_t_is_the_default_with_the_predicting_position_zeroed(name):
+@pytest.mark.parametrize("name", OWN_TERM)
+def test_without_p_t_is_with_p_t_with_the_predicting_position_zeroed(name):
     # GPT-2: Llama's eager mask makes left padding NaN in float64.
     model, batch = tiny_causal_lm("gpt2", dtype=torch.float64), continuation_batch()
-    build, options = WITHOUT_OWN_TERM[name]
+    build, options = OWN_TERM[name]
+    both = [
+        _run(
+            build(model, score_predicting_position=own),
+            options,
+            model,
+            batch,
+            attribute_generated=True,
+        )
+        for own in (True, False)
+    ]
     default = _run(build(model), options, model, batch, attribute_generated=True)
-    scores = _variant(name, model, batch, attribute_generated=True)
     prompt, has = batch["input_ids"].shape[1], batch["target"] >= 0
-    own = torch.zeros_like(scores, dtype=torch.bool)
-    for step in range(scores.shape[1]):
+    own = torch.zeros_like(both[0], dtype=torch.bool)
+    for step in range(own.shape[1]):
         own[:, step, prompt - 1 + step] = True
-    assert (default[own & has[..., None]] != 0).all()
-    torch.testing.assert_close(scores, default.masked_fill(own, 0), rtol=0, atol=0)
+    assert (both[0][own & has[..., None]] != 0).all()
+    torch.testing.assert_close(both[1], both[0].masked_fill(own, 0), rtol=0, atol=0)
+    torch.testing.assert_close(default, both[1], rtol=0, atol=0)  # the default
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])

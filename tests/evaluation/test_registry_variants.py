@@ -19,22 +19,22 @@ from captum_ext.evaluation.registry import method_spec, METHOD_VARIANTS, METHODS
 from tests.attr.llm_fixtures import tiny_lm_tokenizer
 from tests.helpers import continuation_batch, tiny_causal_lm
 
-NO_OWN = dict(score_predicting_position=False)
+OWN = dict(score_predicting_position=True)
 # name -> (class with its options, attribute keywords): the docs' definitions.
 EXPECTED = {
+    "AttCAT received": (lambda m: AttCAT(m, alpha="received"), {}),
     "AttCAT row": (lambda m: AttCAT(m, alpha="row"), {}),
-    "AttCAT rollout": (lambda m: AttCAT(m, alpha="rollout"), {}),
-    "AttCAT logit": (lambda m: AttCAT(m, objective="logit"), {}),
-    "AttCAT row logit": (lambda m: AttCAT(m, alpha="row", objective="logit"), {}),
-    "AttCAT rollout logit": (
-        lambda m: AttCAT(m, alpha="rollout", objective="logit"),
+    "AttCAT logit": (lambda m: AttCAT(m, alpha="rollout", objective="logit"), {}),
+    "AttCAT received logit": (
+        lambda m: AttCAT(m, alpha="received", objective="logit"),
         {},
     ),
+    "AttCAT row logit": (lambda m: AttCAT(m, alpha="row", objective="logit"), {}),
     "CAT logit": (lambda m: CAT(m, objective="logit"), {}),
-    "LogAt without p_t": (lambda m: LogAt(m, **NO_OWN), {}),
-    "NormXLogit without p_t": (lambda m: NormXLogit(m, **NO_OWN), {}),
-    "GlobEnc without p_t": (lambda m: GlobEnc(m, **NO_OWN), {}),
-    "GlobEnc N without p_t": (lambda m: GlobEnc(m, **NO_OWN), {"variant": "N"}),
+    "LogAt with p_t": (lambda m: LogAt(m, **OWN), {}),
+    "NormXLogit with p_t": (lambda m: NormXLogit(m, **OWN), {}),
+    "GlobEnc with p_t": (lambda m: GlobEnc(m, **OWN), {}),
+    "GlobEnc N with p_t": (lambda m: GlobEnc(m, **OWN), {"variant": "N"}),
 }
 
 

@@ -62,31 +62,32 @@ class AttCAT(CAT):
     applied as is, not a choice of the paper.
 
     **Causal LMs** (docs/generation.rst): row :math:`t` differentiates
-    :math:`\log p(y_t)` (see :class:`CAT`), and :math:`\alpha` of key
-    :math:`i` for target :math:`t` is the attention it receives from the
-    queries that both see it and take part in predicting :math:`y_t`, i.e.
-    :math:`i \le q \le p_t` with :math:`p_t` the predicting position of
-    :math:`y_t`, averaged over heads and those :math:`p_t - i + 1` queries:
+    :math:`\log p(y_t)` (see :class:`CAT`; ``objective="logit"`` the logit),
+    and :math:`\alpha` of key :math:`i` for target :math:`t` is by default
+    (``alpha="rollout"``) row :math:`p_t` (the predicting position of
+    :math:`y_t`) of the raw attention rollout from the last block down to
+    block :math:`l` (as :class:`AttentionRollout`), how much of token
+    :math:`i` at block :math:`l` reaches :math:`p_t` through attention alone:
+
+    .. math::
+        \alpha_{t,i}^l = \left(\bar{A}^L \bar{A}^{L-1} \cdots
+        \bar{A}^l\right)[p_t, i], \qquad
+        \bar{A}^l = \frac{1}{H} \sum_{h=1}^{H} A^l_h
+
+    ``alpha="row"`` reads the predicting position's own row of each block,
+    :math:`\alpha_{t,i}^l = \bar{A}^l[p_t, i]`; ``alpha="received"`` (the
+    default before the measurements of docs/generation.rst) the attention key
+    :math:`i` receives from the queries that both see it and take part in
+    predicting :math:`y_t`, averaged over heads and those :math:`p_t - i + 1`
+    queries:
 
     .. math::
         \alpha_{t,i}^l = \frac{1}{H\,(p_t - i + 1)} \sum_{h=1}^{H}
         \sum_{q=i}^{p_t} A^l_{h,q,i}
 
-    Queries after :math:`p_t` read :math:`y_t` itself and do not take part in
-    predicting it, so row :math:`t` equals the single-target run on
-    ``prompt + y_<t`` (the consistency law); queries before :math:`i` give it
-    zero attention (causal mask) and would only dilute the mean.
-
-    That is ``alpha="received"`` (default). Two other readings, each keeping
-    the consistency law (they read only rows up to :math:`p_t`):
-    ``alpha="row"``, the attention the predicting position itself pays,
-    :math:`\alpha_{t,i}^l = \bar{A}^l[p_t, i]`; and ``alpha="rollout"``, the
-    row :math:`p_t` of the raw attention rollout from the last block down to
-    block :math:`l` (as :class:`AttentionRollout`),
-    :math:`\alpha_{t,i}^l = (\bar{A}^L \bar{A}^{L-1} \cdots \bar{A}^l)[p_t, i]`,
-    how much of token :math:`i` at block :math:`l` reaches :math:`p_t` through
-    attention alone. The measurements that chose the default are in
-    docs/generation.rst.
+    Each reads no query after :math:`p_t` (they read :math:`y_t` itself and
+    do not take part in predicting it), so row :math:`t` equals the
+    single-target run on ``prompt + y_<t`` (the consistency law).
 
     Any attention implementation works (eager, sdpa, flash): with sdpa and
     flash :math:`\alpha` is recomputed from the model's own query and key, a
@@ -112,7 +113,7 @@ class AttCAT(CAT):
         model: nn.Module,
         layers: str = "inputs",
         objective: str = "log_prob",
-        alpha: str = "received",
+        alpha: str = "rollout",
     ) -> None:
         r"""
         Args:
@@ -129,7 +130,8 @@ class AttCAT(CAT):
                         position's own attention row) or ``"rollout"`` (its
                         row of the attention rollout from the top down to
                         block ``l``); classifiers always use the column mean.
-                        Default: ``"received"``
+                        Default: ``"rollout"`` (chosen by measurement,
+                        docs/generation.rst; ``"received"`` before)
         """
         if alpha not in ALPHAS:
             raise ValueError(f"alpha must be one of {ALPHAS}, got {alpha!r}")
@@ -150,7 +152,8 @@ class AttCAT(CAT):
         self, forced: TeacherForcedBatch, layers: List[AttentionInputs]
     ) -> Tensor:
         r"""Causal LMs: :math:`\alpha_{t,i}^l`, ``[batch, T, L, pos]`` in float32:
-        a cumulative sum over queries read at each predicting position."""
+        rows of the predicting positions, or (``"received"``) a cumulative sum
+        over queries read at each predicting position."""
         work = result_dtype(layers[0].dtype)
         predicting = forced.predicting_positions()  # [T]
         if self.alpha != "received":

@@ -199,11 +199,11 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
     :class:`~captum_ext.UnsupportedModelError`.
 
     Row :math:`t`'s own term, the predicting position :math:`p_t`, carries its
-    own residual stream through every layer; for the first target of a prompt it
-    is the last prompt token (a recall prompt's queried key), which it puts
-    first. ``GlobEnc(model, score_predicting_position=False)`` leaves that
-    column out (zero, as outside the score mask); the consistency law holds
-    either way.
+    own residual stream through every layer (for the first target the last
+    prompt token, a recall prompt's queried key, which it would put first), so
+    by default that column is left out (zero, as outside the score mask;
+    ``score_predicting_position=True`` keeps it, the default before the
+    measurements of docs/generation.rst); the consistency law holds either way.
 
     Supported families: BERT, RoBERTa (and XLM-R, CamemBERT), ELECTRA, DistilBERT
     classifiers; GPT-2, Llama, Mistral (sliding windows included), Qwen2, Qwen3
@@ -231,7 +231,7 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
     """
 
     def __init__(
-        self, model: nn.Module, score_predicting_position: bool = True
+        self, model: nn.Module, score_predicting_position: bool = False
     ) -> None:
         r"""
         Args:
@@ -244,8 +244,10 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
                         Other families raise
                         :class:`~captum_ext.UnsupportedModelError`.
             score_predicting_position (bool, optional): Causal LMs: False
-                        leaves row ``t``'s predicting position out (zero).
-                        Default: True
+                        leaves row ``t``'s predicting position out (zero);
+                        True scores it.
+                        Default: False (chosen by measurement,
+                        docs/generation.rst; True before)
         """
         adapter = get_adapter(model)
         # Raise UnsupportedModelError for families without the parts.

@@ -80,11 +80,13 @@ class LogAt(ForwardOnlyAttribution):
     depends on :math:`i` but not on :math:`y_t`). Row :math:`t` is zero at
     :math:`y_t`'s position and after it; ``layer`` / ``decoder`` apply as above.
 
-    The position that predicts :math:`y_t`, :math:`p_t`, scores the logit the
-    model actually outputs, and on a copy task it ranks first (the queried key
-    of a recall prompt); ``score_predicting_position=False`` leaves that own
-    term out (zero, as outside the score mask), so row :math:`t` ranks the
-    other positions only. Either way row :math:`t` keeps the consistency law.
+    The position that predicts :math:`y_t`, :math:`p_t`, would score the
+    logit the model actually outputs, and on a copy task it ranks first (the
+    queried key of a recall prompt); so by default that own term is left out
+    (zero, as outside the score mask) and row :math:`t` ranks the other
+    positions (``score_predicting_position=True`` scores it, the default
+    before the measurements of docs/generation.rst). Either way row :math:`t`
+    keeps the consistency law.
 
     LogAt is defined in the NormXLogit paper: see :class:`NormXLogit` for the
     reference and the authors' code.
@@ -97,7 +99,7 @@ class LogAt(ForwardOnlyAttribution):
         model: nn.Module,
         layer: Optional[int] = None,
         decoder: Optional[nn.Module] = None,
-        score_predicting_position: bool = True,
+        score_predicting_position: bool = False,
     ) -> None:
         r"""
         Args:
@@ -117,8 +119,10 @@ class LogAt(ForwardOnlyAttribution):
                         ``target`` is a vocabulary id and must be given.
                         Default: None (the model's classification head)
             score_predicting_position (bool, optional): Causal LMs: False
-                        leaves row ``t``'s predicting position out (zero).
-                        Default: True
+                        leaves row ``t``'s predicting position out (zero);
+                        True scores it.
+                        Default: False (chosen by measurement,
+                        docs/generation.rst; True before)
         """
         ForwardOnlyAttribution.__init__(self, model)
         self.score_predicting_position = score_predicting_position

@@ -63,7 +63,7 @@ class NormXLogit(LogAt):
         layer: Optional[int] = None,
         decoder: Optional[nn.Module] = None,
         norm: str = "embedding_output",
-        score_predicting_position: bool = True,
+        score_predicting_position: bool = False,
     ) -> None:
         r"""
         Args:
@@ -84,8 +84,8 @@ class NormXLogit(LogAt):
                         Default: ``"embedding_output"``
             score_predicting_position (bool, optional): Causal LMs: False
                         leaves row ``t``'s predicting position out (zero), as
-                        in :class:`LogAt`.
-                        Default: True
+                        in :class:`LogAt`; True scores it.
+                        Default: False (True before)
         """
         if norm not in _NORMS:
             raise ValueError(f"norm must be one of {_NORMS}, got {norm!r}")
