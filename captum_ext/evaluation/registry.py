@@ -729,7 +729,14 @@ register_method(
 
 # The causal-LM variants of the four methods (docs/generation.rst), run on
 # generated text only and only when named: (name, entry it varies, class, options).
-_logit, _own = partial(AttCAT, objective="logit"), dict(score_predicting_position=True)
+_logit = partial(AttCAT, objective="logit")
+
+
+def _with_p_t(method: Callable[..., Any]) -> Callable[[nn.Module], Any]:
+    r"""``method`` scoring the predicting position's own term."""
+    return partial(method, score_predicting_position=True)
+
+
 METHOD_VARIANTS: Dict[str, MethodSpec] = {
     name: replace(
         METHODS[base],
@@ -744,10 +751,10 @@ METHOD_VARIANTS: Dict[str, MethodSpec] = {
         ("AttCAT received logit", "AttCAT", partial(_logit, alpha="received"), {}),
         ("AttCAT row logit", "AttCAT", partial(_logit, alpha="row"), {}),
         ("CAT logit", "CAT", partial(CAT, objective="logit"), {}),
-        ("LogAt with p_t", "LogAt", partial(LogAt, **_own), {}),
-        ("NormXLogit with p_t", "NormXLogit", partial(NormXLogit, **_own), {}),
-        ("GlobEnc with p_t", "GlobEnc", partial(GlobEnc, **_own), {}),
-        ("GlobEnc N with p_t", "GlobEnc N", partial(GlobEnc, **_own), {"variant": "N"}),
+        ("LogAt with p_t", "LogAt", _with_p_t(LogAt), {}),
+        ("NormXLogit with p_t", "NormXLogit", _with_p_t(NormXLogit), {}),
+        ("GlobEnc with p_t", "GlobEnc", _with_p_t(GlobEnc), {}),
+        ("GlobEnc N with p_t", "GlobEnc N", _with_p_t(GlobEnc), {"variant": "N"}),
     )
 }
 if tuple(METHOD_VARIANTS) != VARIANT_METHOD_NAMES:

@@ -36,7 +36,6 @@ from captum_ext.evaluation.generation_engine import run_generation_benchmark
 from captum_ext.evaluation.names import (
     check_names,
     GENERATION_METHOD_CHOICES,
-    GENERATION_METHOD_NAMES,
     GENERATION_METRIC_NAMES,
     METHOD_CHOICES,
     METHOD_NAMES,

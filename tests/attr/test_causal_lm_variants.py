@@ -7,10 +7,12 @@ matches a hand-made reference on float64 models, and reads attention the same
 with sdpa as with eager."""
 
 from functools import partial
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 import torch
 from captum_ext.attr import AttCAT, CAT, GlobEnc, LogAt, NormXLogit
+from torch import nn, Tensor
 
 from tests.helpers import (
     continuation_batch,
@@ -20,7 +22,7 @@ from tests.helpers import (
 )
 
 # name -> (method on a model, attribute keywords)
-VARIANTS = {
+VARIANTS: Dict[str, Tuple[Callable[[nn.Module], Any], Dict[str, str]]] = {
     "AttCAT received": (lambda m: AttCAT(m, alpha="received"), {}),
     "AttCAT row": (lambda m: AttCAT(m, alpha="row"), {}),
     "AttCAT rollout": (lambda m: AttCAT(m, alpha="rollout"), {}),
@@ -103,7 +105,8 @@ def _attention_weights(model, batch, alpha):
     joined = torch.cat([batch["input_ids"], batch["target"][:, :-1]], 1)
     maps = [a[0].mean(0) for a in model(joined, output_attentions=True).attentions]
     rows = batch["input_ids"].shape[1] - 1 + torch.arange(batch["target"].shape[1])
-    per_layer, product = [], None
+    per_layer: List[Tensor] = []
+    product = None
     for mean in reversed(maps):  # [pos, pos], last layer first
         product = mean if (product is None or alpha == "row") else product @ mean
         per_layer.insert(0, product[rows])  # [T, pos]
@@ -128,6 +131,9 @@ def test_attcat_alpha_is_the_predicting_rows_of_the_eager_maps(
     scores = _run(attcat, {}, model, batch, attribute_generated=True)[0]
     torch.testing.assert_close(scores[:, : width - 1], expected, rtol=1e-7, atol=1e-12)
     assert not scores[:, width - 1].any()
+    if alpha == "rollout":  # the default
+        default = _run(AttCAT(model, objective=objective), {}, model, batch)[0]
+        torch.testing.assert_close(scores[:, : default.shape[-1]], default)
     # The variants differ from the earlier default (the test can fail).
     received = AttCAT(model, objective=objective, alpha="received")
     before = _run(received, {}, model, batch)[0]

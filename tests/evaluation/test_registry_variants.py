@@ -3,6 +3,8 @@ r"""The registry's causal-LM variants (``METHOD_VARIANTS``): each is its class
 with its options on generated text, accepted by name and never run by
 default."""
 
+from typing import Any, Callable, Dict, Tuple
+
 import pytest
 import torch
 from captum_ext.attr import AttCAT, CAT, GlobEnc, LogAt, NormXLogit
@@ -15,13 +17,13 @@ from captum_ext.evaluation.names import (
     VARIANT_METHOD_NAMES,
 )
 from captum_ext.evaluation.registry import method_spec, METHOD_VARIANTS, METHODS
+from torch import nn
 
 from tests.attr.llm_fixtures import tiny_lm_tokenizer
 from tests.helpers import continuation_batch, tiny_causal_lm
 
-OWN = dict(score_predicting_position=True)
 # name -> (class with its options, attribute keywords): the docs' definitions.
-EXPECTED = {
+EXPECTED: Dict[str, Tuple[Callable[[nn.Module], Any], Dict[str, str]]] = {
     "AttCAT received": (lambda m: AttCAT(m, alpha="received"), {}),
     "AttCAT row": (lambda m: AttCAT(m, alpha="row"), {}),
     "AttCAT logit": (lambda m: AttCAT(m, alpha="rollout", objective="logit"), {}),
@@ -31,10 +33,16 @@ EXPECTED = {
     ),
     "AttCAT row logit": (lambda m: AttCAT(m, alpha="row", objective="logit"), {}),
     "CAT logit": (lambda m: CAT(m, objective="logit"), {}),
-    "LogAt with p_t": (lambda m: LogAt(m, **OWN), {}),
-    "NormXLogit with p_t": (lambda m: NormXLogit(m, **OWN), {}),
-    "GlobEnc with p_t": (lambda m: GlobEnc(m, **OWN), {}),
-    "GlobEnc N with p_t": (lambda m: GlobEnc(m, **OWN), {"variant": "N"}),
+    "LogAt with p_t": (lambda m: LogAt(m, score_predicting_position=True), {}),
+    "NormXLogit with p_t": (
+        lambda m: NormXLogit(m, score_predicting_position=True),
+        {},
+    ),
+    "GlobEnc with p_t": (lambda m: GlobEnc(m, score_predicting_position=True), {}),
+    "GlobEnc N with p_t": (
+        lambda m: GlobEnc(m, score_predicting_position=True),
+        {"variant": "N"},
+    ),
 }
 
 
