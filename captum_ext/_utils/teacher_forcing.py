@@ -79,6 +79,12 @@ class TeacherForcedBatch:
         start = self.prompt_len - 1
         return torch.arange(start, start + self.n_targets, device=self.target.device)
 
+    def predicting_mask(self, width: int) -> Tensor:
+        r"""Boolean ``[T, width]``: True at row ``t``'s predicting position
+        :math:`p_t` (its own term), for the methods that may leave it out."""
+        columns = torch.arange(width, device=self.target.device)
+        return columns[None, :] == self.predicting_positions()[:, None]
+
     def target_log_probs(
         self, logits: Tensor, contrast: Optional[Tensor] = None
     ) -> Tensor:

@@ -16,9 +16,9 @@ from captum_ext.cli.options import (
 )
 from captum_ext.evaluation.names import (
     check_names,
-    GENERATION_METHOD_NAMES,
+    GENERATION_METHOD_CHOICES,
     GENERATION_METRIC_NAMES,
-    METHOD_NAMES,
+    METHOD_CHOICES,
     METRIC_NAMES,
 )
 
@@ -104,13 +104,13 @@ def check_benchmark_names(options: BenchmarkCommand) -> None:
     (each runs the chosen ones it knows)."""
     if options.prompt_column is not None:
         check_names(
-            options.methods, GENERATION_METHOD_NAMES, "method for generated text"
+            options.methods, GENERATION_METHOD_CHOICES, "method for generated text"
         )
         check_names(
             options.metrics, GENERATION_METRIC_NAMES, "metric for generated text"
         )
         return
-    check_names(options.methods, METHOD_NAMES, "method")
+    check_names(options.methods, METHOD_CHOICES, "method")
     built_in = options.model is None
     known = ALL_METRIC_NAMES if built_in else METRIC_NAMES
     check_names(options.metrics, known, "metric")

@@ -7,11 +7,14 @@ import when its entries and these names differ."""
 from typing import Collection, List, Optional, Sequence
 
 __all__ = [
+    "GENERATION_METHOD_CHOICES",
     "GENERATION_METHOD_NAMES",
     "GENERATION_METRIC_NAMES",
+    "METHOD_CHOICES",
     "METHOD_NAMES",
     "METRIC_NAMES",
     "SOURCE_NAMES",
+    "VARIANT_METHOD_NAMES",
     "check_names",
 ]
 
@@ -44,6 +47,24 @@ CLASSIFIER_ONLY_METHOD_NAMES = ("Embedding norm", "Saliency")
 GENERATION_METHOD_NAMES = tuple(
     name for name in METHOD_NAMES if name not in CLASSIFIER_ONLY_METHOD_NAMES
 )
+# The four methods' causal-LM definitions a careful reader could defend
+# (docs/generation.rst, "Choosing the causal-LM definitions"): run only when
+# named, on generated text only (the registry's ``METHOD_VARIANTS``).
+VARIANT_METHOD_NAMES = (
+    "AttCAT received",
+    "AttCAT row",
+    "AttCAT logit",
+    "AttCAT received logit",
+    "AttCAT row logit",
+    "CAT logit",
+    "LogAt with p_t",
+    "NormXLogit with p_t",
+    "GlobEnc with p_t",
+    "GlobEnc N with p_t",
+)
+# What --methods accepts: every method, and for generated text the variants.
+METHOD_CHOICES = METHOD_NAMES + VARIANT_METHOD_NAMES
+GENERATION_METHOD_CHOICES = GENERATION_METHOD_NAMES + VARIANT_METHOD_NAMES
 METRIC_NAMES = ("aopc", "log_odds", "kendall_tau", "hiding_revealing", "sufficiency")
 # The metrics of explanations of generated text (the generation benchmark).
 GENERATION_METRIC_NAMES = ("aopc", "sufficiency", "log_odds", "soft_nc", "soft_ns")
@@ -54,8 +75,8 @@ def check_names(
 ) -> List[str]:
     r"""``names`` validated against ``known`` (all of it when None): known,
     at least one, none listed twice."""
-    if names is None:
-        return list(known)
+    if names is None:  # the variants run only when named
+        return [name for name in known if name not in VARIANT_METHOD_NAMES]
     unknown = [name for name in names if name not in known]
     if unknown:
         raise ValueError(f"unknown {kind}(s) {unknown}; available: {', '.join(known)}")

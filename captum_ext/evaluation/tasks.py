@@ -34,8 +34,9 @@ from captum_ext.evaluation.engine import run_benchmark
 from captum_ext.evaluation.engine.causal_lm import run_generation_benchmark
 from captum_ext.evaluation.names import (
     check_names,
-    GENERATION_METHOD_NAMES,
+    GENERATION_METHOD_CHOICES,
     GENERATION_METRIC_NAMES,
+    METHOD_CHOICES,
     METHOD_NAMES,
     METRIC_NAMES,
 )
@@ -231,7 +232,7 @@ def _task_options(name: str, options: BenchmarkOptions) -> Optional[BenchmarkOpt
     or None (with a notice) when it knows none of them."""
     generation = name in GENERATION_TASKS
     methods = _applicable(
-        options.methods, GENERATION_METHOD_NAMES if generation else METHOD_NAMES
+        options.methods, GENERATION_METHOD_CHOICES if generation else METHOD_NAMES
     )
     metrics = _applicable(
         options.metrics, GENERATION_METRIC_NAMES if generation else METRIC_NAMES
@@ -267,7 +268,7 @@ def run_default_tasks(
     ``max_length`` and ``decoder_texts`` are the task's; a task runs the
     chosen methods and metrics it knows and is skipped, with a notice, when it
     knows none of them."""
-    check_names(options.methods, METHOD_NAMES, "method")
+    check_names(options.methods, METHOD_CHOICES, "method")
     check_names(
         options.metrics,
         tuple(dict.fromkeys(METRIC_NAMES + GENERATION_METRIC_NAMES)),

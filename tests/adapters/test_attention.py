@@ -112,7 +112,7 @@ def test_attcat_alpha_from_sdpa_equals_eager(family, block_elements):
         return per_layer(CAT, one) * _eager_alpha(eager, one)[..., :prompt]
 
     torch.testing.assert_close(
-        per_layer(AttCAT, batch),
+        per_layer(partial(AttCAT, alpha="received"), batch),  # as _eager_alpha
         eager_one_at_a_time(weighted, batch),
         rtol=1e-6,
         atol=1e-12,

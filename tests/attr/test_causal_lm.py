@@ -4,6 +4,8 @@ r"""LogAt, NormXLogit, CAT, AttCAT and decoded layer attribution on causal LMs
 invariance, the consistency law, naive per-example per-target loops, hand-made
 references and the errors of unsupported combinations."""
 
+from functools import partial
+
 import pytest
 import torch
 from captum_ext import UnsupportedModelError
@@ -31,11 +33,14 @@ from tests.helpers import (
 
 # name -> method on a causal LM; decoded scores signed (relu=None) so that they
 # are linear in the explained objective.
+# LogAt, NormXLogit and AttCAT with the definitions these tests derive (p_t's
+# own term scored, alpha the mean received; their defaults are tested in
+# test_causal_lm_variants.py).
 METHODS = {
-    "LogAt": (LogAt, {}),
-    "NormXLogit": (NormXLogit, {}),
+    "LogAt": (partial(LogAt, score_predicting_position=True), {}),
+    "NormXLogit": (partial(NormXLogit, score_predicting_position=True), {}),
     "CAT": (CAT, {}),
-    "AttCAT": (AttCAT, {}),
+    "AttCAT": (partial(AttCAT, alpha="received"), {}),
     "DecodedLayerGradCam": (lambda m: DecodedLayerGradCam(m, 1), {"relu": None}),
     "DecodedLayerAttribution": (
         lambda m: DecodedLayerAttribution(m, 1),

@@ -37,7 +37,8 @@ VARIANTS = ("N_enc", "N_res", "N")
 
 
 def _attribute(model, batch, **kwargs):
-    return GlobEnc(model).attribute(
+    # p_t's own term scored: the tests below read every column of the rows.
+    return GlobEnc(model, score_predicting_position=True).attribute(
         batch["input_ids"],
         target=batch["target"],
         additional_forward_args=(batch["attention_mask"],),

@@ -40,7 +40,8 @@ def _classifier(model, batch, **options):
 
 
 def _generation(model, batch, **options):
-    return GlobEnc(model).attribute(
+    # p_t's own term scored: the sliding window's check reads it.
+    return GlobEnc(model, score_predicting_position=True).attribute(
         batch["input_ids"],
         target=batch["target"],
         additional_forward_args=(batch["attention_mask"],),

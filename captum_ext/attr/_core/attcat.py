@@ -4,7 +4,7 @@ r"""AttCAT: class activation tokens weighted by the attention each token receive
 from typing import List
 
 import torch
-from torch import Tensor
+from torch import nn, Tensor
 
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
@@ -13,10 +13,14 @@ from captum_ext.attr._core.cat import CAT
 from captum_ext.attr._utils.attention_statistics import (
     attention_received,
     attention_received_until,
+    attention_rows_per_layer,
 )
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 
 __all__ = ["AttCAT"]
+
+# Causal LMs: which attention weighs block l's scores of target t (``alpha``).
+ALPHAS = ("received", "row", "rollout")
 
 
 class AttCAT(CAT):
@@ -58,20 +62,32 @@ class AttCAT(CAT):
     applied as is, not a choice of the paper.
 
     **Causal LMs** (docs/generation.rst): row :math:`t` differentiates
-    :math:`\log p(y_t)` (see :class:`CAT`), and :math:`\alpha` of key
-    :math:`i` for target :math:`t` is the attention it receives from the
-    queries that both see it and take part in predicting :math:`y_t`, i.e.
-    :math:`i \le q \le p_t` with :math:`p_t` the predicting position of
-    :math:`y_t`, averaged over heads and those :math:`p_t - i + 1` queries:
+    :math:`\log p(y_t)` (see :class:`CAT`; ``objective="logit"`` the logit),
+    and :math:`\alpha` of key :math:`i` for target :math:`t` is by default
+    (``alpha="rollout"``) row :math:`p_t` (the predicting position of
+    :math:`y_t`) of the raw attention rollout from the last block down to
+    block :math:`l` (as :class:`AttentionRollout`), how much of token
+    :math:`i` at block :math:`l` reaches :math:`p_t` through attention alone:
+
+    .. math::
+        \alpha_{t,i}^l = \left(\bar{A}^L \bar{A}^{L-1} \cdots
+        \bar{A}^l\right)[p_t, i], \qquad
+        \bar{A}^l = \frac{1}{H} \sum_{h=1}^{H} A^l_h
+
+    ``alpha="row"`` reads the predicting position's own row of each block,
+    :math:`\alpha_{t,i}^l = \bar{A}^l[p_t, i]`; ``alpha="received"`` (the
+    default before the measurements of docs/generation.rst) the attention key
+    :math:`i` receives from the queries that both see it and take part in
+    predicting :math:`y_t`, averaged over heads and those :math:`p_t - i + 1`
+    queries:
 
     .. math::
         \alpha_{t,i}^l = \frac{1}{H\,(p_t - i + 1)} \sum_{h=1}^{H}
         \sum_{q=i}^{p_t} A^l_{h,q,i}
 
-    Queries after :math:`p_t` read :math:`y_t` itself and do not take part in
-    predicting it, so row :math:`t` equals the single-target run on
-    ``prompt + y_<t`` (the consistency law); queries before :math:`i` give it
-    zero attention (causal mask) and would only dilute the mean.
+    Each reads no query after :math:`p_t` (they read :math:`y_t` itself and
+    do not take part in predicting it), so row :math:`t` equals the
+    single-target run on ``prompt + y_<t`` (the consistency law).
 
     Any attention implementation works (eager, sdpa, flash): with sdpa and
     flash :math:`\alpha` is recomputed from the model's own query and key, a
@@ -92,6 +108,36 @@ class AttCAT(CAT):
 
     _uses_attention = True
 
+    def __init__(
+        self,
+        model: nn.Module,
+        layers: str = "inputs",
+        objective: str = "log_prob",
+        alpha: str = "rollout",
+    ) -> None:
+        r"""
+        Args:
+
+            model (torch.nn.Module): The model, as in :class:`CAT`.
+            layers (str, optional): ``"inputs"`` or ``"outputs"``, as in
+                        :class:`CAT`.
+                        Default: ``"inputs"``
+            objective (str, optional): Causal LMs: ``"log_prob"`` or
+                        ``"logit"`` of ``y_t``, as in :class:`CAT`.
+                        Default: ``"log_prob"``
+            alpha (str, optional): Causal LMs: ``"received"`` (mean over the
+                        queries ``i <= q <= p_t``), ``"row"`` (the predicting
+                        position's own attention row) or ``"rollout"`` (its
+                        row of the attention rollout from the top down to
+                        block ``l``); classifiers always use the column mean.
+                        Default: ``"rollout"`` (chosen by measurement,
+                        docs/generation.rst; ``"received"`` before)
+        """
+        if alpha not in ALPHAS:
+            raise ValueError(f"alpha must be one of {ALPHAS}, got {alpha!r}")
+        CAT.__init__(self, model, layers=layers, objective=objective)
+        self.alpha = alpha
+
     def _token_weights(
         self, batch: TokenBatch, layers: List[AttentionInputs]
     ) -> Tensor:
@@ -106,11 +152,16 @@ class AttCAT(CAT):
         self, forced: TeacherForcedBatch, layers: List[AttentionInputs]
     ) -> Tensor:
         r"""Causal LMs: :math:`\alpha_{t,i}^l`, ``[batch, T, L, pos]`` in float32:
-        a cumulative sum over queries read at each predicting position."""
+        rows of the predicting positions, or (``"received"``) a cumulative sum
+        over queries read at each predicting position."""
         work = result_dtype(layers[0].dtype)
+        predicting = forced.predicting_positions()  # [T]
+        if self.alpha != "received":
+            positions = predicting.expand(len(forced.target), -1)  # [batch, T]
+            rollout = self.alpha == "rollout"
+            return attention_rows_per_layer(layers, positions, work, rollout)
         # Left-padding rows attend nothing real: they are left out.
         queries = forced.model_inputs()[1].to(work)  # [batch, q]
-        predicting = forced.predicting_positions()  # [T]
         keys = torch.arange(queries.shape[1], device=predicting.device)
         # p_t - i + 1 queries see key i and predict y_t (clamped where i > p_t,
         # whose sums are zero anyway).

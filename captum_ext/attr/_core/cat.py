@@ -13,7 +13,11 @@ from torch import nn, Tensor
 from captum_ext._utils.hooks import gradients_from
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.model_forward import resolve_target, run_model
-from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
+from captum_ext._utils.teacher_forcing import (
+    IGNORE_INDEX,
+    predicted_log_probs,
+    TeacherForcedBatch,
+)
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import AttentionInputs, get_adapter
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
@@ -26,6 +30,8 @@ from captum_ext.attr._utils.teacher_forced_attribution import (
 __all__ = ["CAT"]
 
 _LAYERS = ("inputs", "outputs")
+# Causal LMs: what row t differentiates (``objective``).
+OBJECTIVES = ("log_prob", "logit")
 
 
 class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
@@ -75,6 +81,12 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
     All T rows come from one teacher-forced forward pass and T backward passes
     through the retained graph (no forward pass per target).
 
+    ``objective="logit"`` differentiates :math:`\mathrm{logits}_{p_t}[y_t]`
+    (minus :math:`\mathrm{logits}_{p_t}[y'_t]`) instead, the classifiers'
+    quantity: it leaves out the log-sum-exp over the vocabulary, so the scores
+    say what raises :math:`y_t`'s logit, not what lowers its competitors'. Both
+    keep the consistency law (the objective is read at :math:`p_t`).
+
     More details can be found in the AttCAT paper and the authors' code, cited
     in :class:`AttCAT`.
     """
@@ -82,7 +94,9 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
     # Subclasses that weight tokens by attention need it in the forward pass.
     _uses_attention = False
 
-    def __init__(self, model: nn.Module, layers: str = "inputs") -> None:
+    def __init__(
+        self, model: nn.Module, layers: str = "inputs", objective: str = "log_prob"
+    ) -> None:
         r"""
         Args:
 
@@ -94,13 +108,23 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
                         ``hidden_states[1..L]`` (block outputs, the paper's
                         Eq. 10).
                         Default: ``"inputs"``
+            objective (str, optional): Causal LMs: ``"log_prob"`` to
+                        differentiate ``log p(y_t)`` or ``"logit"`` for the
+                        logit of ``y_t`` at its predicting position; a
+                        classifier's objective is always the class logit.
+                        Default: ``"log_prob"``
         """
         if layers not in _LAYERS:
             raise ValueError(f"layers must be one of {_LAYERS}, got {layers!r}")
+        if objective not in OBJECTIVES:
+            raise ValueError(
+                f"objective must be one of {OBJECTIVES}, got {objective!r}"
+            )
         GradientAttribution.__init__(self, model)
         self.model = model
         self.adapter = get_adapter(model)
         self.layers = layers
+        self.objective = objective
 
     @log_usage()
     def attribute(
@@ -215,12 +239,24 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
             partial(self._generated_token_weights, forced),
         )  # [batch, T, vocab], L x [batch, pos, d], [batch, T, L, pos] or None
         with torch.enable_grad():
-            log_probs = predicted_log_probs(logits, forced.target, contrast)
-        steps = target_gradients(log_probs, hidden, forced.target_mask)
+            explained = self._objective(logits, forced.target, contrast)  # [b, T]
+        steps = target_gradients(explained, hidden, forced.target_mask)
         with torch.no_grad():
             rows = [_grad_times_hidden(hidden, grads) for grads in steps]
         scores = torch.stack(rows, dim=1)  # [batch, T, L, pos]
         return scores if weights is None else scores * weights
+
+    def _objective(
+        self, logits: Tensor, target: Tensor, contrast: Optional[Tensor]
+    ) -> Tensor:
+        r"""``[batch, T]``: ``log p(y_t)`` or the logit of ``y_t`` (minus the
+        foil's) from the predicting positions' logits ``[batch, T, vocab]``."""
+        if self.objective == "log_prob":
+            return predicted_log_probs(logits, target, contrast)
+        chosen = _gather_ids(logits, target)
+        if contrast is not None:
+            chosen = chosen - _gather_ids(logits, contrast)
+        return chosen * (target != IGNORE_INDEX)
 
     def _forward_to_hidden(
         self,
@@ -280,3 +316,9 @@ def _grad_times_hidden(hidden: Tuple[Tensor, ...], grads: Tuple[Tensor, ...]) ->
     return torch.stack(
         [(g.to(dtype) * h.to(dtype)).sum(-1) for g, h in zip(grads, hidden)], dim=1
     )
+
+
+def _gather_ids(logits: Tensor, ids: Tensor) -> Tensor:
+    r"""``logits[b, t, ids[b, t]]`` ``[batch, T]`` in float32 or wider."""
+    chosen = logits.gather(-1, ids.clamp(min=0)[..., None]).squeeze(-1)
+    return chosen.to(result_dtype(chosen.dtype))

@@ -114,6 +114,13 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
     pre-LN blocks (parallel attention and MLP, missing parts) raises
     :class:`~captum_ext.UnsupportedModelError`.
 
+    Row :math:`t`'s own term, the predicting position :math:`p_t`, carries its
+    own residual stream through every layer (for the first target the last
+    prompt token, a recall prompt's queried key, which it would put first), so
+    by default that column is left out (zero, as outside the score mask;
+    ``score_predicting_position=True`` keeps it, the default before the
+    measurements of docs/generation.rst); the consistency law holds either way.
+
     Supported families: BERT, RoBERTa (and XLM-R, CamemBERT), ELECTRA, DistilBERT
     classifiers; GPT-2, Llama, Mistral (sliding windows included), Qwen2, Qwen3
     and Gemma causal LMs; with any attention implementation of transformers'
@@ -141,7 +148,9 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
     https://aclanthology.org/2022.naacl-main.19/
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(
+        self, model: nn.Module, score_predicting_position: bool = False
+    ) -> None:
         r"""
         Args:
 
@@ -152,6 +161,11 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
                         Qwen3, Gemma), with any attention implementation.
                         Other families raise
                         :class:`~captum_ext.UnsupportedModelError`.
+            score_predicting_position (bool, optional): Causal LMs: False
+                        leaves row ``t``'s predicting position out (zero);
+                        True scores it.
+                        Default: False (chosen by measurement,
+                        docs/generation.rst; True before)
         """
         adapter = get_adapter(model)
         # Raise UnsupportedModelError for families without the parts.
@@ -163,6 +177,7 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
         Attribution.__init__(self, model)
         self.model = model
         self.adapter = adapter
+        self.score_predicting_position = score_predicting_position
 
     @log_usage()
     def attribute(
@@ -406,6 +421,9 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
         # width P + T adds y_T's position, which no row may score.
         width = score_mask.shape[-1]
         rows = nn.functional.pad(rows, (0, max(width - rows.shape[-1], 0)))
+        if not self.score_predicting_position:
+            own = positions[:, None] == torch.arange(width, device=rows.device)
+            score_mask = score_mask & ~own  # [batch, T, width]
         return torch.where(score_mask, rows[..., :width], 0), logits
 
     def _layer_matrices(

@@ -80,6 +80,14 @@ class LogAt(ForwardOnlyAttribution):
     depends on :math:`i` but not on :math:`y_t`). Row :math:`t` is zero at
     :math:`y_t`'s position and after it; ``layer`` / ``decoder`` apply as above.
 
+    The position that predicts :math:`y_t`, :math:`p_t`, would score the
+    logit the model actually outputs, and on a copy task it ranks first (the
+    queried key of a recall prompt); so by default that own term is left out
+    (zero, as outside the score mask) and row :math:`t` ranks the other
+    positions (``score_predicting_position=True`` scores it, the default
+    before the measurements of docs/generation.rst). Either way row :math:`t`
+    keeps the consistency law.
+
     LogAt is defined in the NormXLogit paper: see :class:`NormXLogit` for the
     reference and the authors' code.
     """
@@ -91,6 +99,7 @@ class LogAt(ForwardOnlyAttribution):
         model: nn.Module,
         layer: Optional[int] = None,
         decoder: Optional[nn.Module] = None,
+        score_predicting_position: bool = False,
     ) -> None:
         r"""
         Args:
@@ -109,8 +118,14 @@ class LogAt(ForwardOnlyAttribution):
                         head, e.g. ``get_adapter(mlm_model).mlm_head()``. Then
                         ``target`` is a vocabulary id and must be given.
                         Default: None (the model's classification head)
+            score_predicting_position (bool, optional): Causal LMs: False
+                        leaves row ``t``'s predicting position out (zero);
+                        True scores it.
+                        Default: False (chosen by measurement,
+                        docs/generation.rst; True before)
         """
         ForwardOnlyAttribution.__init__(self, model)
+        self.score_predicting_position = score_predicting_position
         self.layer = self.adapter.num_layers
         if layer is not None:
             self.layer = self.adapter.check_layer(layer)
@@ -176,7 +191,10 @@ class LogAt(ForwardOnlyAttribution):
             scores = scores - _logits_of(logits, contrast)
         input_ids, attention_mask = forced.model_inputs()
         factor = self._generated_factor(TokenBatch(input_ids, attention_mask), out)
-        return scores if factor is None else factor[:, None] * scores
+        scores = scores if factor is None else factor[:, None] * scores
+        if self.score_predicting_position:
+            return scores
+        return scores.masked_fill(forced.predicting_mask(scores.shape[-1]), 0)
 
     def _generated_factor(self, batch: TokenBatch, out: Any) -> Optional[Tensor]:
         r"""A per-position factor ``[batch, pos]`` of every row (NormXLogit's

@@ -47,7 +47,8 @@ class NormXLogit(LogAt):
 
     **Causal LMs** (docs/generation.rst): row :math:`t` of ``[batch, T, P]`` is
     :math:`\lVert x_i^0 \rVert_2 \cdot \mathrm{logits}_i[y_t]`, the causal
-    :class:`LogAt` row times the same norms, all rows from one forward pass.
+    :class:`LogAt` row times the same norms, all rows from one forward pass
+    (``score_predicting_position`` as in :class:`LogAt`).
 
     More details can be found in the original paper (Abbasi, Modarres and
     Pilehvar, "NormXLogit: The Head-on-Top Never Lies", EMNLP 2025):
@@ -62,6 +63,7 @@ class NormXLogit(LogAt):
         layer: Optional[int] = None,
         decoder: Optional[nn.Module] = None,
         norm: str = "embedding_output",
+        score_predicting_position: bool = False,
     ) -> None:
         r"""
         Args:
@@ -80,10 +82,20 @@ class NormXLogit(LogAt):
                         :math:`\lVert` ``word_embeddings(input_ids)`` :math:`_i
                         \rVert_2`.
                         Default: ``"embedding_output"``
+            score_predicting_position (bool, optional): Causal LMs: False
+                        leaves row ``t``'s predicting position out (zero), as
+                        in :class:`LogAt`; True scores it.
+                        Default: False (True before)
         """
         if norm not in _NORMS:
             raise ValueError(f"norm must be one of {_NORMS}, got {norm!r}")
-        LogAt.__init__(self, model, layer=layer, decoder=decoder)
+        LogAt.__init__(
+            self,
+            model,
+            layer=layer,
+            decoder=decoder,
+            score_predicting_position=score_predicting_position,
+        )
         self.norm = norm
 
     def _scores(self, batch: TokenBatch, out: Any, target: TargetType) -> Tensor:

@@ -16,11 +16,12 @@ import torch
 from torch import Tensor
 
 from captum_ext.adapters import AttentionInputs
-from captum_ext.attr._utils.rollout import rollout_rows_in_blocks
+from captum_ext.attr._utils.rollout import rollout_rows_down, rollout_rows_in_blocks
 
 __all__ = [
     "attention_received",
     "attention_received_until",
+    "attention_rows_per_layer",
     "head_mean_blocks",
     "rolled_out_attention_rows",
 ]
@@ -89,3 +90,21 @@ def rolled_out_attention_rows(
         [partial(head_mean_blocks, layer, dtype) for layer in layers],
         positions,
     )
+
+
+def attention_rows_per_layer(
+    layers: Sequence[AttentionInputs],
+    positions: Tensor,
+    dtype: torch.dtype,
+    rollout: bool,
+) -> Tensor:
+    r"""Rows ``positions`` ``[batch, rows]`` of every block's
+    :math:`\bar{A}^l` (``rollout=False``) or of the rollout from the top down
+    to it, :math:`\bar{A}^L \cdots \bar{A}^l` (``rollout=True``), first block
+    first: ``[batch, rows, L, k]`` in ``dtype``."""
+    blocks = [partial(head_mean_blocks, layer, dtype) for layer in layers]
+    if rollout:
+        per_layer = list(rollout_rows_down(blocks, positions))[::-1]
+    else:
+        per_layer = [rollout_rows_in_blocks([one], positions) for one in blocks]
+    return torch.stack(per_layer, dim=2)

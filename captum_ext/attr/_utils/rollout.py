@@ -29,6 +29,7 @@ __all__ = [
     "rollout_products",
     "rollout_row",
     "rollout_rows",
+    "rollout_rows_down",
     "rollout_rows_in_blocks",
     "RowBlocks",
 ]
@@ -128,9 +129,27 @@ def rollout_rows_in_blocks(layers: Sequence[RowBlocks], positions: Tensor) -> Te
         Tensor: ``[batch, rows, pos]``: row ``r`` is row ``positions[:, r]`` of
         ``G^L``.
     """
+    for rows in rollout_rows_down(layers, positions):
+        pass  # only the last product's rows are returned
+    return rows
+
+
+def rollout_rows_down(
+    layers: Sequence[RowBlocks], positions: Tensor
+) -> Iterator[Tensor]:
+    r"""The rows ``positions`` of every partial product from the top, in turn:
+    of :math:`M^L`, of :math:`M^L M^{L-1}`, ..., of :math:`G^L` (the last),
+    each ``[batch, rows, pos]``, from one pass over each layer's blocks (as
+    :func:`rollout_rows_in_blocks`, which keeps only the last). The
+    :math:`l`-th from the end says how much each token of block :math:`l`'s
+    input reaches ``positions`` after the last block. Rows are carried and
+    scaled back as in :func:`rollout_rows_in_blocks` (which warns for the
+    last product only)."""
     if len(layers) == 0:
         raise ValueError("rollout needs at least one layer's matrix, got none")
     rows, exponents = _near_one(_read_rows(layers[-1](), positions))
+    yield _scaled_back(rows, exponents, 1, warn=len(layers) == 1)
+    depth = 1
     for blocks in reversed(layers[:-1]):
         product = None
         for start, block in blocks():
@@ -141,7 +160,8 @@ def rollout_rows_in_blocks(layers: Sequence[RowBlocks], positions: Tensor) -> Te
         assert product is not None
         rows, exponent = _near_one(product)
         exponents += exponent
-    return _scaled_back(rows, exponents, len(layers))
+        depth += 1
+        yield _scaled_back(rows, exponents, depth, warn=depth == len(layers))
 
 
 def _near_one(rows: Tensor) -> Tuple[Tensor, Tensor]:
@@ -152,12 +172,12 @@ def _near_one(rows: Tensor) -> Tuple[Tensor, Tensor]:
     return torch.ldexp(rows, -exponent), exponent
 
 
-def _scaled_back(rows: Tensor, exponents: Tensor, layers: int) -> Tensor:
+def _scaled_back(rows: Tensor, exponents: Tensor, layers: int, warn: bool) -> Tensor:
     r"""``rows * 2^exponents`` where that stays in the dtype's range; the
-    other rows as they are, with a warning."""
+    other rows as they are (with a warning if ``warn``)."""
     # rows are below 1, and 2^e itself must be finite
     fits = exponents < math.frexp(torch.finfo(rows.dtype).max)[1]
-    if not bool(fits.all()):
+    if warn and not bool(fits.all()):
         warnings.warn(
             f"the rollout's product over {layers} layers exceeds {rows.dtype}'s "
             f"range (up to 2^{int(exponents.max())}) in "

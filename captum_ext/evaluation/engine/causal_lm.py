@@ -63,7 +63,7 @@ from captum_ext.evaluation.engine.skeleton import (
 )
 from captum_ext.evaluation.names import (
     check_names,
-    GENERATION_METHOD_NAMES,
+    GENERATION_METHOD_CHOICES,
     GENERATION_METRIC_NAMES,
 )
 from captum_ext.evaluation.options import GenerationBenchmarkOptions
@@ -77,7 +77,7 @@ from captum_ext.evaluation.registry import (
     GENERATION_METRICS,
     GenerationMetricContext,
     GenerationMetricSpec,
-    METHODS,
+    method_spec,
     MethodSpec,
     MetricValue,
 )
@@ -465,7 +465,8 @@ def run_generation_benchmark(
             (None: greedy ones, ``options.max_new_tokens`` tokens at most) and
             optional ``evidence`` (needs continuations).
         options (GenerationBenchmarkOptions): methods (default: every entry of
-            ``GENERATION_METHOD_NAMES``; ``[]`` with ``extra_methods``: only
+            ``GENERATION_METHOD_NAMES`` (or a named variant of
+            ``VARIANT_METHOD_NAMES``); ``[]`` with ``extra_methods``: only
             those), metrics (default: every entry of
             ``GENERATION_METRIC_NAMES``), batch size, ``max_length`` (prompt
             + continuation), device, task label and kept examples.
@@ -513,9 +514,9 @@ def _chosen_methods(
     names: List[str] = []  # none chosen, with extras: those alone
     if not (extra_methods and options.methods is not None and not options.methods):
         names = check_names(
-            options.methods, GENERATION_METHOD_NAMES, "method for generated text"
+            options.methods, GENERATION_METHOD_CHOICES, "method for generated text"
         )
-    methods = [METHODS[name] for name in names]
+    methods = [method_spec(name) for name in names]
     for spec in extra_methods:
         if spec.generation is None or spec.name in [m.name for m in methods]:
             raise ValueError(

@@ -26,7 +26,8 @@ seeded by each example's prompt and continuation.
 """
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
@@ -45,7 +46,7 @@ from captum_ext.attr import (
     NormXLogit,
 )
 from captum_ext.defaults.decoders import load_fitted_decoders
-from captum_ext.evaluation.names import GENERATION_METHOD_NAMES
+from captum_ext.evaluation.names import GENERATION_METHOD_NAMES, VARIANT_METHOD_NAMES
 from captum_ext.evaluation.registry.call_convention import (
     _explainer,
     _generation_explainer,
@@ -67,9 +68,11 @@ from captum_ext.evaluation.registry.captum_baselines import (
 
 __all__ = [
     "METHODS",
+    "METHOD_VARIANTS",
     "MethodSpec",
     "decoded_layer",
     "decoders_for",
+    "method_spec",
     "needs_decoders",
     "register_method",
 ]
@@ -414,3 +417,41 @@ register_method(
 register_method(
     "Random", _random, "control", causal_lm=True, generation=_random_generation
 )
+
+# The causal-LM variants of the four methods (docs/generation.rst), run on
+# generated text only and only when named: (name, entry it varies, class, options).
+_logit = partial(AttCAT, objective="logit")
+
+
+def _with_p_t(method: Callable[..., Any]) -> Callable[[nn.Module], Any]:
+    r"""``method`` scoring the predicting position's own term."""
+    return partial(method, score_predicting_position=True)
+
+
+METHOD_VARIANTS: Dict[str, MethodSpec] = {
+    name: replace(
+        METHODS[base],
+        name=name,
+        layer_map=None,
+        generation=_captum_ext_generation(method, **options),
+    )
+    for name, base, method, options in (
+        ("AttCAT received", "AttCAT", partial(AttCAT, alpha="received"), {}),
+        ("AttCAT row", "AttCAT", partial(AttCAT, alpha="row"), {}),
+        ("AttCAT logit", "AttCAT", _logit, {}),
+        ("AttCAT received logit", "AttCAT", partial(_logit, alpha="received"), {}),
+        ("AttCAT row logit", "AttCAT", partial(_logit, alpha="row"), {}),
+        ("CAT logit", "CAT", partial(CAT, objective="logit"), {}),
+        ("LogAt with p_t", "LogAt", _with_p_t(LogAt), {}),
+        ("NormXLogit with p_t", "NormXLogit", _with_p_t(NormXLogit), {}),
+        ("GlobEnc with p_t", "GlobEnc", _with_p_t(GlobEnc), {}),
+        ("GlobEnc N with p_t", "GlobEnc N", _with_p_t(GlobEnc), {"variant": "N"}),
+    )
+}
+if tuple(METHOD_VARIANTS) != VARIANT_METHOD_NAMES:
+    raise ImportError("the registry's variants differ from VARIANT_METHOD_NAMES")
+
+
+def method_spec(name: str) -> MethodSpec:
+    r"""The entry of a method or of a variant (:data:`METHOD_VARIANTS`)."""
+    return METHODS[name] if name in METHODS else METHOD_VARIANTS[name]

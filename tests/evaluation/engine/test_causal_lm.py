@@ -396,7 +396,8 @@ def test_on_the_default_generator_attcat_finds_the_planted_evidence() -> None:
         progress=False,
     )
     rows = {row.method: row.metrics for row in result.rows}
-    # Measured on these 8 held-out prompts (16 targets): Evidence@1 AttCAT 0.875,
+    # Measured on these 8 held-out prompts (16 targets), AttCAT with its earlier
+    # alpha="received": Evidence@1 AttCAT 0.875,
     # FeatureAblation 0.125 (its top-1 goes to the queried key as often: any
     # necessary token sends log p to about -10), Random 0.0; Evidence@3 0.94,
     # 0.88, 0.19; AOPC 0.96, 0.95, 0.82.
