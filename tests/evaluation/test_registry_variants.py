@@ -33,6 +33,13 @@ EXPECTED: Dict[str, Tuple[Callable[[nn.Module], Any], Dict[str, str]]] = {
     ),
     "AttCAT row logit": (lambda m: AttCAT(m, alpha="row", objective="logit"), {}),
     "CAT logit": (lambda m: CAT(m, objective="logit"), {}),
+    "CAT outputs": (lambda m: CAT(m, layers="outputs"), {}),
+    "AttCAT outputs": (lambda m: AttCAT(m, alpha="rollout", layers="outputs"), {}),
+    "AttCAT received outputs": (
+        lambda m: AttCAT(m, alpha="received", layers="outputs"),
+        {},
+    ),
+    "AttCAT row outputs": (lambda m: AttCAT(m, alpha="row", layers="outputs"), {}),
     "LogAt with p_t": (lambda m: LogAt(m, score_predicting_position=True), {}),
     "NormXLogit with p_t": (
         lambda m: NormXLogit(m, score_predicting_position=True),

@@ -421,6 +421,7 @@ register_method(
 # The causal-LM variants of the four methods (docs/generation.rst), run on
 # generated text only and only when named: (name, entry it varies, class, options).
 _logit = partial(AttCAT, objective="logit")
+_outputs = partial(AttCAT, layers="outputs")
 
 
 def _with_p_t(method: Callable[..., Any]) -> Callable[[nn.Module], Any]:
@@ -442,6 +443,10 @@ METHOD_VARIANTS: Dict[str, MethodSpec] = {
         ("AttCAT received logit", "AttCAT", partial(_logit, alpha="received"), {}),
         ("AttCAT row logit", "AttCAT", partial(_logit, alpha="row"), {}),
         ("CAT logit", "CAT", partial(CAT, objective="logit"), {}),
+        ("CAT outputs", "CAT", partial(CAT, layers="outputs"), {}),
+        ("AttCAT outputs", "AttCAT", _outputs, {}),
+        ("AttCAT received outputs", "AttCAT", partial(_outputs, alpha="received"), {}),
+        ("AttCAT row outputs", "AttCAT", partial(_outputs, alpha="row"), {}),
         ("LogAt with p_t", "LogAt", _with_p_t(LogAt), {}),
         ("NormXLogit with p_t", "NormXLogit", _with_p_t(NormXLogit), {}),
         ("GlobEnc with p_t", "GlobEnc", _with_p_t(GlobEnc), {}),
