@@ -415,8 +415,9 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
         r"""Rows ``positions`` ``[T]`` of ``G^L`` laid out as ``score_mask``
         ``[batch, T, width]`` and zero outside it; and the logits."""
         layers, logits = self._norm_blocks(batch, target, variant)
-        # [batch, T], on the chunk's device (the model's execution device)
-        every = positions.to(batch.input_ids.device).expand(len(batch.input_ids), -1)
+        # On the chunk's device (the model's execution device).
+        positions = positions.to(batch.input_ids.device)  # [T]
+        every = positions.expand(len(batch.input_ids), -1)  # [batch, T]
         rows = _rolled_out_rows(layers, every, rollout)  # [batch, T, P + T - 1]
         # width P + T adds y_T's position, which no row may score.
         width = score_mask.shape[-1]
