@@ -10,10 +10,8 @@ import pytest
 import torch
 from torch import nn, Tensor
 
-from tests.attr.token_method_checks import attribute, unpadded
+from tests.attr.token_method_checks import attribute, MethodFactory, unpadded
 from tests.helpers import is_causal, tiny_classifier, token_batch
-
-MethodFactory = Callable[[nn.Module], object]
 
 
 def assert_equals_naive_per_example(

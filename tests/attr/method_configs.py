@@ -10,7 +10,7 @@ joins the matrix with one entry in :data:`METHOD_CONFIGS`.
 """
 
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple, Type
 
 import pytest
 import torch
@@ -31,6 +31,7 @@ from captum_ext.attr import (
 )
 from torch import nn, Tensor
 
+from tests.attr.token_method_checks import TokenMethod
 from tests.helpers import ALL_FAMILIES, ENCODER_FAMILIES, POST_LN_FAMILIES
 
 __all__ = ["AttributeFn", "METHOD_CONFIGS", "MethodConfig", "config_family_pairs"]
@@ -98,7 +99,7 @@ class MethodConfig:
         return self.bfloat16_tolerance
 
 
-def _caller(method: Any, **kwargs: Any) -> AttributeFn:
+def _caller(method: TokenMethod, **kwargs: Any) -> AttributeFn:
     r"""``method.attribute`` in the matrix's call convention."""
 
     def run(
@@ -146,18 +147,30 @@ def _decoded_config(
     )
 
 
+def _reading_config(method: Type[LogAt]) -> MethodConfig:
+    r"""LogAt or NormXLogit (a LogAt): both read a chosen layer through a chosen
+    decoder alike."""
+    return MethodConfig(
+        method.__name__,
+        lambda m: _caller(method(m)),
+        bfloat16_tolerance=0.03,  # measured: up to 0.014
+        layered=lambda m, layer: _caller(method(m, layer=layer)),
+        decoded=lambda m, decoder: _caller(method(m, decoder=decoder)),
+    )
+
+
+def _globenc_config(variant: str) -> MethodConfig:
+    return MethodConfig(
+        f"GlobEnc-{variant}",
+        lambda m: _caller(GlobEnc(m), variant=variant),
+        families=POST_LN_FAMILIES,
+        unsupported_match="not a post-LayerNorm encoder",
+        bfloat16_tolerance=0.01,  # measured: up to 0.002
+    )
+
+
 METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
-    # LogAt and NormXLogit read a chosen layer through a chosen decoder alike.
-    *(
-        MethodConfig(
-            method.__name__,
-            lambda m, cls=method: _caller(cls(m)),
-            bfloat16_tolerance=0.03,  # measured: up to 0.014
-            layered=lambda m, layer, cls=method: _caller(cls(m, layer=layer)),
-            decoded=lambda m, decoder, cls=method: _caller(cls(m, decoder=decoder)),
-        )
-        for method in (LogAt, NormXLogit)
-    ),
+    *(_reading_config(method) for method in (LogAt, NormXLogit)),
     MethodConfig(
         "NormXLogit-word_embedding",
         lambda m: _caller(NormXLogit(m, norm="word_embedding")),
@@ -183,16 +196,7 @@ METHOD_CONFIGS: Tuple[MethodConfig, ...] = (
         needs_gradients=True,
         bfloat16_tolerance=0.04,  # measured: up to 0.018
     ),
-    *(
-        MethodConfig(
-            f"GlobEnc-{variant}",
-            lambda m, v=variant: _caller(GlobEnc(m), variant=v),
-            families=POST_LN_FAMILIES,
-            unsupported_match="not a post-LayerNorm encoder",
-            bfloat16_tolerance=0.01,  # measured: up to 0.002
-        )
-        for variant in ("N_enc", "N_res", "N")
-    ),
+    *(_globenc_config(variant) for variant in ("N_enc", "N_res", "N")),
     _decoded_config(
         "DecodedLayerGradCam",
         _decoded_grad_cam,

@@ -5,6 +5,7 @@ invariance, the consistency law, naive per-example per-target loops, hand-made
 references and the errors of unsupported combinations."""
 
 from functools import partial
+from typing import Any, Dict, Optional, Tuple
 
 import pytest
 import torch
@@ -18,7 +19,10 @@ from captum_ext.attr import (
     LogAt,
     NormXLogit,
 )
+from torch import nn, Tensor
+from transformers import PreTrainedModel
 
+from tests.attr.token_method_checks import MethodFactory
 from tests.helpers import (
     assert_same_state,
     CAUSAL_FAMILIES,
@@ -36,7 +40,7 @@ from tests.helpers import (
 # LogAt, NormXLogit and AttCAT with the definitions these tests derive (p_t's
 # own term scored, alpha the mean received; their defaults are tested in
 # test_causal_lm_variants.py).
-METHODS = {
+METHODS: Dict[str, Tuple[MethodFactory, Dict[str, Any]]] = {
     "LogAt": (partial(LogAt, score_predicting_position=True), {}),
     "NormXLogit": (partial(NormXLogit, score_predicting_position=True), {}),
     "CAT": (CAT, {}),
@@ -49,7 +53,13 @@ METHODS = {
 }
 
 
-def _attribute(name, model, batch, target=None, **options):
+def _attribute(
+    name: str,
+    model: PreTrainedModel,
+    batch: Dict[str, Tensor],
+    target: Optional[Tensor] = None,
+    **options: Any,
+) -> Tensor:
     build, defaults = METHODS[name]
     return build(model).attribute(
         batch["input_ids"],
@@ -60,11 +70,11 @@ def _attribute(name, model, batch, target=None, **options):
     )
 
 
-def _gpt2():
+def _gpt2() -> PreTrainedModel:
     return tiny_causal_lm("gpt2", dtype=torch.float64)
 
 
-def _full_targets(seed=0):
+def _full_targets(seed: int = 0) -> Dict[str, Tensor]:
     r"""Left-padded prompts whose continuations all have 3 tokens."""
     return continuation_batch((5, 3, 7), (3, 3, 3), seed=seed)
 
@@ -72,7 +82,9 @@ def _full_targets(seed=0):
 @pytest.mark.parametrize("name", METHODS)
 @pytest.mark.parametrize("family", CAUSAL_FAMILIES)
 @pytest.mark.parametrize("generated", [False, True])
-def test_shape_dtype_and_zero_outside_the_score_mask(name, family, generated):
+def test_shape_dtype_and_zero_outside_the_score_mask(
+    name: str, family: str, generated: bool
+) -> None:
     batch = continuation_batch()
     scores = _attribute(
         name, tiny_causal_lm(family), batch, attribute_generated=generated
@@ -95,7 +107,7 @@ def test_shape_dtype_and_zero_outside_the_score_mask(name, family, generated):
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_naive_loop_per_example_and_target_equals_batched(name):
+def test_naive_loop_per_example_and_target_equals_batched(name: str) -> None:
     r"""Row t of example b equals the method run on example b alone, unpadded,
     on prompt + y_<t with the single target y_t (float64; covers left padding,
     ragged continuations and the consistency law)."""
@@ -118,7 +130,7 @@ def test_naive_loop_per_example_and_target_equals_batched(name):
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_consistency_law_on_a_padded_batch(name):
+def test_consistency_law_on_a_padded_batch(name: str) -> None:
     r"""Row t on the prompt (and y_<t) equals the batched run on prompt + y_<t
     with the single target y_t."""
     model, batch = _gpt2(), _full_targets()
@@ -139,7 +151,7 @@ def test_consistency_law_on_a_padded_batch(name):
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_llama_left_padding_equals_one_prompt_at_a_time(name):
+def test_llama_left_padding_equals_one_prompt_at_a_time(name: str) -> None:
     model, batch = tiny_causal_lm("llama"), continuation_batch()
     scores = _attribute(name, model, batch)
     prompt = batch["input_ids"].shape[1]
@@ -162,7 +174,7 @@ def test_llama_left_padding_equals_one_prompt_at_a_time(name):
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_internal_batch_size_gives_the_whole_batch(name):
+def test_internal_batch_size_gives_the_whole_batch(name: str) -> None:
     model, batch = _gpt2(), continuation_batch()
     whole = _attribute(name, model, batch, attribute_generated=True)
     chunked = _attribute(
@@ -172,7 +184,7 @@ def test_internal_batch_size_gives_the_whole_batch(name):
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_contrast_is_the_difference_of_two_single_target_runs(name):
+def test_contrast_is_the_difference_of_two_single_target_runs(name: str) -> None:
     r"""Every method is linear in its objective (a logit, or log p for the
     gradient methods; decoded scores signed): y vs y' = run(y) - run(y')."""
     model, batch = _gpt2(), _full_targets()
@@ -185,7 +197,7 @@ def test_contrast_is_the_difference_of_two_single_target_runs(name):
     torch.testing.assert_close(contrast, difference, atol=1e-12, rtol=1e-9)
 
 
-def _joined(batch):
+def _joined(batch: Dict[str, Tensor]) -> Tuple[Tensor, Tensor, Tensor, int]:
     r"""``prompt + y_<T`` ids and mask, the position ids and the prompt width."""
     ids = torch.cat([batch["input_ids"], batch["target"][:, :-1]], 1)
     mask = torch.cat(
@@ -195,7 +207,7 @@ def _joined(batch):
     return ids, mask, positions, batch["input_ids"].shape[1]
 
 
-def test_logat_is_the_models_own_logit_of_each_target():
+def test_logat_is_the_models_own_logit_of_each_target() -> None:
     model, batch = _gpt2(), _full_targets()
     ids, mask, positions, prompt = _joined(batch)
     logits = model(ids, attention_mask=mask, position_ids=positions).logits
@@ -210,7 +222,7 @@ def test_logat_is_the_models_own_logit_of_each_target():
 
 
 @pytest.mark.parametrize("name", ["CAT", "AttCAT"])
-def test_cat_equals_autograd_per_target_by_hand(name):
+def test_cat_equals_autograd_per_target_by_hand(name: str) -> None:
     model, batch = _gpt2(), _full_targets()
     ids, mask, positions, prompt = _joined(batch)
     out = model(
@@ -246,9 +258,9 @@ def test_cat_equals_autograd_per_target_by_hand(name):
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_model_state_is_untouched(name):
+def test_model_state_is_untouched(name: str) -> None:
     model = tiny_causal_lm("gpt2")
-    model.transformer.h[0].requires_grad_(False)  # partly frozen
+    model.get_submodule("transformer.h.0").requires_grad_(False)  # partly frozen
     model.train()
     before = model_state(model)
     with pytest.warns(UserWarning, match="training mode"):
@@ -256,7 +268,7 @@ def test_model_state_is_untouched(name):
     assert_same_state(before, model_state(model))
 
 
-def test_causal_lm_without_target_is_refused():
+def test_causal_lm_without_target_is_refused() -> None:
     batch, model = continuation_batch(), tiny_causal_lm("gpt2")
     for build, _ in METHODS.values():
         with pytest.raises(ValueError, match="LLMTokenAttribution"):
@@ -266,7 +278,7 @@ def test_causal_lm_without_target_is_refused():
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_continuation_ids_need_a_causal_lm(name):
+def test_continuation_ids_need_a_causal_lm(name: str) -> None:
     batch = continuation_batch()
     missing = "decoder is required" if name.startswith("Decoded") else "no LM head"
     with pytest.raises(ValueError, match=missing):  # UnsupportedModelError too
@@ -276,7 +288,7 @@ def test_continuation_ids_need_a_causal_lm(name):
             _attribute(name, tiny_classifier("gpt2"), batch)
 
 
-def test_masked_lm_is_not_a_causal_lm():
+def test_masked_lm_is_not_a_causal_lm() -> None:
     model = tiny_masked_lm("bert")
     method = LogAt(model, decoder=LogAt(model).adapter.mlm_head())
     batch = continuation_batch()
@@ -284,7 +296,7 @@ def test_masked_lm_is_not_a_causal_lm():
         method.attribute(batch["input_ids"], target=batch["target"])
 
 
-def test_generation_options_on_a_classifier_are_refused():
+def test_generation_options_on_a_classifier_are_refused() -> None:
     model, batch = tiny_classifier("gpt2"), continuation_batch()
     ids, mask = batch["input_ids"], batch["attention_mask"]
     for options in ({"attribute_generated": True}, {"contrast_target": ids}):
@@ -292,7 +304,7 @@ def test_generation_options_on_a_classifier_are_refused():
             LogAt(model).attribute(ids, additional_forward_args=(mask,), **options)
 
 
-def test_bad_contrast_target_and_decoder_options_are_refused():
+def test_bad_contrast_target_and_decoder_options_are_refused() -> None:
     model, batch = tiny_causal_lm("gpt2"), continuation_batch()
     with pytest.raises(ValueError, match="target's shape"):
         _attribute("CAT", model, batch, contrast_target=batch["target"][:, :1])
@@ -308,7 +320,7 @@ def test_bad_contrast_target_and_decoder_options_are_refused():
 
 
 @pytest.mark.parametrize("family", CAUSAL_LM_FAMILIES)
-def test_every_causal_lm_family_is_explained(family):
+def test_every_causal_lm_family_is_explained(family: str) -> None:
     r"""The families that share Llama's module names: LogAt is the model's own
     logit of the target at the last prompt position, every method's row 0 is
     non-zero exactly on the attended prompt."""
@@ -324,14 +336,18 @@ def test_every_causal_lm_family_is_explained(family):
 
 
 @pytest.mark.parametrize("name", [*METHODS, "GlobEnc"])
-def test_a_non_finite_logit_at_a_predicting_position_raises_naming_it(name):
+def test_a_non_finite_logit_at_a_predicting_position_raises_naming_it(
+    name: str,
+) -> None:
     r"""One policy for every method: a NaN (or inf) logit of any token at a
     position that predicts a target raises, naming the example and the step,
     although the target's own logit is finite."""
     model, batch = _gpt2(), _full_targets()
     steps = batch["target"].shape[1]
 
-    def poison(_module, _inputs, logits):
+    def poison(
+        _module: nn.Module, _inputs: Tuple[Tensor, ...], logits: Tensor
+    ) -> Tensor:
         # Row 1 of the batch (of every copy of it in an expanded batch), the
         # position predicting step 1, a token that is not the target.
         logits = logits.clone()

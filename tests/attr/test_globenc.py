@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
+from typing import Any, Dict, List, Tuple
+
 import numpy as np
 import pytest
 import torch
 from captum_ext import get_adapter, UnsupportedModelError
 from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.token_batch import parse_token_batch
+from captum_ext.adapters import BlockParts
 from captum_ext.attr import GlobEnc
 from captum_ext.attr._core import globenc
 from captum_ext.attr._utils import encoder_decomposition
+from captum_ext.attr._utils.encoder_decomposition import EncoderLayer
 from captum_ext.defaults.data import load_split
 from captum_ext.defaults.models import MAX_LENGTH
+from torch import nn, Tensor
+from transformers import PreTrainedModel
 
+from tests.attr.token_method_checks import SentimentModel
 from tests.helpers import (
     assert_same_state,
     model_state,
@@ -21,29 +28,33 @@ from tests.helpers import (
 )
 
 
-def _attribute(model, batch, **kwargs):
+def _attribute(
+    model: PreTrainedModel, batch: Dict[str, Tensor], **kwargs: Any
+) -> Tensor:
     return GlobEnc(model).attribute(
         batch["input_ids"], additional_forward_args=(batch["attention_mask"],), **kwargs
     )
 
 
-def _matrices(model, batch, **kwargs):
+def _matrices(
+    model: PreTrainedModel, batch: Dict[str, Tensor], **kwargs: Any
+) -> Tensor:
     return GlobEnc(model).attribute_matrices(
         batch["input_ids"], additional_forward_args=(batch["attention_mask"],), **kwargs
     )
 
 
-def _centred(x):
+def _centred(x: Tensor) -> Tensor:
     return x - x.mean(-1, keepdim=True)
 
 
-def _layernorm_terms(norm, pre_ln):
+def _layernorm_terms(norm: nn.LayerNorm, pre_ln: Tensor) -> Tuple[Tensor, Tensor]:
     r"""``(gamma / sqrt(Var(pre_ln) + eps), beta)`` of a LayerNorm's real call."""
     std = (pre_ln.var(-1, unbiased=False, keepdim=True) + norm.eps).sqrt()
     return norm.weight / std, norm.bias
 
 
-def _decomposed_sum(layer, parts, variant):
+def _decomposed_sum(layer: EncoderLayer, parts: BlockParts, variant: str) -> Tensor:
     r"""Sum over source tokens of the decomposed vectors: ``[batch, pos, d]``."""
     return (
         encoder_decomposition.encoder_factors(layer, parts, variant)
@@ -53,7 +64,7 @@ def _decomposed_sum(layer, parts, variant):
 
 
 @pytest.mark.parametrize("family", POST_LN_FAMILIES)
-def test_decomposition_reproduces_both_layernorm_outputs(family):
+def test_decomposition_reproduces_both_layernorm_outputs(family: str) -> None:
     model = tiny_classifier(family, dtype=torch.float64)
     adapter = get_adapter(model)
     tokens = token_batch()
@@ -90,7 +101,7 @@ def test_decomposition_reproduces_both_layernorm_outputs(family):
         torch.testing.assert_close(matrices[:, k], norms, atol=1e-10, rtol=0)
 
 
-def _naive_attention_norms(model, input_ids):
+def _naive_attention_norms(model: PreTrainedModel, input_ids: Tensor) -> List[Tensor]:
     r"""Per-layer ``||sum_h A_h[i,j] v_h,j W_O,h^T||`` by loops, one example."""
     adapter = get_adapter(model)
     heads, dh = adapter.num_heads, adapter.head_dim
@@ -108,7 +119,7 @@ def _naive_attention_norms(model, input_ids):
         n = torch.zeros(pos, pos, dtype=torch.float64)
         for i in range(pos):
             for j in range(pos):
-                total = 0
+                total = torch.zeros(w_out.shape[0], dtype=w_out.dtype)  # [d]
                 for h in range(heads):
                     cols = slice(h * dh, (h + 1) * dh)
                     a = out.attentions[k][0, h, i, j]
@@ -119,7 +130,7 @@ def _naive_attention_norms(model, input_ids):
 
 
 @pytest.mark.parametrize("family", POST_LN_FAMILIES)
-def test_variant_n_rollout_matches_naive_loops(family):
+def test_variant_n_rollout_matches_naive_loops(family: str) -> None:
     model = tiny_classifier(family, dtype=torch.float64)
     batch = token_batch(lengths=(7, 4))
     attr = _attribute(model, batch, variant="N")
@@ -138,7 +149,9 @@ def test_variant_n_rollout_matches_naive_loops(family):
 
 @pytest.mark.parametrize("family", POST_LN_FAMILIES)
 @pytest.mark.parametrize("variant", globenc.VARIANTS)
-def test_batched_equals_per_example_and_padding_invariant(family, variant):
+def test_batched_equals_per_example_and_padding_invariant(
+    family: str, variant: str
+) -> None:
     model = tiny_classifier(family)
     lengths = (7, 4, 9)
     batch = token_batch(lengths=lengths)
@@ -157,7 +170,7 @@ def test_batched_equals_per_example_and_padding_invariant(family, variant):
         assert torch.all(attr[row, length:] == 0)
 
 
-def test_float32_matches_float64():
+def test_float32_matches_float64() -> None:
     model = tiny_classifier("bert")
     batch = token_batch()
     single = _matrices(model, batch, rollout=False)
@@ -166,7 +179,7 @@ def test_float32_matches_float64():
     torch.testing.assert_close(single.double(), double, rtol=1e-5, atol=1e-7)
 
 
-def test_attribute_is_the_row_of_the_rolled_out_matrices():
+def test_attribute_is_the_row_of_the_rolled_out_matrices() -> None:
     model = tiny_classifier("roberta", dtype=torch.float64)
     batch = token_batch()
     rolled = _matrices(model, batch)
@@ -180,7 +193,7 @@ def test_attribute_is_the_row_of_the_rolled_out_matrices():
     )
 
 
-def test_target_is_validated_but_ignored():
+def test_target_is_validated_but_ignored() -> None:
     model = tiny_classifier("bert")
     batch = token_batch()
     reference = _attribute(model, batch)
@@ -192,14 +205,14 @@ def test_target_is_validated_but_ignored():
         _attribute(model, batch, target=[0, 1])
 
 
-def test_float32_model_gives_float32_scores():
+def test_float32_model_gives_float32_scores() -> None:
     attr = _attribute(tiny_classifier("distilbert"), token_batch())
     assert attr.dtype == torch.float32
     assert torch.all(attr >= 0)
 
 
 @pytest.mark.parametrize("family", POST_LN_FAMILIES)
-def test_model_state_untouched(family):
+def test_model_state_untouched(family: str) -> None:
     model = tiny_classifier(family)
     before = model_state(model)
     _attribute(model, token_batch())
@@ -207,12 +220,12 @@ def test_model_state_untouched(family):
     assert_same_state(before, model_state(model))
 
 
-def test_model_state_restored_when_forward_raises():
+def test_model_state_restored_when_forward_raises() -> None:
     model = tiny_classifier("electra").train()
     before = model_state(model)
     parts = get_adapter(model).block_parts(2)
 
-    def fail(*_):
+    def fail(*_: object) -> None:
         raise RuntimeError("injected")
 
     handle = parts.layernorm2.register_forward_hook(fail)
@@ -226,24 +239,26 @@ def test_model_state_restored_when_forward_raises():
 
 
 @pytest.mark.parametrize("family", ["gpt2", "albert", "llama", "deberta-v2"])
-def test_unsupported_family_raises(family):
+def test_unsupported_family_raises(family: str) -> None:
     with pytest.raises(UnsupportedModelError, match="post-LayerNorm"):
         GlobEnc(tiny_classifier(family))
 
 
-def test_unknown_variant_raises():
+def test_unknown_variant_raises() -> None:
     with pytest.raises(ValueError, match="variant"):
         _attribute(tiny_classifier("bert"), token_batch(), variant="N-Enc")
 
 
 @pytest.mark.integration
-def test_agrees_with_grad_x_input_on_the_default_model(sentiment_model):
+def test_agrees_with_grad_x_input_on_the_default_model(
+    sentiment_model: SentimentModel,
+) -> None:
     from benchmarks.globenc_faithfulness import correlations
 
     model, tokenizer = sentiment_model
     method = GlobEnc(model)
 
-    def explain(input_ids, attention_mask):
+    def explain(input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         return method.attribute(input_ids, additional_forward_args=(attention_mask,))
 
     texts = load_split("sentiment").texts[:50]
@@ -251,7 +266,7 @@ def test_agrees_with_grad_x_input_on_the_default_model(sentiment_model):
     assert np.nanmean(rho["GlobEnc"]) >= 0.6
 
 
-def test_left_padding_at_the_classification_position_raises():
+def test_left_padding_at_the_classification_position_raises() -> None:
     batch = token_batch(pad_side="left")
     with pytest.raises(ValueError, match="padded on the left"):
         _attribute(tiny_classifier("bert"), batch)

@@ -4,6 +4,7 @@ own parts at every layer, and the generative contract (shapes, padding, chunks,
 teacher-forcing consistency, refusals)."""
 
 from dataclasses import replace
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 import torch
@@ -11,15 +12,19 @@ import transformers
 from captum_ext import get_adapter, UnsupportedModelError
 from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX, teacher_forced_batch
-from captum_ext._utils.token_batch import parse_token_batch
+from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
+from captum_ext.adapters import ModelAdapter, NormParams, PreNormParts
 from captum_ext.adapters.families import _FAMILIES
 from captum_ext.attr import GlobEnc
 from captum_ext.attr._utils.decoder_decomposition import (
     capture_decoder,
     decoder_factors,
+    DecoderLayer,
     next_norms,
 )
-from torch import nn
+from torch import nn, Tensor
+from transformers import PreTrainedModel
+from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
 from tests.helpers import (
     assert_same_state,
@@ -36,7 +41,9 @@ from tests.helpers import (
 VARIANTS = ("N_enc", "N_res", "N")
 
 
-def _attribute(model, batch, **kwargs):
+def _attribute(
+    model: PreTrainedModel, batch: Dict[str, Tensor], **kwargs: Any
+) -> Tensor:
     # p_t's own term scored: the tests below read every column of the rows.
     return GlobEnc(model, score_predicting_position=True).attribute(
         batch["input_ids"],
@@ -46,11 +53,11 @@ def _attribute(model, batch, **kwargs):
     )
 
 
-def _relative_error(got, want):
+def _relative_error(got: Tensor, want: Tensor) -> float:
     return float((got - want).abs().max() / want.abs().max())
 
 
-def _norm(params, x):
+def _norm(params: NormParams, x: Tensor) -> Tensor:
     r"""The norm's formula from the adapter's :class:`NormParams`."""
     centre = x.mean(-1, keepdim=True) if params.centred else 0.0
     spread = ((x - centre) ** 2).mean(-1, keepdim=True)
@@ -58,7 +65,9 @@ def _norm(params, x):
     return params.weight * (x - centre) / (spread + params.eps).sqrt() + bias
 
 
-def _real_parts(adapter, batch):
+def _real_parts(
+    adapter: ModelAdapter, batch: TokenBatch
+) -> Tuple[List[PreNormParts], Dict[str, List[Tensor]], List[DecoderLayer]]:
     r"""Every block's real outputs, by hooks on the adapter's parts, and the
     decomposition's inputs from the same forward pass."""
     parts = [adapter.pre_norm_parts(k) for k in range(1, adapter.num_layers + 1)]
@@ -75,19 +84,21 @@ def _real_parts(adapter, batch):
     return parts, {k: [v[0] for v in vs] for k, vs in real.items()}, layers
 
 
-def _decomposed_sum(layer, parts, norm, variant):
+def _decomposed_sum(
+    layer: DecoderLayer, parts: PreNormParts, norm: NormParams, variant: str
+) -> Tensor:
     r"""Sum over source tokens of the decomposed vectors ``[batch, pos, d]``."""
     return decoder_factors(layer, parts, norm, variant).vectors().sum(dim=2)
 
 
-def _completeness_batch(family):
+def _completeness_batch(family: str) -> Dict[str, Tensor]:
     # Llama's eager mask puts NaN on left-padded rows in float64: unpadded there.
     lengths = (6, 4, 7) if family == "gpt2" else (7, 7)
     return token_batch(lengths, pad_side="left", causal=True)
 
 
 @pytest.mark.parametrize("family", CAUSAL_LM_FAMILIES)
-def test_every_part_sums_to_its_real_output_at_every_layer(family):
+def test_every_part_sums_to_its_real_output_at_every_layer(family: str) -> None:
     model = tiny_causal_lm(family, dtype=torch.float64)
     adapter = get_adapter(model)
     tokens = _completeness_batch(family)
@@ -135,7 +146,9 @@ def test_every_part_sums_to_its_real_output_at_every_layer(family):
 
 @pytest.mark.parametrize("family", CAUSAL_LM_FAMILIES)
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_norms_are_the_norms_of_the_vectors_and_lower_triangular(family, variant):
+def test_norms_are_the_norms_of_the_vectors_and_lower_triangular(
+    family: str, variant: str
+) -> None:
     model = tiny_causal_lm(family, dtype=torch.float64)
     adapter = get_adapter(model)
     tokens = _completeness_batch(family)
@@ -164,7 +177,9 @@ def test_norms_are_the_norms_of_the_vectors_and_lower_triangular(family, variant
 
 @pytest.mark.parametrize("family", CAUSAL_FAMILIES)
 @pytest.mark.parametrize("attribute_generated", (False, True))
-def test_shapes_dtype_and_zeros_outside_the_score_mask(family, attribute_generated):
+def test_shapes_dtype_and_zeros_outside_the_score_mask(
+    family: str, attribute_generated: bool
+) -> None:
     batch = continuation_batch()
     model = tiny_causal_lm(family)
     scores = _attribute(model, batch, attribute_generated=attribute_generated)
@@ -181,7 +196,7 @@ def test_shapes_dtype_and_zeros_outside_the_score_mask(family, attribute_generat
     assert scores64.dtype == torch.float64
 
 
-def _one_prompt(batch, row):
+def _one_prompt(batch: Dict[str, Tensor], row: int) -> Dict[str, Tensor]:
     keep = batch["attention_mask"][row].bool()
     target = batch["target"][row]
     return {
@@ -197,8 +212,8 @@ def _one_prompt(batch, row):
 )
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_left_padded_batch_equals_one_prompt_at_a_time(
-    family, dtype, tolerance, variant
-):
+    family: str, dtype: torch.dtype, tolerance: float, variant: str
+) -> None:
     batch = continuation_batch()
     model = tiny_causal_lm(family, dtype=dtype)
     options = dict(variant=variant, attribute_generated=True)
@@ -216,7 +231,7 @@ def test_left_padded_batch_equals_one_prompt_at_a_time(
 
 
 @pytest.mark.parametrize("family", CAUSAL_FAMILIES)
-def test_internal_batch_size_equals_the_whole_batch(family):
+def test_internal_batch_size_equals_the_whole_batch(family: str) -> None:
     batch = continuation_batch()
     model = tiny_causal_lm(family)
     whole = _attribute(model, batch)
@@ -231,7 +246,9 @@ def test_internal_batch_size_equals_the_whole_batch(family):
 
 @pytest.mark.parametrize("family", CAUSAL_FAMILIES)
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_row_t_equals_globenc_on_the_prompt_and_earlier_targets(family, variant):
+def test_row_t_equals_globenc_on_the_prompt_and_earlier_targets(
+    family: str, variant: str
+) -> None:
     r"""The consistency law: row t on the prompt (and on y_<t) is GlobEnc run on
     prompt + y_<t with the single target y_t."""
     batch = _one_prompt(continuation_batch(prompt_lengths=(6,), target_lengths=(4,)), 0)
@@ -253,7 +270,7 @@ def test_row_t_equals_globenc_on_the_prompt_and_earlier_targets(family, variant)
         )
 
 
-def test_target_and_contrast_only_select_rows():
+def test_target_and_contrast_only_select_rows() -> None:
     r"""Class-agnostic: y_t's own id (never an input: only y_<t are) and the
     foil ids change nothing."""
     batch = continuation_batch()
@@ -270,7 +287,7 @@ def test_target_and_contrast_only_select_rows():
 
 
 @pytest.mark.parametrize("family", CAUSAL_FAMILIES)
-def test_model_state_is_untouched_also_when_it_raises(family):
+def test_model_state_is_untouched_also_when_it_raises(family: str) -> None:
     batch = continuation_batch()
     model = tiny_causal_lm(family)
     model.train()
@@ -287,12 +304,22 @@ def test_model_state_is_untouched_also_when_it_raises(family):
     assert_same_state(before, model_state(model))
 
 
-def _parallel_blocks(model):
+def _parallel_blocks(model: PreTrainedModel) -> PreTrainedModel:
     r"""GPT-2 rewired as a parallel block (GPT-J, GPT-NeoX):
     h'' = h + Attn(ln_1(h)) + MLP(ln_2(h))."""
-    for block in model.transformer.h:
+    blocks = model.get_submodule("transformer.h")
+    assert isinstance(blocks, nn.ModuleList)
+    for block in blocks:
+        assert isinstance(block, GPT2Block)
 
-        def forward(hidden, cache=None, attention_mask=None, *args, _b=block, **kw):
+        def forward(
+            hidden: Tensor,
+            cache: object = None,
+            attention_mask: Optional[Tensor] = None,
+            *args: Any,
+            _b: GPT2Block = block,
+            **kw: Any,
+        ) -> Tensor:
             attention, _ = _b.attn(_b.ln_1(hidden), attention_mask=attention_mask)
             return hidden + attention + _b.mlp(_b.ln_2(hidden))
 
@@ -300,12 +327,14 @@ def _parallel_blocks(model):
     return model
 
 
-def test_unsupported_decoders_are_refused_naming_what_is_missing(monkeypatch):
+def test_unsupported_decoders_are_refused_naming_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     batch = continuation_batch()
     with pytest.raises(UnsupportedModelError, match="block 1 is not the sequential"):
         _attribute(_parallel_blocks(tiny_causal_lm("gpt2")), batch)
     model = tiny_causal_lm("gpt2")
-    model.transformer.h[0].ln_1 = nn.Identity()
+    model.get_submodule("transformer.h.0").ln_1 = nn.Identity()
     with pytest.raises(UnsupportedModelError, match="ln_1 is a Identity, not a"):
         GlobEnc(model)
     monkeypatch.setitem(_FAMILIES, "gpt2", replace(_FAMILIES["gpt2"], pre_norm=None))
@@ -318,11 +347,12 @@ def test_unsupported_decoders_are_refused_naming_what_is_missing(monkeypatch):
         GlobEnc(transformers.AutoModelForCausalLM.from_config(neox))
 
 
-def test_bad_calls_are_refused():
+def test_bad_calls_are_refused() -> None:
     batch = continuation_batch()
     model = tiny_causal_lm("llama")
     with pytest.raises(ValueError, match="pass its token ids as target"):
-        _attribute(model, dict(batch, target=None))
+        # No target on purpose: a causal LM's call must ask for one.
+        _attribute(model, dict(batch, target=None))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match='"N_resln".*no counterpart'):
         _attribute(model, batch, variant="N_resln")
     with pytest.raises(UnsupportedModelError, match="not a post-LayerNorm encoder"):
@@ -337,7 +367,7 @@ def test_bad_calls_are_refused():
         )
 
 
-def test_a_refused_model_is_named_by_its_own_type():
+def test_a_refused_model_is_named_by_its_own_type() -> None:
     r"""Mistral shares Llama's family record; the message names Mistral."""
     model = tiny_causal_lm("mistral")
     del model.model.layers[0].input_layernorm

@@ -5,6 +5,7 @@ padding, tiny blocks of query rows, sliding windows; the model and
 transformers' attention registry are left as they were, also when it raises."""
 
 from functools import partial
+from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 import torch
@@ -13,6 +14,8 @@ from captum_ext.attr import AttCAT, GlobEnc
 from captum_ext.attr._core.globenc import VARIANTS
 from captum_ext.attr._utils.decoder_decomposition import DECODER_VARIANTS
 from captum_ext.attr._utils.norm_decomposition import Factors
+from torch import nn, Tensor
+from transformers import PreTrainedModel
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from tests.helpers import (
@@ -31,7 +34,7 @@ from tests.helpers import (
 )
 
 
-def _classifier(model, batch, **options):
+def _classifier(model: nn.Module, batch: Dict[str, Tensor], **options: Any) -> Tensor:
     return GlobEnc(model).attribute(
         batch["input_ids"],
         additional_forward_args=(batch["attention_mask"],),
@@ -39,7 +42,7 @@ def _classifier(model, batch, **options):
     )
 
 
-def _generation(model, batch, **options):
+def _generation(model: nn.Module, batch: Dict[str, Tensor], **options: Any) -> Tensor:
     # p_t's own term scored: the sliding window's check reads it.
     return GlobEnc(model, score_predicting_position=True).attribute(
         batch["input_ids"],
@@ -53,7 +56,9 @@ def _generation(model, batch, **options):
 @pytest.mark.parametrize("rollout", (True, False))
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("family", POST_LN_FAMILIES)
-def test_classifier_sdpa_equals_eager(family, variant, rollout, block_elements):
+def test_classifier_sdpa_equals_eager(
+    family: str, variant: str, rollout: bool, block_elements: object
+) -> None:
     sdpa, eager = sdpa_and_eager(family, causal_lm=False)
     batch = token_batch((7, 4, 9))  # right padding
     options = dict(variant=variant, rollout=rollout)
@@ -65,13 +70,15 @@ def test_classifier_sdpa_equals_eager(family, variant, rollout, block_elements):
 
 
 @pytest.mark.parametrize("family", POST_LN_FAMILIES)
-def test_classifier_matrices_sdpa_equal_eager(family, block_elements):
+def test_classifier_matrices_sdpa_equal_eager(
+    family: str, block_elements: object
+) -> None:
     r"""``attribute_matrices`` (the full path: its output is every layer's
     ``[pos, pos]``) joins the blocks."""
     sdpa, eager = sdpa_and_eager(family, causal_lm=False)
     batch = token_batch((7, 4, 9))
 
-    def matrices(model):
+    def matrices(model: nn.Module) -> Tensor:
         return GlobEnc(model).attribute_matrices(
             batch["input_ids"], additional_forward_args=(batch["attention_mask"],)
         )
@@ -82,7 +89,9 @@ def test_classifier_matrices_sdpa_equal_eager(family, block_elements):
 @pytest.mark.parametrize("rollout", (True, False))
 @pytest.mark.parametrize("variant", DECODER_VARIANTS)
 @pytest.mark.parametrize("family", CAUSAL_LM_FAMILIES)
-def test_causal_lm_sdpa_equals_eager(family, variant, rollout, block_elements):
+def test_causal_lm_sdpa_equals_eager(
+    family: str, variant: str, rollout: bool, block_elements: object
+) -> None:
     sdpa, eager = sdpa_and_eager(family, causal_lm=True)
     batch = continuation_batch((5, 3, 7), (3, 1, 2))  # left-padded prompts
     scores = partial(_generation, variant=variant, rollout=rollout)
@@ -95,7 +104,7 @@ def test_causal_lm_sdpa_equals_eager(family, variant, rollout, block_elements):
 
 
 @pytest.mark.parametrize("variant", DECODER_VARIANTS)
-def test_sliding_window_sdpa_equals_eager(variant, block_elements):
+def test_sliding_window_sdpa_equals_eager(variant: str, block_elements: object) -> None:
     sdpa, eager = (sliding_window_lm(i) for i in ("sdpa", "eager"))
     batch = continuation_batch((9, 4, 7), (3, 2, 3))
     scores = partial(_generation, variant=variant, rollout=False)
@@ -108,11 +117,11 @@ def test_sliding_window_sdpa_equals_eager(variant, block_elements):
         assert bool((got[0, 0, prompt - 3 : prompt] > 0).all())
 
 
-def _planted_failure(*_):
+def _planted_failure(*_: object) -> None:
     raise RuntimeError("planted failure")
 
 
-def _snapshot(model):
+def _snapshot(model: PreTrainedModel) -> Dict[str, object]:
     r"""The model's state, config and transformers' attention registry."""
     return dict(
         model_state(model),
@@ -123,7 +132,7 @@ def _snapshot(model):
     )
 
 
-def _assert_untouched(model, before):
+def _assert_untouched(model: PreTrainedModel, before: Dict[str, object]) -> None:
     after = _snapshot(model)
     assert_same_state(before, after)
     for key in ("config", "implementation", "local"):
@@ -132,15 +141,15 @@ def _assert_untouched(model, before):
 
 
 @pytest.mark.parametrize("causal_lm", (False, True), ids=("classifier", "lm"))
-def test_model_and_registry_untouched_also_when_it_raises(causal_lm):
+def test_model_and_registry_untouched_also_when_it_raises(causal_lm: bool) -> None:
     if causal_lm:
         model = tiny_causal_lm("llama", attn_implementation="sdpa")
         run = partial(_generation, model, continuation_batch())
-        second_block = model.model.layers[1]
+        second_block = model.get_submodule("model.layers.1")
     else:
         model = tiny_classifier("bert", attn_implementation="sdpa")
         run = partial(_classifier, model, token_batch())
-        second_block = model.bert.encoder.layer[1]
+        second_block = model.get_submodule("bert.encoder.layer.1")
     model.train()  # the method runs in eval mode and restores this one
     model.zero_grad(set_to_none=False)
     before = _snapshot(model)
@@ -157,7 +166,7 @@ def test_model_and_registry_untouched_also_when_it_raises(causal_lm):
     _assert_untouched(model, before)
 
 
-def test_threads_sharing_the_registry_wrapper_get_their_own_scores():
+def test_threads_sharing_the_registry_wrapper_get_their_own_scores() -> None:
     r"""GlobEnc in one thread and AttCAT in another, on two sdpa models, under
     one installed wrapper: each thread records only its own model's attention."""
     models = [
@@ -165,7 +174,7 @@ def test_threads_sharing_the_registry_wrapper_get_their_own_scores():
     ]
     batch = continuation_batch()
 
-    def attcat(model):
+    def attcat(model: nn.Module) -> Tensor:
         return AttCAT(model).attribute(
             batch["input_ids"],
             target=batch["target"],
@@ -178,14 +187,16 @@ def test_threads_sharing_the_registry_wrapper_get_their_own_scores():
 
 
 @pytest.mark.parametrize("causal_lm", (False, True), ids=("classifier", "lm"))
-def test_attribute_forms_no_layer_matrix_on_sdpa(causal_lm, monkeypatch):
+def test_attribute_forms_no_layer_matrix_on_sdpa(
+    causal_lm: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     r"""With blocks of one query row, every ``N^l`` comes one row at a time and
     no layer's whole matrix is joined (only ``attribute_matrices`` joins)."""
     monkeypatch.setattr(attention_module, "BLOCK_ELEMENTS", 1)
-    rows = []
+    rows: List[int] = []
     norm_blocks = Factors.norm_blocks
 
-    def recording(factors):
+    def recording(factors: Factors) -> Iterator[Tuple[int, Tensor]]:
         for start, block in norm_blocks(factors):
             rows.append(block.shape[1])
             yield start, block

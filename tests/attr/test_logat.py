@@ -1,10 +1,19 @@
 #!/usr/bin/env python3
+from typing import Dict, Tuple, Type
+
 import pytest
 import torch
 from captum_ext import get_adapter, UnsupportedModelError
 from captum_ext.attr import LogAt, NormXLogit
+from torch import Tensor
+from transformers import PreTrainedModel
 
-from tests.attr.token_method_checks import assert_checked_sentences, attribute, unpadded
+from tests.attr.token_method_checks import (
+    assert_checked_sentences,
+    attribute,
+    SentimentModel,
+    unpadded,
+)
 from tests.helpers import (
     ALL_FAMILIES,
     is_causal,
@@ -15,7 +24,9 @@ from tests.helpers import (
 )
 
 
-def _logits_and_positions(model, batch):
+def _logits_and_positions(
+    model: PreTrainedModel, batch: Dict[str, Tensor]
+) -> Tuple[Tensor, Tensor]:
     adapter = get_adapter(model)
     kwargs = adapter.tokens.forward_kwargs(batch["attention_mask"], None)
     out = model(input_ids=batch["input_ids"], **kwargs)
@@ -32,7 +43,9 @@ def _logits_and_positions(model, batch):
     "family, pad_side",
     [(f, "right") for f in ALL_FAMILIES] + [("gpt2", "left"), ("llama", "left")],
 )
-def test_score_at_classification_position_is_model_logit(family, pad_side):
+def test_score_at_classification_position_is_model_logit(
+    family: str, pad_side: str
+) -> None:
     model = tiny_classifier(family)
     batch = token_batch(pad_side=pad_side, causal=is_causal(family))
     logits, position = _logits_and_positions(model, batch)
@@ -44,18 +57,19 @@ def test_score_at_classification_position_is_model_logit(family, pad_side):
         torch.testing.assert_close(scores[rows, position], expected, atol=1e-5, rtol=0)
 
 
-def test_scores_every_position_with_the_bert_head():
+def test_scores_every_position_with_the_bert_head() -> None:
     model = tiny_classifier("bert")
     batch = token_batch()
     out = model(**batch, output_hidden_states=True)
     hidden = out.hidden_states[-1]  # [batch, pos, d]
-    per_position = model.classifier(torch.tanh(model.bert.pooler.dense(hidden)))
+    pooler_dense = model.get_submodule("bert.pooler.dense")
+    per_position = model.get_submodule("classifier")(torch.tanh(pooler_dense(hidden)))
     expected = per_position[..., 1] * batch["attention_mask"]
     torch.testing.assert_close(attribute(LogAt(model), batch, target=1), expected)
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2"])
-def test_regression_is_distance_to_model_output(family):
+def test_regression_is_distance_to_model_output(family: str) -> None:
     model = tiny_classifier(family, num_labels=1)
     batch = token_batch(causal=is_causal(family))
     out = model(**batch, output_hidden_states=True)
@@ -67,7 +81,7 @@ def test_regression_is_distance_to_model_output(family):
         attribute(LogAt(model), batch, target=1)
 
 
-def test_decoder_per_layer_reads_hidden_state():
+def test_decoder_per_layer_reads_hidden_state() -> None:
     model = tiny_masked_lm("bert")
     decoder = get_adapter(model).mlm_head()
     batch = token_batch()
@@ -75,7 +89,7 @@ def test_decoder_per_layer_reads_hidden_state():
     mask = batch["attention_mask"]
     target = [7, 8, 9]
 
-    def at_target(logits):  # [batch, pos, V] -> [batch, pos]
+    def at_target(logits: Tensor) -> Tensor:  # [batch, pos, V] -> [batch, pos]
         return torch.stack([logits[row, :, t] for row, t in enumerate(target)])
 
     top = attribute(LogAt(model, decoder=decoder), batch, target=target)
@@ -85,7 +99,7 @@ def test_decoder_per_layer_reads_hidden_state():
     torch.testing.assert_close(middle, expected)
 
 
-def test_decoder_needs_a_vocabulary_target():
+def test_decoder_needs_a_vocabulary_target() -> None:
     model = tiny_masked_lm("bert")
     method = LogAt(model, layer=1, decoder=get_adapter(model).mlm_head())
     batch = token_batch()
@@ -96,28 +110,30 @@ def test_decoder_needs_a_vocabulary_target():
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_causal_intermediate_layer_goes_through_final_norm(family):
+def test_causal_intermediate_layer_goes_through_final_norm(family: str) -> None:
     model = tiny_classifier(family)
     batch = token_batch(causal=True)
     out = model(**batch, output_hidden_states=True)
-    final_norm = model.base_model.norm if family == "llama" else model.transformer.ln_f
-    expected = model.score(final_norm(out.hidden_states[1]))[..., 2]
+    final_norm = model.get_submodule(
+        "model.norm" if family == "llama" else "transformer.ln_f"
+    )
+    expected = model.get_submodule("score")(final_norm(out.hidden_states[1]))[..., 2]
     scores = attribute(LogAt(model, layer=1), batch, target=2)
     torch.testing.assert_close(scores, expected * batch["attention_mask"])
 
 
-def test_model_without_head_or_decoder_is_rejected():
+def test_model_without_head_or_decoder_is_rejected() -> None:
     model = tiny_masked_lm("bert")
     with pytest.raises(UnsupportedModelError, match="classification head"):
         attribute(LogAt(model), token_batch(), target=1)
 
 
-def test_bad_arguments():
+def test_bad_arguments() -> None:
     with pytest.raises(IndexError, match="layer 3"):
         LogAt(tiny_classifier("bert"), layer=3)
 
 
-def test_runs_without_gradients():
+def test_runs_without_gradients() -> None:
     model = tiny_classifier("bert")
     scores = LogAt(model).attribute(unpadded(token_batch())[0])
     assert not scores.requires_grad
@@ -126,7 +142,7 @@ def test_runs_without_gradients():
 # The head reads the predicted class from every token alike (scores nearly
 # constant), so only the sign is checked.
 @pytest.mark.integration
-def test_checked_sentences_on_default_model(sentiment_model):
+def test_checked_sentences_on_default_model(sentiment_model: SentimentModel) -> None:
     assert_checked_sentences(
         LogAt,
         sentiment_model,
@@ -136,7 +152,7 @@ def test_checked_sentences_on_default_model(sentiment_model):
 
 
 @pytest.mark.parametrize("method", [LogAt, NormXLogit])
-def test_a_mean_pooling_head_is_refused(method):
+def test_a_mean_pooling_head_is_refused(method: Type[LogAt]) -> None:
     r"""The standard head at [CLS] does not give this model's logits, so every
     score would be a wrong number: the call raises instead."""
     model = tiny_mean_pool_classifier()

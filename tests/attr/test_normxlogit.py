@@ -3,8 +3,13 @@ import pytest
 import torch
 from captum_ext import get_adapter
 from captum_ext.attr import LogAt, NormXLogit
+from torch import nn
 
-from tests.attr.token_method_checks import assert_checked_sentences, attribute
+from tests.attr.token_method_checks import (
+    assert_checked_sentences,
+    attribute,
+    SentimentModel,
+)
 from tests.helpers import (
     ALL_FAMILIES,
     is_causal,
@@ -15,7 +20,7 @@ from tests.helpers import (
 
 
 @pytest.mark.parametrize("family", ALL_FAMILIES)
-def test_is_embedding_output_norm_times_logat(family):
+def test_is_embedding_output_norm_times_logat(family: str) -> None:
     model = tiny_classifier(family)
     batch = token_batch(causal=is_causal(family))
     out = model(**batch, output_hidden_states=True)
@@ -27,16 +32,18 @@ def test_is_embedding_output_norm_times_logat(family):
 
 
 @pytest.mark.parametrize("family", ["bert", "electra", "llama"])
-def test_word_embedding_norm(family):
+def test_word_embedding_norm(family: str) -> None:
     model = tiny_classifier(family)
     batch = token_batch(causal=is_causal(family))
-    rows = model.get_input_embeddings().weight[batch["input_ids"]]  # [b, pos, d]
+    embeddings = model.get_input_embeddings()
+    assert isinstance(embeddings, nn.Embedding)
+    rows = embeddings.weight[batch["input_ids"]]  # [b, pos, d]
     logat = attribute(LogAt(model), batch)
     scores = attribute(NormXLogit(model, norm="word_embedding"), batch)
     torch.testing.assert_close(scores, rows.norm(dim=-1) * logat)
 
 
-def test_norms_differ_where_embedding_output_is_not_the_word_embedding():
+def test_norms_differ_where_embedding_output_is_not_the_word_embedding() -> None:
     model = tiny_classifier("bert")
     batch = token_batch()
     default = attribute(NormXLogit(model), batch)
@@ -44,12 +51,13 @@ def test_norms_differ_where_embedding_output_is_not_the_word_embedding():
     assert not torch.allclose(default, raw)
 
 
-def test_regression_value():
+def test_regression_value() -> None:
     model = tiny_classifier("roberta", num_labels=1)
     batch = token_batch()
     out = model(**batch, output_hidden_states=True)
     hidden = out.hidden_states[-1]
-    head = model.classifier.out_proj(torch.tanh(model.classifier.dense(hidden)))
+    dense = model.get_submodule("classifier.dense")
+    head = model.get_submodule("classifier.out_proj")(torch.tanh(dense(hidden)))
     distance = (head[..., 0] - out.logits).abs()
     expected = out.hidden_states[0].norm(dim=-1) * distance * batch["attention_mask"]
     torch.testing.assert_close(
@@ -57,7 +65,7 @@ def test_regression_value():
     )
 
 
-def test_decoder_per_layer_keeps_layer_zero_norm():
+def test_decoder_per_layer_keeps_layer_zero_norm() -> None:
     model = tiny_masked_lm("bert")
     decoder = get_adapter(model).mlm_head()
     batch = token_batch()
@@ -69,13 +77,13 @@ def test_decoder_per_layer_keeps_layer_zero_norm():
     torch.testing.assert_close(attribute(method, batch, target=11), expected)
 
 
-def test_bad_arguments():
+def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="norm must be one of"):
         NormXLogit(tiny_classifier("bert"), norm="l1")
 
 
 @pytest.mark.integration
-def test_checked_sentences_on_default_model(sentiment_model):
+def test_checked_sentences_on_default_model(sentiment_model: SentimentModel) -> None:
     gorgeous = ["gorgeous", "moving"]
     dull = ["dull", "lifeless", "mess"]
     assert_checked_sentences(

@@ -4,25 +4,37 @@ naive (Att)CAT reference and the checks on hand-picked sentences for the default
 sentiment model. Padding, batch, state, dtype and device behaviour, shared by
 every method, is checked once, in ``tests/test_matrix.py``."""
 
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, cast, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import torch
 from captum_ext import get_adapter
 from captum_ext._utils.hooks import HookSet
-from torch import nn, Tensor
+from torch import Tensor
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tests.helpers import is_causal, tiny_classifier, token_batch
 
-MethodFactory = Callable[[nn.Module], object]
+
+class TokenMethod(Protocol):
+    r"""What these checks call of a method: Captum's ``attribute``, token ids
+    first, options by keyword (each method has its own)."""
+
+    def attribute(self, *args: Any, **kwargs: Any) -> Tensor: ...
 
 
-def attribute(method: object, batch: dict, **kwargs) -> Tensor:
-    return method.attribute(  # type: ignore[attr-defined]
+# A method's class (or a partial of it): model -> method
+MethodFactory = Callable[[PreTrainedModel], TokenMethod]
+# (model, tokenizer) of the default sentiment model
+SentimentModel = Tuple[PreTrainedModel, PreTrainedTokenizerBase]
+
+
+def attribute(method: TokenMethod, batch: Dict[str, Tensor], **kwargs: Any) -> Tensor:
+    return method.attribute(
         batch["input_ids"], additional_forward_args=(batch["attention_mask"],), **kwargs
     )
 
 
-def unpadded(batch: dict) -> List[Tensor]:
+def unpadded(batch: Dict[str, Tensor]) -> List[Tensor]:
     r"""Each example's real tokens, ``[1, n]``, in row order."""
     return [
         ids[mask.bool()][None]
@@ -31,7 +43,7 @@ def unpadded(batch: dict) -> List[Tensor]:
 
 
 def naive_cat(
-    model: nn.Module,
+    model: PreTrainedModel,
     input_ids: Tensor,
     target: int,
     layers: str,
@@ -72,15 +84,17 @@ def assert_equals_naive_cat(
         )
 
 
-def word_scores(method: object, tokenizer: object, sentence: str) -> dict:
+def word_scores(
+    method: TokenMethod, tokenizer: PreTrainedTokenizerBase, sentence: str
+) -> Dict[str, float]:
     r"""``{word: score}`` of one sentence's alphabetic, non-special tokens
     (target None: the predicted class)."""
-    encoded = tokenizer(sentence, return_tensors="pt")  # type: ignore[operator]
-    scores = method.attribute(  # type: ignore[attr-defined]
+    encoded = tokenizer(sentence, return_tensors="pt")
+    scores = method.attribute(
         encoded["input_ids"], additional_forward_args=(encoded["attention_mask"],)
     )[0]
-    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])  # type: ignore
-    special = set(tokenizer.all_special_tokens)  # type: ignore[attr-defined]
+    tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"][0])
+    special = set(tokenizer.all_special_tokens)
     return {
         token: float(score)
         for token, score in zip(tokens, scores)
@@ -90,7 +104,7 @@ def word_scores(method: object, tokenizer: object, sentence: str) -> dict:
 
 def assert_sentence(
     factory: MethodFactory,
-    sentiment_model: tuple,
+    sentiment_model: SentimentModel,
     sentence: str,
     label: Optional[str] = None,
     positive: Sequence[str] = (),
@@ -107,12 +121,15 @@ def assert_sentence(
     encoded = tokenizer(sentence, return_tensors="pt")
     predicted = int(model(**encoded).logits.argmax(-1))
     if label is not None:
-        assert model.config.id2label[predicted] == label, sentence
+        # transformers types id2label by what a config accepts (also None or str
+        # keys); a loaded config's keys are ints.
+        id2label = cast(Dict[int, str], model.config.id2label)
+        assert id2label[predicted] == label, sentence
     scores = word_scores(factory(model), tokenizer, sentence)
     context = (sentence, scores)
     assert all(scores[word] > 0 for word in positive), context
     if top:
-        assert max(scores, key=scores.get) in top, context
+        assert max(scores, key=scores.__getitem__) in top, context
     if top_magnitude:
         assert max(scores, key=lambda w: abs(scores[w])) in top_magnitude, context
     signs = {scores[word] > 0 for word in same_sign}
@@ -129,7 +146,9 @@ CHECKED_SENTENCES = {
 
 
 def assert_checked_sentences(
-    factory: MethodFactory, sentiment_model: tuple, **expectations: dict
+    factory: MethodFactory,
+    sentiment_model: SentimentModel,
+    **expectations: Dict[str, Any],
 ) -> None:
     r""":func:`assert_sentence` on each sentence of :data:`CHECKED_SENTENCES`
     named in ``expectations`` (``gorgeous=dict(positive=..., top=...)``), with
