@@ -25,7 +25,11 @@ from captum_ext.evaluation.names import (
     METRIC_NAMES,
     SOURCE_NAMES,
 )
-from captum_ext.evaluation.options import DEFAULT_MAX_NEW_TOKENS, JobOptions
+from captum_ext.evaluation.options import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_SHARD_SIZE,
+    JobOptions,
+)
 
 __all__ = [
     "AttributeCommand",
@@ -313,10 +317,11 @@ class AttributeCommand(SourcesOption, JobCommand):
     # Required: the parser never leaves the record's default in place.
     out: Path = option(Path(), type=Path, required=True, help="output directory")
     shard_size: int = option(
-        1000,
+        DEFAULT_SHARD_SIZE,
         type=int,
         positive=True,
-        help="rows per Parquet shard (the unit of resume); default: 1000",
+        help=f"rows per Parquet shard (the unit of resume); default: "
+        f"{DEFAULT_SHARD_SIZE}",
     )
     target: str = option(
         "predicted",

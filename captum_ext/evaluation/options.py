@@ -20,6 +20,7 @@ __all__ = [
     "BenchmarkOptions",
     "continuation_gen_args",
     "DEFAULT_MAX_NEW_TOKENS",
+    "DEFAULT_SHARD_SIZE",
     "GenerationBenchmarkOptions",
     "JobOptions",
 ]
@@ -28,6 +29,9 @@ __all__ = [
 # Captum's LLMAttribution default (``DEFAULT_GEN_ARGS``), written out so that
 # this module imports no torch.
 DEFAULT_MAX_NEW_TOKENS = 25
+
+# Rows per Parquet shard of a dataset attribution (the unit of resume).
+DEFAULT_SHARD_SIZE = 1000
 
 
 def continuation_gen_args(max_new_tokens: Optional[int]) -> Dict[str, int]:

@@ -33,6 +33,7 @@ from captum_ext.evaluation.attribute.shards import (
 from captum_ext.evaluation.distributed import distributed_context, DistributedContext
 from captum_ext.evaluation.engine import checked_max_length
 from captum_ext.evaluation.names import check_names
+from captum_ext.evaluation.options import DEFAULT_SHARD_SIZE, JobOptions
 from captum_ext.evaluation.registry import METHODS, METRICS
 from captum_ext.evaluation.tokenized_batches import texts_without_words
 from captum_ext.evaluation.user_data import DataError, LoadedExamples
@@ -57,11 +58,11 @@ def attribute_dataset(
     out_dir: Any,
     *,
     metrics: Optional[Sequence[str]] = None,
-    batch_size: int = 16,
+    batch_size: int = JobOptions.batch_size,
     max_length: Optional[int] = None,
     device: str = "cpu",
     progress: bool = True,
-    shard_size: int = 1000,
+    shard_size: int = DEFAULT_SHARD_SIZE,
     target: str = "predicted",
     max_new_tokens: Optional[int] = None,
     sources: str = "tokens",
