@@ -162,7 +162,8 @@ def _cat_targets_batched(model: nn.Module, _chunk: Optional[int] = None) -> Run:
                 grad_outputs=eye[:, None, :].expand(-1, len(ids), -1),
                 is_grads_batched=True,
             )  # L x [T, batch, pos, d]
-        scores = [(g.float() * h.float()).sum(-1) for g, h in zip(grads, hidden)]
+        dtype = torch.promote_types(hidden[0].dtype, torch.float32)  # as CAT's
+        scores = [(g.to(dtype) * h.to(dtype)).sum(-1) for g, h in zip(grads, hidden)]
         return torch.stack(scores, -2).transpose(0, 1)  # [batch, T, L, pos]
 
     return run

@@ -6,7 +6,10 @@ import json
 from typing import Any, Dict, List
 
 import pytest
+import torch
 from benchmarks import bench_long_prompts as bench
+from benchmarks.common import continuation
+from captum_ext.attr import CAT
 
 TINY = ["--layers", "1", "--hidden", "32", "--vocab", "256"]
 
@@ -58,11 +61,41 @@ def test_a_method_that_raises_is_reported_not_measured(
 
     monkeypatch.setattr(bench, "builders", lambda: {"CAT": broken})
     options = argparse.Namespace(
-        threads=1, lengths=[64], length=64, steps=2, layers=1, hidden=32, vocab=256
+        threads=1,
+        lengths=[64],
+        length=64,
+        steps=2,
+        layers=1,
+        hidden=32,
+        vocab=256,
+        device="cpu",
+        dtype="float32",
+        shape="small",
     )
     assert bench.worker("CAT", options) == {
         "error": "ValueError: needs eager attention"
     }
+
+
+def test_cat_with_targets_batched_equals_cat() -> None:
+    # The GPU row "CAT, targets batched" computes CAT's scores (layers="inputs",
+    # log p) from one batched backward pass instead of CAT's loop.
+    options = argparse.Namespace(
+        lengths=[24], steps=3, device="cpu", dtype="float64", shape="small"
+    )
+    options.layers, options.hidden, options.vocab = 2, 32, 256
+    model = bench._model(options)
+    data = continuation(model, 1, 24, 3)
+    batched = bench._cat_targets_batched(model)(
+        data["ids"], data["mask"], data["target"]
+    )
+    expected = CAT(model).attribute(
+        data["ids"], target=data["target"], additional_forward_args=(data["mask"],)
+    )  # [1, T, P]
+    assert batched.shape[:3] == (1, 3, 2)  # [batch, T, L, P + T - 1]
+    torch.testing.assert_close(
+        batched.sum(2)[..., :24].detach(), expected, rtol=1e-12, atol=1e-15
+    )
 
 
 def _result(peak: float, seconds: float) -> Dict[str, Any]:
