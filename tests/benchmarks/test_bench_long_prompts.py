@@ -89,6 +89,7 @@ def test_cat_with_targets_batched_equals_cat() -> None:
     batched = bench._cat_targets_batched(model)(
         data["ids"], data["mask"], data["target"]
     )
+    assert isinstance(batched, torch.Tensor)  # a Run returns object
     expected = CAT(model).attribute(
         data["ids"], target=data["target"], additional_forward_args=(data["mask"],)
     )  # [1, T, P]
