@@ -356,8 +356,7 @@ def test_a_non_finite_logit_at_a_predicting_position_raises_naming_it(
         return logits
 
     model.get_output_embeddings().register_forward_hook(poison)
-    where = "example 1 target step 1" if name != "GlobEnc" else r"example\(s\) \[1\]"
-    with pytest.raises(FloatingPointError, match=where):
+    with pytest.raises(FloatingPointError, match="example 1 target step 1"):
         if name == "GlobEnc":
             GlobEnc(model).attribute(
                 batch["input_ids"],

@@ -12,11 +12,11 @@ from torch import nn, Tensor
 
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.model_forward import resolve_target
-from captum_ext._utils.teacher_forcing import teacher_forced_batch, TeacherForcedBatch
+from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
 from captum_ext.adapters import BlockParts, get_adapter, NormParams, PreNormParts
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
-from captum_ext.attr._utils.attribute_tokens import attribute_classes
+from captum_ext.attr._utils.attribute_tokens import attribute_tokens
 from captum_ext.attr._utils.decoder_decomposition import (
     capture_decoder,
     decoder_factors,
@@ -256,24 +256,26 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
             ...     additional_forward_args=(enc["attention_mask"],))  # [batch, T, P]
         """
         if self.adapter.is_causal_lm:
-            # Not attribute_tokens' causal-LM half: GlobEnc joins the whole
-            # batch itself, with its own checks of the call and of the logits.
-            batch = self._parse(inputs, additional_forward_args, variant)
-            joined = self._teacher_forced(batch, target, contrast_target)
-            return self._generation_rows(
-                joined, variant, rollout, attribute_generated, internal_batch_size
-            )
-        _check_variant(variant, VARIANTS)
-        _check_classifier_call(attribute_generated, contrast_target)
+            _check_variant(variant, DECODER_VARIANTS)
+            _check_contrast_shape(contrast_target, target)
+        else:
+            _check_variant(variant, VARIANTS)
+            _check_classifier_call(attribute_generated, contrast_target)
         with torch.no_grad():
-            return attribute_classes(
+            return attribute_tokens(
                 self.adapter,
                 inputs,
                 target,
                 additional_forward_args,
                 internal_batch_size,
-                partial(self._row, variant=variant, rollout=rollout),
-                "GlobEnc",
+                attribute_generated=attribute_generated,
+                # Accepted for the generative API; GlobEnc does not read it.
+                contrast_target=None,
+                chunk_scores=partial(self._row, variant=variant, rollout=rollout),
+                generated_scores=partial(
+                    self._predicting_rows, variant=variant, rollout=rollout
+                ),
+                method="GlobEnc",
             )
 
     @log_usage()
@@ -324,56 +326,6 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
         )
         return parse_token_batch(self.adapter, inputs, additional_forward_args)
 
-    def _teacher_forced(
-        self, prompts: TokenBatch, target: Any, contrast_target: Any
-    ) -> TeacherForcedBatch:
-        r"""The prompts joined with their continuation ``target``."""
-        if target is None:
-            raise ValueError(
-                "GlobEnc on a causal LM explains a given continuation: pass its "
-                "token ids as target=[batch, T] (right-padded with -100), or use "
-                "LLMTokenAttribution, which generates it"
-            )
-        joined = teacher_forced_batch(
-            prompts.input_ids,
-            prompts.attention_mask,
-            target,
-            self.adapter.tokens.pad_token_id,
-            self.adapter.word_embeddings().num_embeddings,
-        )
-        if contrast_target is not None and (
-            not isinstance(contrast_target, Tensor)
-            or contrast_target.shape != joined.target.shape
-        ):
-            raise ValueError(
-                "contrast_target must be foil ids of the target's shape "
-                f"{tuple(joined.target.shape)}"
-            )
-        return joined
-
-    def _generation_rows(
-        self,
-        joined: TeacherForcedBatch,
-        variant: str,
-        rollout: bool,
-        attribute_generated: bool,
-        internal_batch_size: Optional[int],
-    ) -> Tensor:
-        r"""``[batch, T, P]`` (or ``[batch, T, P + T]``): the predicting
-        positions' rows, zero outside the score mask."""
-        ids, mask = joined.model_inputs()
-        sequence = parse_token_batch(self.adapter, ids, (mask,))  # length checks
-        rows = partial(
-            self._predicting_rows,
-            variant=variant,
-            rollout=rollout,
-            positions=joined.predicting_positions(),
-        )
-        score_mask = joined.score_mask(attribute_generated)
-        return self._in_chunks(
-            sequence, None, internal_batch_size, rows, score_mask=score_mask
-        )
-
     def _in_chunks(
         self,
         batch: TokenBatch,
@@ -405,27 +357,22 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
 
     def _predicting_rows(
         self,
-        batch: TokenBatch,
-        target: TargetType,
+        forced: TeacherForcedBatch,
+        _foils: Optional[Tensor],
         variant: str,
         rollout: bool,
-        positions: Tensor,
-        score_mask: Tensor,
-    ) -> Tuple[Tensor, Tensor]:
-        r"""Rows ``positions`` ``[T]`` of ``G^L`` laid out as ``score_mask``
-        ``[batch, T, width]`` and zero outside it; and the logits."""
-        layers, logits = self._norm_blocks(batch, target, variant)
-        # On the chunk's device (the model's execution device).
-        positions = positions.to(batch.input_ids.device)  # [T]
-        every = positions.expand(len(batch.input_ids), -1)  # [batch, T]
-        rows = _rolled_out_rows(layers, every, rollout)  # [batch, T, P + T - 1]
-        # width P + T adds y_T's position, which no row may score.
-        width = score_mask.shape[-1]
-        rows = nn.functional.pad(rows, (0, max(width - rows.shape[-1], 0)))
-        if not self.score_predicting_position:
-            own = positions[:, None] == torch.arange(width, device=rows.device)
-            score_mask = score_mask & ~own  # [batch, T, width]
-        return torch.where(score_mask, rows[..., :width], 0), logits
+    ) -> Tensor:
+        r"""Rows :math:`p_t` of ``G^L`` over the teacher-forced chunk,
+        ``[chunk, T, P + T - 1]``; without ``score_predicting_position`` the
+        column :math:`p_t` of row ``t`` is zero."""
+        ids, mask = forced.model_inputs()
+        layers, _ = self._norm_blocks(TokenBatch.of(ids, mask), None, variant)
+        positions = forced.predicting_positions()  # [T]
+        every = positions.expand(len(ids), -1)  # [chunk, T]
+        rows = _rolled_out_rows(layers, every, rollout)  # [chunk, T, P + T - 1]
+        if self.score_predicting_position:
+            return rows
+        return rows.masked_fill(forced.predicting_mask(rows.shape[-1]), 0)
 
     def _layer_matrices(
         self, batch: TokenBatch, target: TargetType, variant: str, rollout: bool
@@ -531,6 +478,18 @@ def _check_variant(variant: str, variants: Tuple[str, ...]) -> None:
             f"only feeds the MLP); use one of {variants}"
         )
     raise ValueError(f"variant must be one of {variants}, got {variant!r}")
+
+
+def _check_contrast_shape(contrast_target: Any, target: TargetType) -> None:
+    r"""GlobEnc accepts foil ids for the generative API (without effect): they
+    must still be ids of the target's shape."""
+    if contrast_target is None:
+        return
+    shape = tuple(target.shape) if isinstance(target, Tensor) else None
+    if not isinstance(contrast_target, Tensor) or contrast_target.shape != shape:
+        raise ValueError(
+            f"contrast_target must be foil ids of the target's shape {shape}"
+        )
 
 
 def _check_classifier_call(
