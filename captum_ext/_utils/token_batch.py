@@ -30,6 +30,7 @@ __all__ = [
     "check_same_shape",
     "check_tokenizer_vocabulary",
     "check_vocabulary_ids",
+    "on_device",
     "parse_token_batch",
     "parse_token_ids",
 ]
@@ -99,7 +100,7 @@ class TokenBatch:
             self,
             input_ids=self.input_ids.to(device),
             attention_mask=self.attention_mask.to(device),
-            extra_args=tuple(_on(arg, device) for arg in self.extra_args),
+            extra_args=tuple(on_device(arg, device) for arg in self.extra_args),
         )
 
 
@@ -107,7 +108,8 @@ def _rows_of(arg: Any, rows: Any) -> Any:
     return arg[rows] if isinstance(arg, Tensor) else arg
 
 
-def _on(arg: Any, device: Any) -> Any:
+def on_device(arg: Any, device: Any) -> Any:
+    r"""``arg`` on ``device`` if it is a tensor; anything else as it is."""
     return arg.to(device) if isinstance(arg, Tensor) else arg
 
 

@@ -14,7 +14,7 @@ from torch import nn, Tensor
 from captum_ext._utils.finite import check_finite
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext._utils.row_chunks import batch_slices, take_rows
-from captum_ext._utils.token_batch import TokenBatch
+from captum_ext._utils.token_batch import on_device, TokenBatch
 from captum_ext.adapters import get_adapter, UnsupportedModelError
 
 __all__ = ["attribute_in_chunks", "result_dtype"]
@@ -50,10 +50,6 @@ def _execution_device(model: nn.Module, batch: TokenBatch) -> torch.device:
         return get_adapter(model).input_device()
     except UnsupportedModelError:
         return batch.input_ids.device
-
-
-def _on(value: Any, device: torch.device) -> Any:
-    return value.to(device) if isinstance(value, Tensor) else value
 
 
 def attribute_in_chunks(
@@ -92,9 +88,10 @@ def attribute_in_chunks(
         for rows in batch_slices(size, internal_batch_size):
             chunk_scores, outputs = attribute_chunk(
                 batch.select(rows).to(device),
-                _on(_target_rows(target, rows, size), device),
+                on_device(_target_rows(target, rows, size), device),
                 **{
-                    k: _on(take_rows(v, rows, size), device) for k, v in options.items()
+                    k: on_device(take_rows(v, rows, size), device)
+                    for k, v in options.items()
                 },
             )
             scores.append(chunk_scores.to(caller))
