@@ -129,9 +129,9 @@ def rollout_rows_in_blocks(layers: Sequence[RowBlocks], positions: Tensor) -> Te
         Tensor: ``[batch, rows, pos]``: row ``r`` is row ``positions[:, r]`` of
         ``G^L``.
     """
-    for rows in rollout_rows_down(layers, positions):
+    for rows, exponents in _carried_rows(layers, positions):
         pass  # only the last product's rows are returned
-    return rows
+    return _scaled_back(rows, exponents, len(layers))
 
 
 def rollout_rows_down(
@@ -143,13 +143,21 @@ def rollout_rows_down(
     :func:`rollout_rows_in_blocks`, which keeps only the last). The
     :math:`l`-th from the end says how much each token of block :math:`l`'s
     input reaches ``positions`` after the last block. Rows are carried and
-    scaled back as in :func:`rollout_rows_in_blocks` (which warns for the
-    last product only)."""
+    scaled back as in :func:`rollout_rows_in_blocks`."""
+    for depth, (rows, exponents) in enumerate(_carried_rows(layers, positions), 1):
+        yield _scaled_back(rows, exponents, depth)
+
+
+def _carried_rows(
+    layers: Sequence[RowBlocks], positions: Tensor
+) -> Iterator[Tuple[Tensor, Tensor]]:
+    r"""For every partial product from the top, its rows ``positions`` divided
+    by ``2^e`` per row (largest magnitude in ``[0.5, 1)``) and ``e`` ``[batch,
+    rows, 1]``: the rows stay near 1 however deep the product."""
     if len(layers) == 0:
         raise ValueError("rollout needs at least one layer's matrix, got none")
     rows, exponents = _near_one(_read_rows(layers[-1](), positions))
-    yield _scaled_back(rows, exponents, 1, warn=len(layers) == 1)
-    depth = 1
+    yield rows, exponents
     for blocks in reversed(layers[:-1]):
         product = None
         for start, block in blocks():
@@ -159,9 +167,8 @@ def rollout_rows_down(
             product = part if product is None else product + part
         assert product is not None
         rows, exponent = _near_one(product)
-        exponents += exponent
-        depth += 1
-        yield _scaled_back(rows, exponents, depth, warn=depth == len(layers))
+        exponents = exponents + exponent
+        yield rows, exponents
 
 
 def _near_one(rows: Tensor) -> Tuple[Tensor, Tensor]:
@@ -172,12 +179,12 @@ def _near_one(rows: Tensor) -> Tuple[Tensor, Tensor]:
     return torch.ldexp(rows, -exponent), exponent
 
 
-def _scaled_back(rows: Tensor, exponents: Tensor, layers: int, warn: bool) -> Tensor:
+def _scaled_back(rows: Tensor, exponents: Tensor, layers: int) -> Tensor:
     r"""``rows * 2^exponents`` where that stays in the dtype's range; the
-    other rows as they are (with a warning if ``warn``)."""
+    other rows as they are, with a warning."""
     # rows are below 1, and 2^e itself must be finite
     fits = exponents < math.frexp(torch.finfo(rows.dtype).max)[1]
-    if warn and not bool(fits.all()):
+    if not bool(fits.all()):
         warnings.warn(
             f"the rollout's product over {layers} layers exceeds {rows.dtype}'s "
             f"range (up to 2^{int(exponents.max())}) in "
