@@ -255,11 +255,8 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
             ...     enc["input_ids"], target=target_ids,
             ...     additional_forward_args=(enc["attention_mask"],))  # [batch, T, P]
         """
-        if self.adapter.is_causal_lm:
-            _check_variant(variant, DECODER_VARIANTS)
-            _check_contrast_shape(contrast_target, target)
-        else:
-            _check_variant(variant, VARIANTS)
+        self._check_variant(variant)
+        if not self.adapter.is_causal_lm:
             _check_classifier_call(attribute_generated, contrast_target)
         with torch.no_grad():
             return attribute_tokens(
@@ -269,8 +266,8 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
                 additional_forward_args,
                 internal_batch_size,
                 attribute_generated=attribute_generated,
-                # Accepted for the generative API; GlobEnc does not read it.
-                contrast_target=None,
+                # Checked like every method's; GlobEnc's rows do not read it.
+                contrast_target=contrast_target,
                 chunk_scores=partial(self._row, variant=variant, rollout=rollout),
                 generated_scores=partial(
                     self._predicting_rows, variant=variant, rollout=rollout
@@ -321,10 +318,15 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
     def _parse(
         self, inputs: Any, additional_forward_args: Any, variant: str
     ) -> TokenBatch:
+        self._check_variant(variant)
+        return parse_token_batch(self.adapter, inputs, additional_forward_args)
+
+    def _check_variant(self, variant: str) -> None:
+        r"""``variant`` among the decompositions defined for this kind of model
+        (a pre-LN decoder has no ``"N_resln"``)."""
         _check_variant(
             variant, DECODER_VARIANTS if self.adapter.is_causal_lm else VARIANTS
         )
-        return parse_token_batch(self.adapter, inputs, additional_forward_args)
 
     def _in_chunks(
         self,
@@ -478,18 +480,6 @@ def _check_variant(variant: str, variants: Tuple[str, ...]) -> None:
             f"only feeds the MLP); use one of {variants}"
         )
     raise ValueError(f"variant must be one of {variants}, got {variant!r}")
-
-
-def _check_contrast_shape(contrast_target: Any, target: TargetType) -> None:
-    r"""GlobEnc accepts foil ids for the generative API (without effect): they
-    must still be ids of the target's shape."""
-    if contrast_target is None:
-        return
-    shape = tuple(target.shape) if isinstance(target, Tensor) else None
-    if not isinstance(contrast_target, Tensor) or contrast_target.shape != shape:
-        raise ValueError(
-            f"contrast_target must be foil ids of the target's shape {shape}"
-        )
 
 
 def _check_classifier_call(

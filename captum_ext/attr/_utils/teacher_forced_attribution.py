@@ -245,7 +245,7 @@ def _check_contrast(
     if not isinstance(contrast, Tensor) or contrast.shape != target.shape:
         got = tuple(contrast.shape) if isinstance(contrast, Tensor) else type(contrast)
         raise ValueError(
-            f"contrast_target must be foil token ids of the target's shape "
+            f"contrast_target must be foil ids of the target's shape "
             f"{tuple(target.shape)}, got {got}"
         )
     if contrast.dtype.is_floating_point or contrast.dtype == torch.bool:
