@@ -61,7 +61,7 @@ import json
 import math
 import subprocess
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 import transformers
@@ -117,14 +117,21 @@ def builders() -> Dict[str, Builder]:
     }
 
 
+def _teacher_forced(ids: Tensor, mask: Tensor, target: Tensor) -> Tuple[Tensor, Tensor]:
+    r"""The model's inputs under teacher forcing: prompt + ``y_<T`` and its mask."""
+    previous = target[:, :-1]
+    return torch.cat([ids, previous], 1), torch.cat(
+        [mask, torch.ones_like(previous)], 1
+    )
+
+
 def _forward_with_gradients(model: nn.Module, _chunk: Optional[int] = None) -> Run:
     r"""One forward pass over prompt + continuation that keeps its graph (the
     logits of the ``T`` predicting positions only): what every gradient method
     holds at least."""
 
     def run(ids: Tensor, mask: Tensor, target: Tensor) -> object:
-        joined = torch.cat([ids, target[:, :-1]], 1)
-        joined_mask = torch.cat([mask, torch.ones_like(target[:, :-1])], 1)
+        joined, joined_mask = _teacher_forced(ids, mask, target)
         with torch.enable_grad():
             output = model(
                 input_ids=joined,
@@ -143,8 +150,7 @@ def _cat_targets_batched(model: nn.Module, _chunk: Optional[int] = None) -> Run:
     on the same hardware (it holds T gradients of every hidden state at once)."""
 
     def run(ids: Tensor, mask: Tensor, target: Tensor) -> object:
-        joined = torch.cat([ids, target[:, :-1]], 1)
-        joined_mask = torch.cat([mask, torch.ones_like(target[:, :-1])], 1)
+        joined, joined_mask = _teacher_forced(ids, mask, target)
         steps = target.shape[1]
         with torch.enable_grad():
             output = model(
