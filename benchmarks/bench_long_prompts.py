@@ -41,16 +41,22 @@ x 4,096, 32 heads, MLP 11,008, vocabulary 32,000), times are wall-clock
 seconds of one run after a warm-up (synchronised), an out-of-memory cell reads
 ``n/a (OutOfMemoryError)``, and a "forward with gradients" row (one forward
 pass that keeps its graph, logits of the predicting positions only) shows
-what any gradient method needs at least; a last row, "CAT, targets batched",
-computes CAT's scores of all T targets in one backward pass batched over the
-targets (``is_grads_batched``), to compare with CAT's loop of T passes on that
-hardware. Cells stop once ``--budget`` seconds have passed.
+what any gradient method needs at least. Cells stop once ``--budget`` seconds
+have passed.
+
+CAT's target steps per backward pass: its default chooses by device (one per
+pass on a CPU, up to 16 batched on an accelerator); the row "CAT, 1 target
+per backward" (shown by default on an accelerator) and "CAT, targets batched"
+(all T in one pass batched over the targets, ``is_grads_batched``) measure
+either choice on any device when named in ``--methods``.
 
 Usage::
 
     python -m benchmarks.bench_long_prompts
     python -m benchmarks.bench_long_prompts --lengths 1024 2048 4096
     python -m benchmarks.bench_long_prompts --quick  # 256 and 512 tokens, T = 2
+    python -m benchmarks.bench_long_prompts --lengths 512 2048 \
+        --methods CAT "CAT, targets batched"
     python -m benchmarks.bench_long_prompts --device cuda --dtype bfloat16 \
         --shape llama-7b --lengths 8192 32768
 """
@@ -76,8 +82,7 @@ from benchmarks.common import (
     random_llama,
     Run,
 )
-from captum_ext._utils.teacher_forcing import predicted_log_probs
-from captum_ext.attr import AttentionRollout, LastLayerAttention
+from captum_ext.attr import AttentionRollout, CAT, LastLayerAttention
 from torch import nn, Tensor
 
 MODULE = "benchmarks.bench_long_prompts"
@@ -94,7 +99,12 @@ LLAMA_7B: Dict[str, Any] = dict(
     vocab_size=32000,
 )
 FORWARD_WITH_GRADIENTS = "forward with gradients"
+# CAT's two choices of target steps per backward pass, beside its default (one
+# per pass on a CPU, batched on an accelerator): rows to request on the CPU,
+# the other choice shown on an accelerator.
+CAT_ONE_TARGET_PER_PASS = "CAT, 1 target per backward"
 CAT_TARGETS_BATCHED = "CAT, targets batched"
+CAT_CHOICES = (CAT_ONE_TARGET_PER_PASS, CAT_TARGETS_BATCHED)
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 # Timing: the fastest of at most TIME_RUNS runs, none started after TIME_BUDGET_S.
 TIME_RUNS = 3
@@ -108,12 +118,15 @@ TARGETS = (
 
 
 def builders() -> Dict[str, Builder]:
-    r"""Name -> builder: the forward pass (the unit) and every method."""
+    r"""Name -> builder: the forward pass (the unit), every method and CAT's
+    two choices of target steps per backward pass (not run unless named)."""
     return {
         "forward": causal_lm_forward,
         **causal_lm_methods(),
         "LastLayerAttention": lambda m, c: attribute_run(LastLayerAttention(m), c),
         "AttentionRollout": lambda m, c: attribute_run(AttentionRollout(m), c),
+        CAT_ONE_TARGET_PER_PASS: _cat_targets_per_backward(1),
+        CAT_TARGETS_BATCHED: _cat_targets_per_backward(None),
     }
 
 
@@ -143,36 +156,25 @@ def _forward_with_gradients(model: nn.Module, _chunk: Optional[int] = None) -> R
     return run
 
 
-def _cat_targets_batched(model: nn.Module, _chunk: Optional[int] = None) -> Run:
-    r"""CAT's ``sum_d grad * hidden`` ``[batch, T, L, pos]`` from ONE backward
-    pass batched over the T targets (``torch.autograd.grad(...,
-    is_grads_batched=True)``), to compare with CAT's loop of T backward passes
-    on the same hardware (it holds T gradients of every hidden state at once)."""
+def _cat_targets_per_backward(count: Optional[int]) -> Builder:
+    r"""CAT with ``count`` target steps per backward pass (None: all T in one
+    batched pass), whatever the device would choose."""
 
-    def run(ids: Tensor, mask: Tensor, target: Tensor) -> object:
-        joined, joined_mask = _teacher_forced(ids, mask, target)
-        steps = target.shape[1]
-        with torch.enable_grad():
-            output = model(
-                input_ids=joined,
-                attention_mask=joined_mask,
-                output_hidden_states=True,
-                logits_to_keep=steps,
+    def build(model: nn.Module, chunk: Optional[int] = None) -> Run:
+        method = CAT(model)
+
+        def run(ids: Tensor, mask: Tensor, target: Tensor) -> object:
+            return method.attribute(
+                ids,
+                target=target,
+                additional_forward_args=(mask,),
+                internal_batch_size=chunk,
+                targets_per_backward=count or target.shape[1],
             )
-            log_probs = predicted_log_probs(output.logits, target)  # [batch, T]
-            hidden = output.hidden_states[:-1]  # CAT's default layers="inputs"
-            eye = torch.eye(steps, dtype=log_probs.dtype, device=log_probs.device)
-            grads = torch.autograd.grad(
-                log_probs,
-                hidden,
-                grad_outputs=eye[:, None, :].expand(-1, len(ids), -1),
-                is_grads_batched=True,
-            )  # L x [T, batch, pos, d]
-        dtype = torch.promote_types(hidden[0].dtype, torch.float32)  # as CAT's
-        scores = [(g.to(dtype) * h.to(dtype)).sum(-1) for g, h in zip(grads, hidden)]
-        return torch.stack(scores, -2).transpose(0, 1)  # [batch, T, L, pos]
 
-    return run
+        return run
+
+    return build
 
 
 def _model(options: argparse.Namespace) -> nn.Module:
@@ -277,12 +279,8 @@ def device_table(options: argparse.Namespace) -> Dict[str, List[Dict[str, Any]]]
     it is measured (a run cut short still shows what it measured); returns
     name -> results per length, as :func:`table` does."""
     model = _model(options)
-    runs = {
-        **builders(),
-        FORWARD_WITH_GRADIENTS: _forward_with_gradients,
-        CAT_TARGETS_BATCHED: _cat_targets_batched,
-    }
-    names = ["forward", FORWARD_WITH_GRADIENTS, *options.methods, CAT_TARGETS_BATCHED]
+    runs = {**builders(), FORWARD_WITH_GRADIENTS: _forward_with_gradients}
+    names = ["forward", FORWARD_WITH_GRADIENTS, *options.methods]
     results: Dict[str, List[Dict[str, Any]]] = {name: [] for name in names}
     start = time.perf_counter()
     for length in options.lengths:
@@ -402,13 +400,20 @@ def _verdict(name: str, target: str, values: Sequence[float], limit: float) -> s
 
 def main(argv: Optional[List[str]] = None) -> None:
     methods = [name for name in builders() if name != "forward"]
+    cpu_default = [name for name in methods if name not in CAT_CHOICES]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
     parser.add_argument("--steps", type=int, default=16, help="target tokens T")
     parser.add_argument(
         "--quick", action="store_true", help="256 and 512 tokens, 2 targets"
     )
-    parser.add_argument("--methods", nargs="+", choices=methods, default=methods)
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        choices=methods,
+        help="default: every method (on an accelerator also CAT with one target "
+        "per backward pass, its CPU choice)",
+    )
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--vocab", type=int, default=8192)
@@ -432,6 +437,9 @@ def main(argv: Optional[List[str]] = None) -> None:
     options = parser.parse_args(argv)
     if options.quick:
         options.lengths, options.steps = list(QUICK_LENGTHS), 2
+    if options.methods is None:
+        on_cpu = options.device == "cpu"
+        options.methods = cpu_default + ([] if on_cpu else [CAT_ONE_TARGET_PER_PASS])
     options.lengths = sorted(set(options.lengths))
     if options.worker:
         print(json.dumps(worker(options.worker, options)))

@@ -77,26 +77,24 @@ def test_a_method_that_raises_is_reported_not_measured(
     }
 
 
-def test_cat_with_targets_batched_equals_cat() -> None:
-    # The GPU row "CAT, targets batched" computes CAT's scores (layers="inputs",
-    # log p) from one batched backward pass instead of CAT's loop.
+def test_cat_rows_of_either_choice_equal_cat() -> None:
+    # The rows "CAT, targets batched" and "CAT, 1 target per backward" are CAT's
+    # scores with all T steps in one backward pass, or one step per pass.
     options = argparse.Namespace(
         lengths=[24], steps=3, device="cpu", dtype="float64", shape="small"
     )
     options.layers, options.hidden, options.vocab = 2, 32, 256
     model = bench._model(options)
     data = continuation(model, 1, 24, 3)
-    batched = bench._cat_targets_batched(model)(
-        data["ids"], data["mask"], data["target"]
-    )
-    assert isinstance(batched, torch.Tensor)  # a Run returns object
     expected = CAT(model).attribute(
         data["ids"], target=data["target"], additional_forward_args=(data["mask"],)
     )  # [1, T, P]
-    assert batched.shape[:3] == (1, 3, 2)  # [batch, T, L, P + T - 1]
-    torch.testing.assert_close(
-        batched.sum(2)[..., :24].detach(), expected, rtol=1e-12, atol=1e-15
-    )
+    for name in bench.CAT_CHOICES:
+        scores = bench.builders()[name](model, None)(
+            data["ids"], data["mask"], data["target"]
+        )
+        assert isinstance(scores, torch.Tensor)  # a Run returns object
+        torch.testing.assert_close(scores, expected, rtol=1e-12, atol=1e-15)
 
 
 def _result(peak: float, seconds: float) -> Dict[str, Any]:

@@ -66,9 +66,11 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
     **Causal LMs** (docs/generation.rst): ``y`` is :math:`\log p(y_t)` of each
     target step (minus :math:`\log p(y'_t)` with a contrast target), the
     decoder by default the model's own final norm + LM head, and all T rows
-    come from one teacher-forced forward pass, T backward passes and one
-    decoding of ``h_l``. On a model that is nearly certain of its continuation
-    the default ReLU can leave nothing: on the default recall generator
+    come from one teacher-forced forward pass, backward passes (one per
+    target step on a CPU, up to 16 steps batched per pass on an accelerator,
+    as CAT's default ``targets_per_backward``) and one decoding of ``h_l``.
+    On a model that is nearly certain of its continuation the default ReLU
+    can leave nothing: on the default recall generator
     (``hidden_states[1]`` of 2, p(y_t) = 0.999 for "k1 v2 v9 ; k3 v7 v1 ;
     k1" -> "v2"), the gradient of :math:`\log p(y_t)` reaches layer 1 almost
     only at the position that predicts :math:`y_t` (elsewhere
@@ -136,7 +138,7 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
         attribute_kwargs: Dict[str, Any],
     ) -> Tensor:
         r"""Causal LMs: decoded scores ``[batch, T, P + T - 1]`` from one forward
-        pass and one backward pass per target step (options for Captum's
+        pass and the device's choice of backward passes (options for Captum's
         ``LayerGradientXActivation`` go through the generic path)."""
         if attribute_kwargs:
             return super()._generated_scores(

@@ -12,7 +12,7 @@ exactly zero outside :meth:`TeacherForcedBatch.score_mask`. A method supplies on
 its :data:`GeneratedScores` function.
 """
 
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +31,7 @@ from captum_ext.adapters import get_adapter, ModelAdapter
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
 
 __all__ = [
+    "ACCELERATOR_TARGETS_PER_BACKWARD",
     "GeneratedScores",
     "TeacherForcedLogProbs",
     "attribute_generation",
@@ -167,23 +168,93 @@ def run_teacher_forced(
 
 
 def target_gradients(
-    log_probs: Tensor, wrt: Tuple[Tensor, ...], target_mask: Tensor
+    log_probs: Tensor,
+    wrt: Tuple[Tensor, ...],
+    target_mask: Tensor,
+    targets_per_backward: Optional[int] = None,
 ) -> Iterator[Tuple[Tensor, ...]]:
     r"""For each target step ``t``: the gradients of ``log_probs[:, t].sum()``
-    (``log_probs`` ``[batch, T]``) w.r.t. each tensor of ``wrt``, one backward
-    pass per step through the retained graph of one forward pass (examples do
-    not interact, so the batch sum's gradient is every example's own; only
-    ``wrt`` gets gradients, never a parameter's ``.grad``). A step that no row
-    of the batch has (``target_mask`` ``[batch, T]``) gets zeros without a
-    backward pass."""
-    has_step = target_mask.any(0)  # [T]
-    for step in range(log_probs.shape[1]):
-        if not bool(has_step[step]):
-            yield tuple(torch.zeros_like(tensor) for tensor in wrt)
+    (``log_probs`` ``[batch, T]``) w.r.t. each tensor of ``wrt``, through the
+    retained graph of one forward pass (examples do not interact, so the batch
+    sum's gradient is every example's own; only ``wrt`` gets gradients, never a
+    parameter's ``.grad``). A step that no row of the batch has
+    (``target_mask`` ``[batch, T]``) gets zeros without a backward pass.
+
+    ``targets_per_backward`` steps share one backward pass batched over them
+    (``torch.autograd.grad(..., is_grads_batched=True)``), which holds that
+    many gradients of every tensor of ``wrt`` at once. None chooses by device:
+    one step per pass on a CPU (batching was slower there: 1.54-1.65 s against
+    1.36-1.43 s for CAT at 512 tokens, measured) and up to
+    :data:`ACCELERATOR_TARGETS_PER_BACKWARD` on an accelerator (an H200: 4.4
+    against 11.1 forwards at 512 tokens, equal at 8,192, at twice the peak
+    memory, measured), halving the group on ``OutOfMemoryError`` and going back
+    to one step per pass where the model cannot be batched (an
+    ``autograd.Function`` without vmap support): the gradients are the same
+    either way, up to the order of float sums."""
+    with torch.enable_grad():  # the caller may consume this under no_grad
+        objectives = log_probs.sum(0)  # [T]
+    has_step = target_mask.any(0).tolist()  # [T]
+    steps = [step for step, has in enumerate(has_step) if has]
+    per_pass = targets_per_backward or _targets_per_backward(log_probs.device)
+    computed = _backward_passes(
+        objectives, wrt, steps, per_pass, adapt=targets_per_backward is None
+    )
+    for has in has_step:
+        yield next(computed) if has else tuple(torch.zeros_like(t) for t in wrt)
+
+
+# Target steps per backward pass on an accelerator (the count measured on an
+# H200, where it ran 2.5x faster than one step per pass at 512 tokens).
+ACCELERATOR_TARGETS_PER_BACKWARD = 16
+
+
+def _targets_per_backward(device: torch.device) -> int:
+    return 1 if device.type == "cpu" else ACCELERATOR_TARGETS_PER_BACKWARD
+
+
+def _backward_passes(
+    objectives: Tensor,
+    wrt: Tuple[Tensor, ...],
+    steps: List[int],
+    per_pass: int,
+    adapt: bool,
+) -> Iterator[Tuple[Tensor, ...]]:
+    r"""The gradients of ``objectives[step]`` for each of ``steps`` in order,
+    ``per_pass`` steps per backward pass (with ``adapt``: fewer after a pass
+    that did not fit or could not be batched)."""
+    while steps:
+        group = steps[:per_pass]
+        try:
+            grads = _batched_gradients(objectives, wrt, group)
+        except torch.OutOfMemoryError:
+            if not adapt or len(group) == 1:
+                raise
+            per_pass = len(group) // 2
             continue
-        with torch.enable_grad():  # the caller may consume this under no_grad
-            objective = log_probs[:, step].sum()
-        yield torch.autograd.grad(objective, wrt, retain_graph=True)
+        except RuntimeError:
+            if not adapt or len(group) == 1:
+                raise
+            per_pass = 1  # one step per pass needs no batching rule
+            continue
+        steps = steps[len(group) :]
+        for index in range(len(group)):
+            yield tuple(grad[index] for grad in grads)
+
+
+def _batched_gradients(
+    objectives: Tensor, wrt: Tuple[Tensor, ...], group: List[int]
+) -> Tuple[Tensor, ...]:
+    r"""``[len(group), *tensor.shape]`` per tensor of ``wrt``: one backward pass
+    (a plain one for a single step)."""
+    with torch.enable_grad():  # the caller may consume this under no_grad
+        chosen = objectives[group]  # [k]
+        if len(group) == 1:
+            grads = torch.autograd.grad(chosen.sum(), wrt, retain_graph=True)
+            return tuple(grad[None] for grad in grads)
+    one_hot = torch.eye(len(group), dtype=chosen.dtype, device=chosen.device)
+    return torch.autograd.grad(
+        chosen, wrt, grad_outputs=one_hot, retain_graph=True, is_grads_batched=True
+    )
 
 
 class TeacherForcedLogProbs(nn.Module):
