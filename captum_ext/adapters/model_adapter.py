@@ -174,6 +174,17 @@ class ModelAdapter:
         block = _blocks(self.base_model, self._family_record)[index - 1]
         return _pre_norm_parts(block, paths, f"{self.family_name} block {index}")
 
+    def attention_input_modules(self) -> Optional[List[nn.Module]]:
+        r"""Per block 1..L, the module whose output the block's attention reads:
+        a pre-LN decoder's first norm (its block input, rescaled per position).
+        None where every block's attention reads the block's input
+        ``hidden_states[l-1]`` itself (post-LN encoders, whose hidden states
+        are LayerNorm outputs)."""
+        if self._family_record.pre_norm is None:
+            return None
+        layers = range(1, self.num_layers + 1)
+        return [self.pre_norm_parts(layer).norm1.module for layer in layers]
+
     def final_norm(self) -> NormParams:
         r"""The norm after the last block of a pre-LN decoder (its output is
         ``hidden_states[L]``)."""

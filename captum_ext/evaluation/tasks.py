@@ -74,7 +74,8 @@ BUILT_IN_TASKS = TASKS + tuple(GENERATION_TASKS)
 
 # Seconds each one-time piece took in the README's first command on a clean
 # clone, idle 2-core CPU (docs/guide/measured.rst, 2026-11-25; the two later
-# generators: their training's CPU seconds on a busy machine), and the
+# generators: their training's CPU seconds, recall_long's measured 2026-11-26
+# with its evaluation every 250 steps), and the
 # benchmark of each task at the default --n 64 (the first three tasks: 531 s
 # together in that run; recall_long: 381 s for its 16 prompts, busy machine).
 PREPARATION_SECONDS = {
@@ -82,7 +83,7 @@ PREPARATION_SECONDS = {
     "source": 30.0,
     "decoders": 78.0,
     GENERATION_TASK: 155.0,
-    "recall_long": 324.0,
+    "recall_long": 222.0,
     "flags": 11.0,
 }
 BENCHMARK_SECONDS = 531.0 + 381.0

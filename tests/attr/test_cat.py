@@ -33,6 +33,35 @@ def test_is_attcat_with_uniform_attention(layers, monkeypatch):
     torch.testing.assert_close(scores, expected)
 
 
+@pytest.mark.parametrize("method", [CAT, AttCAT])
+@pytest.mark.parametrize("family", ["bert", "deberta-v2", "distilbert"])
+def test_a_post_ln_encoders_attention_reads_its_block_inputs(method, family):
+    model, batch = tiny_classifier(family), token_batch()
+    reads = attribute(method(model, layers="attention_inputs"), batch)
+    assert torch.equal(reads, attribute(method(model, layers="inputs"), batch))
+
+
+def test_a_pre_ln_classifiers_attention_reads_its_first_norms():
+    model, batch = tiny_classifier("gpt2", dtype=torch.float64), token_batch()
+    outputs, handles = [], []
+    for layer in range(model.config.n_layer):
+        norm = model.get_submodule(f"transformer.h.{layer}.ln_1")
+        hook = lambda _m, _i, out: outputs.append(out)  # noqa: E731
+        handles.append(norm.register_forward_hook(hook))
+    try:
+        logits = model(
+            batch["input_ids"], attention_mask=batch["attention_mask"]
+        ).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    chosen = logits.gather(1, logits.argmax(1, keepdim=True)).sum()
+    grads = torch.autograd.grad(chosen, outputs)
+    expected = sum((g * o).sum(-1) for g, o in zip(grads, outputs))
+    scores = attribute(CAT(model, layers="attention_inputs"), batch)
+    torch.testing.assert_close(scores, expected * batch["attention_mask"])
+
+
 def test_needs_no_attention_weights():
     batch = token_batch()
     eager = attribute(CAT(tiny_classifier("bert")), batch)

@@ -37,14 +37,14 @@ from tests.helpers import (
 
 # name -> method on a causal LM; decoded scores signed (relu=None) so that they
 # are linear in the explained objective.
-# LogAt, NormXLogit and AttCAT with the definitions these tests derive (p_t's
-# own term scored, alpha the mean received; their defaults are tested in
-# test_causal_lm_variants.py).
+# LogAt, NormXLogit, CAT and AttCAT with the definitions these tests derive
+# (p_t's own term scored, alpha the mean received, the blocks' inputs; their
+# defaults are tested in test_causal_lm_variants.py).
 METHODS: Dict[str, Tuple[MethodFactory, Dict[str, Any]]] = {
     "LogAt": (partial(LogAt, score_predicting_position=True), {}),
     "NormXLogit": (partial(NormXLogit, score_predicting_position=True), {}),
-    "CAT": (CAT, {}),
-    "AttCAT": (partial(AttCAT, alpha="received"), {}),
+    "CAT": (partial(CAT, layers="inputs"), {}),
+    "AttCAT": (partial(AttCAT, alpha="received", layers="inputs"), {}),
     "DecodedLayerGradCam": (lambda m: DecodedLayerGradCam(m, 1), {"relu": None}),
     "DecodedLayerAttribution": (
         lambda m: DecodedLayerAttribution(m, 1),

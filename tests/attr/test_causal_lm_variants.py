@@ -19,6 +19,7 @@ from tests.helpers import (
     eager_one_at_a_time,
     sdpa_and_eager,
     tiny_causal_lm,
+    tiny_classifier,
 )
 
 # name -> (method on a model, attribute keywords)
@@ -31,7 +32,9 @@ VARIANTS: Dict[str, Tuple[Callable[[nn.Module], Any], Dict[str, str]]] = {
         {},
     ),
     "AttCAT outputs row": (lambda m: AttCAT(m, "outputs", alpha="row"), {}),
-    "CAT logit": (lambda m: CAT(m, objective="logit"), {}),
+    "CAT logit": (lambda m: CAT(m, "inputs", objective="logit"), {}),
+    "CAT attention inputs": (lambda m: CAT(m, layers="attention_inputs"), {}),
+    "AttCAT attention inputs": (lambda m: AttCAT(m, "attention_inputs"), {}),
 }
 # LogAt, NormXLogit and GlobEnc (and its "N") with and without p_t's own term.
 OWN_TERM = {
@@ -161,6 +164,62 @@ def test_cat_logit_is_gradient_of_the_logit_times_hidden_state(family):
     assert not torch.allclose(scores[:, :prompt], log_prob)
 
 
+# Each pre-LN block's first norm, whose output its attention reads.
+FIRST_NORMS = {
+    "gpt2": lambda model: [block.ln_1 for block in model.transformer.h],
+    "llama": lambda model: [block.input_layernorm for block in model.model.layers],
+}
+
+
+def _first_norm_outputs(model, family, joined):
+    r"""The model's output and each block's first norm's output on ``joined``."""
+    outputs, handles = [], []
+    for norm in FIRST_NORMS[family](model):
+        hook = norm.register_forward_hook(lambda _m, _i, out: outputs.append(out))
+        handles.append(hook)
+    try:
+        return model(joined, output_hidden_states=True), outputs
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_attention_inputs_are_gradient_times_each_first_norms_output(family):
+    model, batch = _one_example(family)
+    prompt, steps = batch["input_ids"].shape[1], batch["target"].shape[1]
+    joined = torch.cat([batch["input_ids"], batch["target"][:, :-1]], 1)
+    out, reads = _first_norm_outputs(model, family, joined)
+    layers = []
+    for step in range(steps):
+        log_p = out.logits[0, prompt - 1 + step].log_softmax(-1)
+        grads = torch.autograd.grad(
+            log_p[batch["target"][0, step]], reads, retain_graph=True
+        )
+        layers.append(torch.stack([(g * r).sum(-1)[0] for g, r in zip(grads, reads)]))
+    cat = CAT(model, layers="attention_inputs")
+    scores = _run(cat, {}, model, batch, attribute_generated=True, return_layers=True)
+    for step in range(steps):
+        end = prompt + step
+        torch.testing.assert_close(scores[0, step, :, :end], layers[step][:, :end])
+        assert not scores[0, step, :, end:].any()
+
+
+def test_the_residual_stream_is_nearly_blind_before_the_last_blocks_norm():
+    r"""Why ``attention_inputs`` exists: the last block's input reaches the
+    predicting position only through that block's RMSNorm, invariant to its
+    scale up to eps, so gradient x input there is about eps / mean(h^2) of
+    the norm output's score at every other position."""
+    model, batch = _one_example("llama")
+    prompt = batch["input_ids"].shape[1]
+    inputs = _run(CAT(model, "inputs"), {}, model, batch, return_layers=True)
+    reads = _run(
+        CAT(model, layers="attention_inputs"), {}, model, batch, return_layers=True
+    )
+    last = (slice(None), slice(None), -1, slice(0, prompt - 1))  # not p_1
+    assert inputs[last].abs().max() < 1e-2 * reads[last].abs().max()
+
+
 def test_cat_logit_with_a_contrast_is_the_difference_of_the_two_targets():
     model, batch = _one_example("llama")
     batch["target"] = batch["target"][:, :1]  # the foil's run reads no y_<t
@@ -234,3 +293,12 @@ def test_attcat_alpha_with_sdpa_equals_eager(family, alpha, block_elements):
 def test_unknown_options_are_refused(build, message):
     with pytest.raises(ValueError, match=message):
         build(tiny_causal_lm("gpt2"))
+
+
+def test_the_default_layers_are_attention_inputs_on_a_causal_lm_only():
+    model, batch = _one_example("llama")
+    default = _run(CAT(model), {}, model, batch)
+    chosen = _run(CAT(model, "attention_inputs"), {}, model, batch)
+    assert torch.equal(default, chosen)
+    assert not torch.allclose(default, _run(CAT(model, "inputs"), {}, model, batch))
+    assert CAT(tiny_classifier("gpt2")).layers == "inputs"  # the authors' reading

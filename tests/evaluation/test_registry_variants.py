@@ -24,15 +24,21 @@ from tests.helpers import continuation_batch, tiny_causal_lm
 
 # name -> (class with its options, attribute keywords): the docs' definitions.
 EXPECTED: Dict[str, Tuple[Callable[[nn.Module], Any], Dict[str, str]]] = {
-    "AttCAT received": (lambda m: AttCAT(m, alpha="received"), {}),
-    "AttCAT row": (lambda m: AttCAT(m, alpha="row"), {}),
-    "AttCAT logit": (lambda m: AttCAT(m, alpha="rollout", objective="logit"), {}),
-    "AttCAT received logit": (
-        lambda m: AttCAT(m, alpha="received", objective="logit"),
+    "AttCAT received": (lambda m: AttCAT(m, "inputs", alpha="received"), {}),
+    "AttCAT row": (lambda m: AttCAT(m, "inputs", alpha="row"), {}),
+    "AttCAT logit": (
+        lambda m: AttCAT(m, "inputs", alpha="rollout", objective="logit"),
         {},
     ),
-    "AttCAT row logit": (lambda m: AttCAT(m, alpha="row", objective="logit"), {}),
-    "CAT logit": (lambda m: CAT(m, objective="logit"), {}),
+    "AttCAT received logit": (
+        lambda m: AttCAT(m, "inputs", alpha="received", objective="logit"),
+        {},
+    ),
+    "AttCAT row logit": (
+        lambda m: AttCAT(m, "inputs", alpha="row", objective="logit"),
+        {},
+    ),
+    "CAT logit": (lambda m: CAT(m, "inputs", objective="logit"), {}),
     "CAT outputs": (lambda m: CAT(m, layers="outputs"), {}),
     "AttCAT outputs": (lambda m: AttCAT(m, alpha="rollout", layers="outputs"), {}),
     "AttCAT received outputs": (
@@ -40,6 +46,12 @@ EXPECTED: Dict[str, Tuple[Callable[[nn.Module], Any], Dict[str, str]]] = {
         {},
     ),
     "AttCAT row outputs": (lambda m: AttCAT(m, alpha="row", layers="outputs"), {}),
+    "CAT inputs": (lambda m: CAT(m, layers="inputs"), {}),
+    "AttCAT inputs": (lambda m: AttCAT(m, alpha="rollout", layers="inputs"), {}),
+    "AttCAT received attention inputs": (
+        lambda m: AttCAT(m, alpha="received", layers="attention_inputs"),
+        {},
+    ),
     "LogAt with p_t": (lambda m: LogAt(m, score_predicting_position=True), {}),
     "NormXLogit with p_t": (
         lambda m: NormXLogit(m, score_predicting_position=True),

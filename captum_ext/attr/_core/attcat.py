@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 r"""AttCAT: class activation tokens weighted by the attention each token receives."""
 
-from typing import List
+from typing import List, Optional
 
 import torch
 from torch import nn, Tensor
@@ -51,10 +51,13 @@ class AttCAT(CAT):
     Special tokens such as [CLS]/[SEP] are never masked out of the attention
     (the authors' code does, which changes the prediction being explained).
 
-    Layers: ``layers="inputs"`` (default, the authors' code) pairs the input of
-    block :math:`l`, ``hidden_states[l-1]``, with block :math:`l`'s attention;
+    Layers: ``layers="inputs"`` (the default on classifiers, the authors' code)
+    pairs the input of block :math:`l`, ``hidden_states[l-1]``, with block
+    :math:`l`'s attention;
     ``layers="outputs"`` (the paper's Eq. 10) pairs its output,
-    ``hidden_states[l]``, with the same attention.
+    ``hidden_states[l]``, with the same attention; ``layers="attention_inputs"``
+    (the default on causal LMs) pairs what that attention reads (a pre-LN
+    decoder's first norm's output, see :class:`CAT`).
 
     For causal models the attention is causal, so token :math:`i` is attended
     only by queries :math:`q \geq i`; the column mean over the valid query rows
@@ -111,7 +114,7 @@ class AttCAT(CAT):
     def __init__(
         self,
         model: nn.Module,
-        layers: str = "inputs",
+        layers: Optional[str] = None,
         objective: str = "log_prob",
         alpha: str = "rollout",
     ) -> None:
@@ -119,9 +122,10 @@ class AttCAT(CAT):
         Args:
 
             model (torch.nn.Module): The model, as in :class:`CAT`.
-            layers (str, optional): ``"inputs"`` or ``"outputs"``, as in
-                        :class:`CAT`.
-                        Default: ``"inputs"``
+            layers (str, optional): ``"inputs"``, ``"outputs"`` or
+                        ``"attention_inputs"``, as in :class:`CAT`.
+                        Default: None (``"attention_inputs"`` on a causal
+                        LM, ``"inputs"`` on a classifier)
             objective (str, optional): Causal LMs: ``"log_prob"`` or
                         ``"logit"`` of ``y_t``, as in :class:`CAT`.
                         Default: ``"log_prob"``

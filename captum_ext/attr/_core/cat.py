@@ -10,7 +10,7 @@ from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import GradientAttribution
 from torch import nn, Tensor
 
-from captum_ext._utils.hooks import gradients_from
+from captum_ext._utils.hooks import gradients_from, HookSet
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.positive_int import check_positive_int
@@ -30,7 +30,7 @@ from captum_ext.attr._utils.teacher_forced_attribution import (
 
 __all__ = ["CAT"]
 
-_LAYERS = ("inputs", "outputs")
+_LAYERS = ("inputs", "outputs", "attention_inputs")
 # Causal LMs: what row t differentiates (``objective``).
 OBJECTIVES = ("log_prob", "logit")
 
@@ -50,10 +50,22 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
 
     Which hidden states :math:`h^l` are used:
 
-    - ``layers="inputs"`` (default, the AttCAT authors' code): the inputs of the
-      L blocks, ``hidden_states[0..L-1]``;
+    - ``layers="inputs"`` (the default on classifiers, the AttCAT authors'
+      code): the inputs of the L blocks, ``hidden_states[0..L-1]``;
     - ``layers="outputs"`` (the AttCAT paper's Eq. 10): the outputs of the L
-      blocks, ``hidden_states[1..L]``.
+      blocks, ``hidden_states[1..L]``;
+    - ``layers="attention_inputs"`` (the default on causal LMs): what each
+      block's attention reads. In a post-LN encoder (BERT, the paper's models)
+      that is the block's input ``hidden_states[l-1]``, a LayerNorm output:
+      the same as ``"inputs"``. In a pre-LN decoder (GPT-2, Llama, ...) it is
+      the block's first norm's output :math:`\mathrm{norm}_1(h^{l-1})`. The
+      residual stream reaches other positions only through such norms,
+      invariant to its scale up to :math:`\epsilon`: at the last block's input
+      :math:`\sum_d (\partial y / \partial h_i) \odot h_i` is close to 0 at
+      every position but the predicting one (at its output exactly 0), and at
+      earlier blocks it sees only how :math:`h_i` mixes with what later blocks
+      add. The norm's output, like BERT's hidden states, is what attention
+      reads (docs/generation.rst, "Choosing the causal-LM definitions").
 
     CAT is the AttCAT ablation without attention weights (:class:`AttCAT` with
     :math:`\alpha \equiv 1`); neither the paper nor its code defines it exactly,
@@ -98,7 +110,10 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
     _uses_attention = False
 
     def __init__(
-        self, model: nn.Module, layers: str = "inputs", objective: str = "log_prob"
+        self,
+        model: nn.Module,
+        layers: Optional[str] = None,
+        objective: str = "log_prob",
     ) -> None:
         r"""
         Args:
@@ -107,17 +122,21 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
                         ``*ForSequenceClassification`` model of a family supported
                         by :func:`captum_ext.get_adapter`.
             layers (str, optional): ``"inputs"`` for ``hidden_states[0..L-1]``
-                        (block inputs, the authors' code) or ``"outputs"`` for
+                        (block inputs, the authors' code), ``"outputs"`` for
                         ``hidden_states[1..L]`` (block outputs, the paper's
-                        Eq. 10).
-                        Default: ``"inputs"``
+                        Eq. 10) or ``"attention_inputs"`` for what each
+                        block's attention reads (a pre-LN decoder's first
+                        norm's output; a post-LN encoder's block input).
+                        Default: None (``"attention_inputs"`` on a causal
+                        LM, chosen by measurement, docs/generation.rst;
+                        ``"inputs"`` on a classifier, the authors' code)
             objective (str, optional): Causal LMs: ``"log_prob"`` to
                         differentiate ``log p(y_t)`` or ``"logit"`` for the
                         logit of ``y_t`` at its predicting position; a
                         classifier's objective is always the class logit.
                         Default: ``"log_prob"``
         """
-        if layers not in _LAYERS:
+        if layers is not None and layers not in _LAYERS:
             raise ValueError(f"layers must be one of {_LAYERS}, got {layers!r}")
         if objective not in OBJECTIVES:
             raise ValueError(
@@ -126,7 +145,8 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         GradientAttribution.__init__(self, model)
         self.model = model
         self.adapter = get_adapter(model)
-        self.layers = layers
+        causal_lm = self.adapter.is_causal_lm
+        self.layers = layers or ("attention_inputs" if causal_lm else "inputs")
         self.objective = objective
 
     @log_usage()
@@ -296,12 +316,13 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
             else None
         )
         with gradients_from(self.adapter.embedding_output_module()):
-            with capture or nullcontext():
+            with HookSet() as hooks, capture or nullcontext():
+                reads = self._attention_reads(hooks)
                 out = run(
                     hidden_states=True,
                     attentions=capture is not None and capture.output_attentions,
                 )
-            hidden = self._used_hidden_states(out.hidden_states)
+            hidden = self._used_hidden_states(out.hidden_states, reads)
         with torch.no_grad():
             weights = None if capture is None else weigh(capture.layers(out))
         # Only these outlive the forward pass, not ``out``: eager attention maps
@@ -315,12 +336,23 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         in float32; CAT has none."""
         return None
 
+    def _attention_reads(self, hooks: HookSet) -> Optional[List[List[Tensor]]]:
+        r"""With ``layers="attention_inputs"`` on a pre-LN model: per block, the
+        store its first norm's output fills during the forward pass."""
+        if self.layers != "attention_inputs":
+            return None
+        modules = self.adapter.attention_input_modules()
+        return None if modules is None else [hooks.capture_output(m) for m in modules]
+
     def _used_hidden_states(
-        self, hidden_states: Tuple[Tensor, ...]
+        self, hidden_states: Tuple[Tensor, ...], reads: Optional[List[List[Tensor]]]
     ) -> Tuple[Tensor, ...]:
-        if self.layers == "inputs":
-            return tuple(hidden_states[:-1])
-        return tuple(hidden_states[1:])
+        if reads is not None:
+            return tuple(_read_once(store, block) for block, store in enumerate(reads))
+        if self.layers == "outputs":
+            return tuple(hidden_states[1:])
+        # "inputs", and "attention_inputs" where attention reads the block input
+        return tuple(hidden_states[:-1])
 
     def _token_weights(
         self, batch: TokenBatch, layers: List[AttentionInputs]
@@ -339,6 +371,15 @@ def _grad_times_hidden(hidden: Tuple[Tensor, ...], grads: Tuple[Tensor, ...]) ->
     return torch.stack(
         [(g.to(dtype) * h.to(dtype)).sum(-1) for g, h in zip(grads, hidden)], dim=1
     )
+
+
+def _read_once(store: List[Tensor], block: int) -> Tensor:
+    if len(store) != 1:
+        raise RuntimeError(
+            f"block {block + 1}'s attention input was computed {len(store)} times "
+            "in one forward pass; layers='attention_inputs' needs exactly one"
+        )
+    return store[0]
 
 
 def _gather_ids(logits: Tensor, ids: Tensor) -> Tensor:

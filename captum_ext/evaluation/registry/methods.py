@@ -420,7 +420,10 @@ register_method(
 
 # The causal-LM variants of the four methods (docs/generation.rst), run on
 # generated text only and only when named: (name, entry it varies, class, options).
-_logit = partial(AttCAT, objective="logit")
+# AttCAT's and CAT's variants were measured with layers="inputs" (the default
+# before "attention_inputs" was chosen) and keep it unless named otherwise.
+_inputs = partial(AttCAT, layers="inputs")
+_logit = partial(_inputs, objective="logit")
 _outputs = partial(AttCAT, layers="outputs")
 
 
@@ -437,16 +440,24 @@ METHOD_VARIANTS: Dict[str, MethodSpec] = {
         generation=_captum_ext_generation(method, **options),
     )
     for name, base, method, options in (
-        ("AttCAT received", "AttCAT", partial(AttCAT, alpha="received"), {}),
-        ("AttCAT row", "AttCAT", partial(AttCAT, alpha="row"), {}),
+        ("AttCAT received", "AttCAT", partial(_inputs, alpha="received"), {}),
+        ("AttCAT row", "AttCAT", partial(_inputs, alpha="row"), {}),
         ("AttCAT logit", "AttCAT", _logit, {}),
         ("AttCAT received logit", "AttCAT", partial(_logit, alpha="received"), {}),
         ("AttCAT row logit", "AttCAT", partial(_logit, alpha="row"), {}),
-        ("CAT logit", "CAT", partial(CAT, objective="logit"), {}),
+        ("CAT logit", "CAT", partial(CAT, layers="inputs", objective="logit"), {}),
         ("CAT outputs", "CAT", partial(CAT, layers="outputs"), {}),
         ("AttCAT outputs", "AttCAT", _outputs, {}),
         ("AttCAT received outputs", "AttCAT", partial(_outputs, alpha="received"), {}),
         ("AttCAT row outputs", "AttCAT", partial(_outputs, alpha="row"), {}),
+        ("CAT inputs", "CAT", partial(CAT, layers="inputs"), {}),
+        ("AttCAT inputs", "AttCAT", _inputs, {}),
+        (
+            "AttCAT received attention inputs",
+            "AttCAT",
+            partial(AttCAT, alpha="received", layers="attention_inputs"),
+            {},
+        ),
         ("LogAt with p_t", "LogAt", _with_p_t(LogAt), {}),
         ("NormXLogit with p_t", "NormXLogit", _with_p_t(NormXLogit), {}),
         ("GlobEnc with p_t", "GlobEnc", _with_p_t(GlobEnc), {}),
