@@ -105,6 +105,7 @@ FORWARD_WITH_GRADIENTS = "forward with gradients"
 CAT_ONE_TARGET_PER_PASS = "CAT, 1 target per backward"
 CAT_TARGETS_BATCHED = "CAT, targets batched"
 CAT_CHOICES = (CAT_ONE_TARGET_PER_PASS, CAT_TARGETS_BATCHED)
+ALL_TARGETS = 1 << 20  # more target steps than any run has: one batched pass
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 # Timing: the fastest of at most TIME_RUNS runs, none started after TIME_BUDGET_S.
 TIME_RUNS = 3
@@ -125,8 +126,12 @@ def builders() -> Dict[str, Builder]:
         **causal_lm_methods(),
         "LastLayerAttention": lambda m, c: attribute_run(LastLayerAttention(m), c),
         "AttentionRollout": lambda m, c: attribute_run(AttentionRollout(m), c),
-        CAT_ONE_TARGET_PER_PASS: _cat_targets_per_backward(1),
-        CAT_TARGETS_BATCHED: _cat_targets_per_backward(None),
+        CAT_ONE_TARGET_PER_PASS: lambda m, c: attribute_run(
+            CAT(m), c, targets_per_backward=1
+        ),
+        CAT_TARGETS_BATCHED: lambda m, c: attribute_run(
+            CAT(m), c, targets_per_backward=ALL_TARGETS
+        ),
     }
 
 
@@ -154,27 +159,6 @@ def _forward_with_gradients(model: nn.Module, _chunk: Optional[int] = None) -> R
         return output.logits
 
     return run
-
-
-def _cat_targets_per_backward(count: Optional[int]) -> Builder:
-    r"""CAT with ``count`` target steps per backward pass (None: all T in one
-    batched pass), whatever the device would choose."""
-
-    def build(model: nn.Module, chunk: Optional[int] = None) -> Run:
-        method = CAT(model)
-
-        def run(ids: Tensor, mask: Tensor, target: Tensor) -> object:
-            return method.attribute(
-                ids,
-                target=target,
-                additional_forward_args=(mask,),
-                internal_batch_size=chunk,
-                targets_per_backward=count or target.shape[1],
-            )
-
-        return run
-
-    return build
 
 
 def _model(options: argparse.Namespace) -> nn.Module:
