@@ -430,3 +430,21 @@ def test_llama_style_classifiers_reproduce_logits(family):
     position = adapter.tokens.classification_position(ids, mask)
     head = adapter.head_on_every_position(out.hidden_states[-1])
     torch.testing.assert_close(head[torch.arange(3), position], out.logits)
+
+
+@pytest.mark.parametrize("family", CAUSAL_LM_FAMILIES)
+def test_attention_input_modules_are_each_blocks_first_norm(family):
+    model = tiny_causal_lm(family)
+    gpt2 = family == "gpt2"
+    blocks = "transformer.h" if gpt2 else "model.layers"
+    first = "ln_1" if gpt2 else "input_layernorm"
+    modules = get_adapter(model).attention_input_modules()
+    assert modules is not None
+    assert len(modules) == model.config.num_hidden_layers
+    for index, module in enumerate(modules):
+        assert module is model.get_submodule(f"{blocks}.{index}.{first}")
+
+
+@pytest.mark.parametrize("family", POST_LN_FAMILIES)
+def test_a_post_ln_blocks_attention_reads_its_input(family):
+    assert get_adapter(tiny_classifier(family)).attention_input_modules() is None

@@ -180,10 +180,14 @@ class ModelAdapter:
         None where every block's attention reads the block's input
         ``hidden_states[l-1]`` itself (post-LN encoders, whose hidden states
         are LayerNorm outputs)."""
-        if self._family_record.pre_norm is None:
+        paths = self._family_record.pre_norm
+        if paths is None:
             return None
-        layers = range(1, self.num_layers + 1)
-        return [self.pre_norm_parts(layer).norm1.module for layer in layers]
+        blocks = _blocks(self.base_model, self._family_record)
+        return [
+            _named_part(block, paths.norm1, f"{self.family_name} block {index}")
+            for index, block in enumerate(blocks, start=1)
+        ]
 
     def final_norm(self) -> NormParams:
         r"""The norm after the last block of a pre-LN decoder (its output is
