@@ -63,6 +63,7 @@ VARIANT_METHOD_NAMES = (
     "AttCAT row outputs",
     "CAT inputs",
     "AttCAT inputs",
+    "Decoded Grad-CAM hidden state",
     "AttCAT received attention inputs",
     "LogAt with p_t",
     "NormXLogit with p_t",

@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Tuple
 
 import pytest
 import torch
-from captum_ext.attr import AttCAT, CAT, GlobEnc, LogAt, NormXLogit
+from captum_ext.attr import AttCAT, CAT, DecodedLayerGradCam, GlobEnc, LogAt, NormXLogit
 from captum_ext.evaluation.names import (
     check_names,
     GENERATION_METHOD_CHOICES,
@@ -48,6 +48,8 @@ EXPECTED: Dict[str, Tuple[Callable[[nn.Module], Any], Dict[str, str]]] = {
     "AttCAT row outputs": (lambda m: AttCAT(m, alpha="row", layers="outputs"), {}),
     "CAT inputs": (lambda m: CAT(m, layers="inputs"), {}),
     "AttCAT inputs": (lambda m: AttCAT(m, alpha="rollout", layers="inputs"), {}),
+    # tiny_causal_lm has 2 blocks: the benchmark decodes hidden_states[1].
+    "Decoded Grad-CAM hidden state": (lambda m: DecodedLayerGradCam(m, 1), {}),
     "AttCAT received attention inputs": (
         lambda m: AttCAT(m, alpha="received", layers="attention_inputs"),
         {},
@@ -91,3 +93,20 @@ def test_each_variant_is_its_class_with_its_options(name):
         ids, target=target, additional_forward_args=(mask,), **options
     )
     torch.testing.assert_close(explain(ids, mask, target), expected, rtol=0, atol=0)
+
+
+def test_decoded_grad_cam_on_a_causal_lm_reads_the_next_blocks_attention_input():
+    model = tiny_causal_lm("gpt2", dtype=torch.float64)
+    batch = continuation_batch((5, 3, 7), (3, 1, 2), seed=3)
+    ids, mask, target = batch["input_ids"], batch["attention_mask"], batch["target"]
+    explain = METHODS["Decoded Grad-CAM"].build_generation(model, tiny_lm_tokenizer())
+    reads = model.get_submodule("transformer.h.1.ln_1")  # block 2's first norm
+    expected = DecodedLayerGradCam(model, reads).attribute(
+        ids, target=target, additional_forward_args=(mask,)
+    )
+    scores = explain(ids, mask, target)
+    torch.testing.assert_close(scores, expected, rtol=0, atol=0)
+    hidden = DecodedLayerGradCam(model, 1).attribute(
+        ids, target=target, additional_forward_args=(mask,)
+    )
+    assert not torch.allclose(scores, hidden)

@@ -319,8 +319,20 @@ _GLOBENC_VARIANTS = {"GlobEnc": "N_enc", "GlobEnc N_res": "N_res", "GlobEnc N": 
 
 
 def _decoded_own_head(model: nn.Module) -> DecodedLayerGradCam:
-    r"""Decoded Grad-CAM at :func:`decoded_layer` of a causal LM, decoded by
-    the model's own final norm + LM head (nothing fitted)."""
+    r"""Decoded Grad-CAM of a causal LM at what the attention of the block
+    after ``hidden_states[decoded_layer]`` reads (its first norm's output, as
+    CAT's causal-LM default; the residual stream itself below the last
+    block), decoded by the model's own final norm + LM head (nothing
+    fitted)."""
+    layer = decoded_layer(model)
+    reads = get_adapter(model).attention_input_modules()
+    if reads is None or layer >= len(reads):
+        return DecodedLayerGradCam(model, layer)
+    return DecodedLayerGradCam(model, reads[layer])
+
+
+def _decoded_hidden_state(model: nn.Module) -> DecodedLayerGradCam:
+    r"""Decoded Grad-CAM of a causal LM at ``hidden_states[decoded_layer]``."""
     return DecodedLayerGradCam(model, decoded_layer(model))
 
 
@@ -452,6 +464,12 @@ METHOD_VARIANTS: Dict[str, MethodSpec] = {
         ("AttCAT row outputs", "AttCAT", partial(_outputs, alpha="row"), {}),
         ("CAT inputs", "CAT", partial(CAT, layers="inputs"), {}),
         ("AttCAT inputs", "AttCAT", _inputs, {}),
+        (
+            "Decoded Grad-CAM hidden state",
+            "Decoded Grad-CAM",
+            _decoded_hidden_state,
+            {},
+        ),
         (
             "AttCAT received attention inputs",
             "AttCAT",
