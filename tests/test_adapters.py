@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+from dataclasses import replace
+
 import pytest
 import torch
 from captum_ext import get_adapter, UnsupportedModelError
@@ -448,3 +450,10 @@ def test_attention_input_modules_are_each_blocks_first_norm(family):
 @pytest.mark.parametrize("family", POST_LN_FAMILIES)
 def test_a_post_ln_blocks_attention_reads_its_input(family):
     assert get_adapter(tiny_classifier(family)).attention_input_modules() is None
+
+
+def test_a_decoder_without_known_first_norms_is_refused_not_read_as_inputs():
+    adapter = get_adapter(tiny_causal_lm("llama"))
+    adapter._family_record = replace(adapter._family_record, pre_norm=None)
+    with pytest.raises(UnsupportedModelError, match="first norms"):
+        adapter.attention_input_modules()

@@ -179,8 +179,16 @@ class ModelAdapter:
         a pre-LN decoder's first norm (its block input, rescaled per position).
         None where every block's attention reads the block's input
         ``hidden_states[l-1]`` itself (post-LN encoders, whose hidden states
-        are LayerNorm outputs)."""
-        paths = self._family_record.pre_norm
+        are LayerNorm outputs); :class:`UnsupportedModelError` for a decoder
+        whose first norms the adapter does not know."""
+        paths, family = self._family_record.pre_norm, self._family_record
+        if paths is None and family.causal:
+            raise UnsupportedModelError(
+                f"{family.name} is a decoder whose blocks' first norms are not "
+                "in its adapter's pre-LN table, so what each block's attention "
+                "reads is unknown (CAT/AttCAT layers='attention_inputs'); pass "
+                "layers='inputs' or add the family's pre_norm paths"
+            )
         if paths is None:
             return None
         blocks = _blocks(self.base_model, self._family_record)
