@@ -13,6 +13,7 @@ from typing import (
     Callable,
     Dict,
     Iterator,
+    List,
     Mapping,
     Optional,
     Sequence,
@@ -200,6 +201,31 @@ def token_batch(
         input_ids[row, start : start + length] = tokens
         attention_mask[row, start : start + length] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def first_norms(model: transformers.PreTrainedModel) -> List[nn.Module]:
+    r"""Each pre-LN block's first norm, whose output its attention reads, by the
+    Hugging Face names (GPT-2: ``ln_1``; the Llama-style families:
+    ``input_layernorm``), written here independently of the adapter."""
+    gpt2 = model.config.model_type == "gpt2"
+    path = "transformer.h.{}.ln_1" if gpt2 else "model.layers.{}.input_layernorm"
+    layers = range(model.config.num_hidden_layers)
+    return [model.get_submodule(path.format(layer)) for layer in layers]
+
+
+@contextmanager
+def outputs_of(modules: Sequence[nn.Module]) -> Iterator[List[Tensor]]:
+    r"""The outputs of ``modules``, in call order, while the block runs."""
+    outputs: List[Tensor] = []
+    handles = [
+        module.register_forward_hook(lambda _m, _i, out: outputs.append(out))
+        for module in modules
+    ]
+    try:
+        yield outputs
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def is_causal(family: str) -> bool:

@@ -16,6 +16,7 @@ from tests.helpers import (
     ALL_FAMILIES,
     CAUSAL_LM_FAMILIES,
     CLS_ID,
+    first_norms,
     is_causal,
     POST_LN_FAMILIES,
     SEP_ID,
@@ -437,14 +438,11 @@ def test_llama_style_classifiers_reproduce_logits(family):
 @pytest.mark.parametrize("family", CAUSAL_LM_FAMILIES)
 def test_attention_input_modules_are_each_blocks_first_norm(family):
     model = tiny_causal_lm(family)
-    gpt2 = family == "gpt2"
-    blocks = "transformer.h" if gpt2 else "model.layers"
-    first = "ln_1" if gpt2 else "input_layernorm"
     modules = get_adapter(model).attention_input_modules()
     assert modules is not None
-    assert len(modules) == model.config.num_hidden_layers
-    for index, module in enumerate(modules):
-        assert module is model.get_submodule(f"{blocks}.{index}.{first}")
+    expected = first_norms(model)
+    assert len(modules) == len(expected) == model.config.num_hidden_layers
+    assert all(got is norm for got, norm in zip(modules, expected))
 
 
 @pytest.mark.parametrize("family", POST_LN_FAMILIES)

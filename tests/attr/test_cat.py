@@ -8,7 +8,7 @@ from tests.attr.token_method_checks import (
     assert_equals_naive_cat,
     attribute,
 )
-from tests.helpers import tiny_classifier, token_batch
+from tests.helpers import first_norms, outputs_of, tiny_classifier, token_batch
 
 
 @pytest.mark.parametrize("layers", ["inputs", "outputs"])
@@ -43,23 +43,14 @@ def test_a_post_ln_encoders_attention_reads_its_block_inputs(method, family):
 
 def test_a_pre_ln_classifiers_attention_reads_its_first_norms():
     model, batch = tiny_classifier("gpt2", dtype=torch.float64), token_batch()
-    outputs, handles = [], []
-    for layer in range(model.config.n_layer):
-        norm = model.get_submodule(f"transformer.h.{layer}.ln_1")
-        hook = lambda _m, _i, out: outputs.append(out)  # noqa: E731
-        handles.append(norm.register_forward_hook(hook))
-    try:
-        logits = model(
-            batch["input_ids"], attention_mask=batch["attention_mask"]
-        ).logits
-    finally:
-        for handle in handles:
-            handle.remove()
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    with outputs_of(first_norms(model)) as outputs:
+        logits = model(ids, attention_mask=mask).logits
     chosen = logits.gather(1, logits.argmax(1, keepdim=True)).sum()
     grads = torch.autograd.grad(chosen, outputs)
     expected = sum((g * o).sum(-1) for g, o in zip(grads, outputs))
     scores = attribute(CAT(model, layers="attention_inputs"), batch)
-    torch.testing.assert_close(scores, expected * batch["attention_mask"])
+    torch.testing.assert_close(scores, expected * mask)
 
 
 def test_needs_no_attention_weights():

@@ -17,6 +17,8 @@ from torch import nn, Tensor
 from tests.helpers import (
     continuation_batch,
     eager_one_at_a_time,
+    first_norms,
+    outputs_of,
     sdpa_and_eager,
     tiny_causal_lm,
     tiny_classifier,
@@ -164,32 +166,13 @@ def test_cat_logit_is_gradient_of_the_logit_times_hidden_state(family):
     assert not torch.allclose(scores[:, :prompt], log_prob)
 
 
-# Each pre-LN block's first norm, whose output its attention reads.
-FIRST_NORMS = {
-    "gpt2": lambda model: [block.ln_1 for block in model.transformer.h],
-    "llama": lambda model: [block.input_layernorm for block in model.model.layers],
-}
-
-
-def _first_norm_outputs(model, family, joined):
-    r"""The model's output and each block's first norm's output on ``joined``."""
-    outputs, handles = [], []
-    for norm in FIRST_NORMS[family](model):
-        hook = norm.register_forward_hook(lambda _m, _i, out: outputs.append(out))
-        handles.append(hook)
-    try:
-        return model(joined, output_hidden_states=True), outputs
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_attention_inputs_are_gradient_times_each_first_norms_output(family):
     model, batch = _one_example(family)
     prompt, steps = batch["input_ids"].shape[1], batch["target"].shape[1]
     joined = torch.cat([batch["input_ids"], batch["target"][:, :-1]], 1)
-    out, reads = _first_norm_outputs(model, family, joined)
+    with outputs_of(first_norms(model)) as reads:
+        out = model(joined)
     layers = []
     for step in range(steps):
         log_p = out.logits[0, prompt - 1 + step].log_softmax(-1)
