@@ -327,7 +327,7 @@ def _decoded_own_head(model: nn.Module) -> DecodedLayerGradCam:
     layer = decoded_layer(model)
     reads = get_adapter(model).attention_input_modules()
     if reads is None or layer >= len(reads):
-        return DecodedLayerGradCam(model, layer)
+        return _decoded_hidden_state(model)
     return DecodedLayerGradCam(model, reads[layer])
 
 
