@@ -57,10 +57,14 @@ class Factors:
         blocks = partial(attention.probability_blocks, value.dtype)
         return cls(blocks, value, w_out, residual, value.new_ones(batch, pos))
 
+    def _head_sources(self) -> Tensor:
+        r"""``f_h(x_j)`` per head, ``[batch, j, heads, d]``."""
+        return torch.einsum("bjhv,hvd->bjhd", self.value, self.w_out)
+
     def _sources(self) -> Tensor:
         r"""Sources ``[batch, j, k, d]``: ``f_h(x_j)`` per head ``k``; the
         residual, if any, is one more head attending only to itself."""
-        sources = torch.einsum("bjhv,hvd->bjhd", self.value, self.w_out)  # f_h(x_j)
+        sources = self._head_sources()
         if self.residual is None:
             return sources
         return torch.cat([sources, self.residual[:, :, None]], dim=2)
@@ -90,22 +94,48 @@ class Factors:
 
     def norm_blocks(self) -> Iterator[Tuple[int, Tensor]]:
         r"""``||vector_ij||`` a block of receiving rows at a time: ``(first row,
-        [batch, rows, pos])``, from per-source Gram matrices,
-        ``||sum_k w_k s_k||^2 = sum_kl w_k w_l <s_k, s_l>``: O(n^2 heads^2) work;
-        memory O(n heads^2) plus one block (O(rows n heads)) instead of O(n^2 d)."""
-        sources = self._sources()
-        gram = sources @ sources.transpose(-1, -2)  # [batch, j, k, k]
-        for start, block in self.attention():
-            weights = self._weights(start, block)  # [batch, j, rows, k]
+        [batch, rows, pos])``, from per-source Gram matrices of the heads,
+        ``||sum_h w_h s_h||^2 = sum_hk w_h w_k <s_h, s_k>``: O(n^2 heads^2) work;
+        memory O(n heads^2) plus one block (O(rows n heads)) instead of O(n^2 d).
+        The residual adds to the ``n`` vectors with ``i = j`` only, ``2 sum_h w_h
+        <s_h, r_j> + ||r_j||^2``, so the blocks carry the heads alone."""
+        heads = self._head_sources()  # [batch, j, heads, d]
+        gram = heads @ heads.transpose(-1, -2)  # [batch, j, heads, heads]
+        own = self._own_terms(heads)  # ([batch, j, heads], [batch, j]) or None
+        for start, block in self.attention():  # block: [batch, heads, rows, pos]
+            weights = block.permute(0, 3, 2, 1).contiguous()  # [batch, j, rows, heads]
             # In place: the block's temporaries are what grows with the rows.
             squared = (weights @ gram).mul_(weights).sum(-1).transpose(1, 2)
+            if own is not None:
+                _add_own_terms(squared, block, start, *own)
             scale = self.scale[:, start : start + squared.shape[1], None]
             yield start, scale * squared.clamp(min=0).sqrt()  # [batch, rows, j]
+
+    def _own_terms(self, heads: Tensor) -> Optional[Tuple[Tensor, Tensor]]:
+        r"""For the residual of source ``j``: ``(2 <s_h, r_j>`` ``[batch, j,
+        heads]``, ``||r_j||^2`` ``[batch, j])``; None without a residual."""
+        if self.residual is None:
+            return None
+        cross = 2 * (heads @ self.residual[..., None]).squeeze(-1)
+        return cross, self.residual.pow(2).sum(-1)
 
     def norms(self) -> Tensor:
         r"""Every ``||vector_ij||``, ``[batch, pos, pos]`` (:meth:`norm_blocks`
         joined)."""
         return torch.cat([block for _, block in self.norm_blocks()], dim=1)
+
+
+def _add_own_terms(
+    squared: Tensor, block: Tensor, start: int, cross: Tensor, own: Tensor
+) -> None:
+    r"""Adds, in place, the residual's terms to the squared norms
+    ``squared[:, r, start + r]`` (``[batch, rows, pos]``) of the block's rows
+    ``start ..``, whose attention is ``block`` ``[batch, heads, rows, pos]``."""
+    rows = squared.shape[1]
+    diagonal = block.diagonal(offset=start, dim1=2, dim2=3)  # [batch, heads, rows]
+    sources = slice(start, start + rows)
+    terms = (diagonal.transpose(1, 2) * cross[:, sources]).sum(-1) + own[:, sources]
+    squared.diagonal(offset=start, dim1=1, dim2=2).add_(terms)  # [batch, rows]
 
 
 def single_call(store: List[Tensor], name: str, layer: int) -> Tensor:
