@@ -31,7 +31,15 @@ other work on a shared machine only delays a run). One thread by default.
 Targets (a PASS or "not met on this machine" line each): CAT's and AttCAT's
 peak at most 4x the forward's at every length and growing at most 2.3x per
 doubling; their time ratio within +-25 % of its value at the shortest length;
-GlobEnc's peak at most 6x the forward's.
+GlobEnc's peak at most 6x the forward's. Beside them, where the row "T
+gradients, plain autograd" ran, CAT's and AttCAT's time over that row's at
+every length (at most 1.25x): the row is gradient x input at the embeddings of
+each target step by plain autograd, one backward pass per step after one
+forward that keeps its graph, the floor of any exact per-target gradient
+method; CAT and AttCAT take the same passes to each block's attention input.
+Its own time ratio grows with the prompt as backward passes through attention
+cost more forwards than those through a linear layer: where CAT's and AttCAT's
+growth comes from.
 
 On a GPU (``--device cuda``) every cell runs in one process (the caching
 allocator's ``max_memory_allocated`` is exact per call, and building a large
@@ -82,6 +90,7 @@ from benchmarks.common import (
     random_llama,
     Run,
 )
+from captum_ext.adapters import get_adapter
 from captum_ext.attr import AttentionRollout, CAT, LastLayerAttention
 from torch import nn, Tensor
 
@@ -99,6 +108,9 @@ LLAMA_7B: Dict[str, Any] = dict(
     vocab_size=32000,
 )
 FORWARD_WITH_GRADIENTS = "forward with gradients"
+# Gradient x input of each target step by plain autograd: the T backward passes
+# every exact per-target gradient method pays, with no method around them.
+PLAIN_GRADIENTS = "T gradients, plain autograd"
 # CAT's two choices of target steps per backward pass, beside its default (one
 # per pass on a CPU, batched on an accelerator): rows to request on the CPU,
 # the other choice shown on an accelerator.
@@ -116,6 +128,8 @@ TARGETS = (
     (("CAT", "AttCAT"), 4.0, 2.3, 0.25),
     (("GlobEnc",), 6.0, None, None),
 )
+# CAT's and AttCAT's time over the T plain gradients' (their floor), at most.
+OVER_PLAIN_GRADIENTS = 1.25
 
 
 def builders() -> Dict[str, Builder]:
@@ -132,6 +146,7 @@ def builders() -> Dict[str, Builder]:
         CAT_TARGETS_BATCHED: lambda m, c: attribute_run(
             CAT(m), c, targets_per_backward=ALL_TARGETS
         ),
+        PLAIN_GRADIENTS: _plain_gradients,
     }
 
 
@@ -157,6 +172,36 @@ def _forward_with_gradients(model: nn.Module, _chunk: Optional[int] = None) -> R
                 logits_to_keep=target.shape[1],
             )
         return output.logits
+
+    return run
+
+
+def _plain_gradients(model: nn.Module, _chunk: Optional[int] = None) -> Run:
+    r"""Gradient x input of each target step's log-probability at the input
+    embeddings, one backward pass per step after one forward pass that keeps
+    its graph: the cost of ``T`` exact per-target gradients, the floor under
+    CAT and AttCAT (which take the same ``T`` passes to each block's attention
+    input)."""
+    embedding = get_adapter(model).word_embeddings()
+
+    def run(ids: Tensor, mask: Tensor, target: Tensor) -> object:
+        joined, joined_mask = _teacher_forced(ids, mask, target)
+        steps = target.shape[1]
+        with torch.enable_grad():
+            embeds = embedding(joined).detach().requires_grad_()  # [1, pos, d]
+            logits = model(
+                inputs_embeds=embeds,
+                attention_mask=joined_mask,
+                logits_to_keep=steps,
+            ).logits  # [1, T, vocab]
+            chosen = logits.log_softmax(-1).gather(-1, target[..., None])  # [1, T, 1]
+            scores = []
+            for step in range(steps):
+                (gradient,) = torch.autograd.grad(
+                    chosen[:, step].sum(), embeds, retain_graph=step < steps - 1
+                )  # [1, P + T - 1, d_model]
+                scores.append((gradient * embeds.detach()).sum(-1))
+        return torch.stack(scores, 1)  # [1, T, P + T - 1]
 
     return run
 
@@ -373,7 +418,22 @@ def verdicts(
                         time_spread,
                     )
                 )
+                lines += _over_plain_gradients(name, rows, results)
     return lines
+
+
+def _over_plain_gradients(
+    name: str, rows: List[Dict[str, Any]], results: Dict[str, List[Dict[str, Any]]]
+) -> List[str]:
+    r"""The method's time over the :data:`PLAIN_GRADIENTS` row's at every
+    length, where that row ran: what the method adds to the ``T`` exact
+    gradients it cannot do without (none where the row is absent or failed)."""
+    floor = results.get(PLAIN_GRADIENTS, [])
+    if not floor or any("error" in row for row in floor):
+        return []
+    over = [_ratio(r["seconds"], f["seconds"]) for r, f in zip(rows, floor)]
+    target = f"time / {PLAIN_GRADIENTS}'s <= {OVER_PLAIN_GRADIENTS}"
+    return [_verdict(name, target, [x for x in over if x], OVER_PLAIN_GRADIENTS)]
 
 
 def _verdict(name: str, target: str, values: Sequence[float], limit: float) -> str:

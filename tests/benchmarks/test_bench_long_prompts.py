@@ -9,6 +9,8 @@ import pytest
 import torch
 from benchmarks import bench_long_prompts as bench
 from benchmarks.common import continuation
+from captum.attr import InputXGradient
+from captum_ext.adapters import get_adapter
 from captum_ext.attr import CAT
 
 TINY = ["--layers", "1", "--hidden", "32", "--vocab", "256"]
@@ -97,6 +99,41 @@ def test_cat_rows_of_either_choice_equal_cat() -> None:
         torch.testing.assert_close(scores, expected, rtol=1e-12, atol=1e-15)
 
 
+def test_plain_gradients_row_is_captums_input_x_gradient_per_target_step() -> None:
+    # The floor row: per target step, gradient x input of that step's
+    # log-probability at the input embeddings, as Captum's InputXGradient gives
+    # it on a forward function of the embeddings.
+    options = argparse.Namespace(
+        lengths=[12], steps=3, device="cpu", dtype="float64", shape="small"
+    )
+    options.layers, options.hidden, options.vocab = 2, 32, 256
+    model = bench._model(options)
+    data = continuation(model, 1, 12, 3)
+    ids, target = data["ids"], data["target"]
+    joined = torch.cat([ids, target[:, :-1]], 1)  # [1, P + T - 1]
+    embeds = get_adapter(model).word_embeddings()(joined).detach().requires_grad_()
+
+    def log_prob(step: int) -> Any:
+        position = ids.shape[1] - 1 + step
+        return lambda x: model(inputs_embeds=x).logits[:, position].log_softmax(-1)
+
+    expected = torch.stack(
+        [
+            InputXGradient(log_prob(step))
+            .attribute(embeds, target=int(target[0, step]))
+            .sum(-1)
+            for step in range(3)
+        ],
+        1,
+    )  # [1, T, P + T - 1]
+    scores = bench.builders()[bench.PLAIN_GRADIENTS](model, None)(
+        ids, data["mask"], target
+    )
+    assert isinstance(scores, torch.Tensor)
+    assert scores[0, 0, ids.shape[1] :].abs().max() == 0  # causal: none later
+    torch.testing.assert_close(scores, expected, rtol=1e-10, atol=1e-12)
+
+
 def _result(peak: float, seconds: float) -> Dict[str, Any]:
     return {"peak_mib": peak, "seconds": seconds, "exact": True}
 
@@ -123,6 +160,24 @@ def test_verdicts_from_the_numbers() -> None:
         "not met on this machine",
         "GlobEnc: n/a (a run failed)",
     ]
+
+
+def test_verdicts_over_the_plain_gradients_where_that_row_ran() -> None:
+    lengths = [512, 2048]
+    results = {
+        "forward": [_result(10, 1), _result(40, 4)],
+        bench.PLAIN_GRADIENTS: [_result(25, 16), _result(100, 80)],
+        # 1.0x and 1.1x the plain gradients' time: within its 1.25x
+        "CAT": [_result(30, 16), _result(120, 88)],
+        # 1.5x at 2,048 tokens
+        "AttCAT": [_result(30, 16), _result(120, 120)],
+    }
+    lines = bench.verdicts(results, lengths)
+    floor = "time / T gradients, plain autograd's <= 1.25"
+    assert f"CAT: {floor}: worst 1.10: PASS" in lines
+    assert f"AttCAT: {floor}: worst 1.50: not met on this machine" in lines
+    results[bench.PLAIN_GRADIENTS][1] = {"error": "worker exited with 9"}
+    assert not any(floor in line for line in bench.verdicts(results, lengths))
 
 
 def test_growth_per_doubling_over_uneven_steps() -> None:
