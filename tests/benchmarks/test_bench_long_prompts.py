@@ -3,7 +3,7 @@ model, workers in this process) and judges its targets from the numbers."""
 
 import argparse
 import json
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 import torch
@@ -12,6 +12,7 @@ from benchmarks.common import continuation
 from captum.attr import InputXGradient
 from captum_ext.adapters import get_adapter
 from captum_ext.attr import CAT
+from torch import nn
 
 TINY = ["--layers", "1", "--hidden", "32", "--vocab", "256"]
 
@@ -79,15 +80,23 @@ def test_a_method_that_raises_is_reported_not_measured(
     }
 
 
-def test_cat_rows_of_either_choice_equal_cat() -> None:
-    # The rows "CAT, targets batched" and "CAT, 1 target per backward" are CAT's
-    # scores with all T steps in one backward pass, or one step per pass.
+def _float64_model_and_continuation(
+    prompt: int, steps: int
+) -> Tuple[nn.Module, Dict[str, torch.Tensor]]:
+    r"""The script's model (2 layers x 32, vocabulary 256) in float64 and one
+    ``prompt``-token prompt with ``steps`` target ids."""
     options = argparse.Namespace(
-        lengths=[24], steps=3, device="cpu", dtype="float64", shape="small"
+        lengths=[prompt], steps=steps, device="cpu", dtype="float64", shape="small"
     )
     options.layers, options.hidden, options.vocab = 2, 32, 256
     model = bench._model(options)
-    data = continuation(model, 1, 24, 3)
+    return model, continuation(model, 1, prompt, steps)
+
+
+def test_cat_rows_of_either_choice_equal_cat() -> None:
+    # The rows "CAT, targets batched" and "CAT, 1 target per backward" are CAT's
+    # scores with all T steps in one backward pass, or one step per pass.
+    model, data = _float64_model_and_continuation(24, 3)
     expected = CAT(model).attribute(
         data["ids"], target=data["target"], additional_forward_args=(data["mask"],)
     )  # [1, T, P]
@@ -103,12 +112,7 @@ def test_plain_gradients_row_is_captums_input_x_gradient_per_target_step() -> No
     # The floor row: per target step, gradient x input of that step's
     # log-probability at the input embeddings, as Captum's InputXGradient gives
     # it on a forward function of the embeddings.
-    options = argparse.Namespace(
-        lengths=[12], steps=3, device="cpu", dtype="float64", shape="small"
-    )
-    options.layers, options.hidden, options.vocab = 2, 32, 256
-    model = bench._model(options)
-    data = continuation(model, 1, 12, 3)
+    model, data = _float64_model_and_continuation(12, 3)
     ids, target = data["ids"], data["target"]
     joined = torch.cat([ids, target[:, :-1]], 1)  # [1, P + T - 1]
     embeds = get_adapter(model).word_embeddings()(joined).detach().requires_grad_()
