@@ -102,7 +102,10 @@ class AttentionInputs:
         ``max_elements`` (default :data:`BLOCK_ELEMENTS` on the CPU,
         :data:`ACCELERATOR_BLOCK_ELEMENTS` elsewhere) probabilities, computed
         in ``dtype`` without gradients; a query row that may attend no key (left
-        padding) is all zeros.
+        padding) is all zeros. Under causality without a 4-d mask a block
+        computes only the keys its rows may reach (the keys after them are
+        zeros): over a long prompt about half the products and softmax of
+        every row against every key.
         """
         if self.probabilities is not None:
             yield 0, self.probabilities.to(dtype)
@@ -121,39 +124,57 @@ class AttentionInputs:
 
     def _block(self, query: Tensor, key: Tensor, start: int) -> Tensor:
         scaling = self.scaling if self.scaling is not None else query.shape[-1] ** -0.5
+        rows, keys = query.shape[2], key.shape[2]
+        reach = self._reach(start + rows, keys)
         # In place wherever possible: one block and its softmax at a time.
-        scores = (query @ key.transpose(-1, -2)).mul_(scaling)  # [b, heads, rows, k]
+        scores = query @ key[:, :, :reach].transpose(-1, -2)  # [b, heads, rows, reach]
+        scores = scores.mul_(scaling)
         if self.softcap is not None:
             scores = scores.div_(self.softcap).tanh_().mul_(self.softcap)
-        allowed = self._allowed(start, query.shape[2], key.shape[2], scores.device)
+        allowed = self._allowed(start, rows, keys, reach)
         mask = self.mask
         if mask is not None and mask.dim() == 4 and not _is_bool(mask):
-            scores += _mask_rows(mask, start, query.shape[2]).to(scores.dtype)
+            scores += _mask_rows(mask, start, rows).to(scores.dtype)
         scores = scores.masked_fill_(~allowed, float("-inf"))
         probabilities = torch.softmax(scores, dim=-1)
         del scores
         # A row that may attend no key gives NaN (0/0): it reads nothing.
-        return probabilities.nan_to_num_(nan=0.0)
+        probabilities = probabilities.nan_to_num_(nan=0.0)
+        if reach == keys:
+            return probabilities
+        return nn.functional.pad(probabilities, (0, keys - reach))  # [.., rows, k]
 
-    def _allowed(self, start: int, rows: int, keys: int, device: Any) -> Tensor:
-        r"""Which keys each query row of the block may attend, ``[b|1, h|1,
-        rows, k]``: the 4-d mask as given, else causality (bottom-right aligned,
-        as with a cache), the sliding window and a 2-d key padding mask."""
+    def _reach(self, stop: int, keys: int) -> int:
+        r"""How many leading keys the query rows before ``stop`` may attend at
+        most: under causality (without a 4-d mask, which says for itself) no
+        row sees a key after its own position, so a block of early rows skips
+        the later keys' products and softmax; all ``keys`` otherwise."""
+        mask = self.mask
+        if not self.causal or (mask is not None and mask.dim() == 4):
+            return keys
+        return min(keys, stop + keys - self.query.shape[2])  # type: ignore[union-attr]
+
+    def _allowed(self, start: int, rows: int, keys: int, reach: int) -> Tensor:
+        r"""Which of the first ``reach`` keys each query row of the block may
+        attend, ``[b|1, h|1, rows, reach]``: the 4-d mask as given, else
+        causality (bottom-right aligned, as with a cache), the sliding window
+        and a 2-d key padding mask."""
         mask = self.mask
         if mask is not None and mask.dim() == 4:
             block = _mask_rows(mask, start, rows)
             return block if _is_bool(block) else block > torch.finfo(block.dtype).min
+        device = self.query.device  # type: ignore[union-attr]
         query_pos = torch.arange(start, start + rows, device=device)[:, None]
         query_pos = query_pos + (keys - self.query.shape[2])  # type: ignore[union-attr]
-        key_pos = torch.arange(keys, device=device)[None, :]
-        allowed = torch.ones(rows, keys, dtype=torch.bool, device=device)
+        key_pos = torch.arange(reach, device=device)[None, :]
+        allowed = torch.ones(rows, reach, dtype=torch.bool, device=device)
         if self.causal:
             allowed = allowed & (key_pos <= query_pos)
         if self.sliding_window is not None:
             allowed = allowed & (query_pos - key_pos < self.sliding_window)
         allowed = allowed[None, None]
         if mask is not None:  # [batch, k] key padding (flash kernels)
-            allowed = allowed & mask.bool()[:, None, None, :]
+            allowed = allowed & mask.bool()[:, None, None, :reach]
         return allowed
 
 

@@ -181,6 +181,38 @@ def test_key_padding_mask_of_flash_kernels_equals_the_4d_mask():
     torch.testing.assert_close(a[0, :, 2:].sum(-1), torch.ones(4, 3, dtype=a.dtype))
 
 
+@pytest.mark.parametrize("window", (None, 3), ids=("causal", "sliding-window"))
+@pytest.mark.parametrize("padding", (False, True), ids=("no-mask", "key-padding"))
+def test_causal_row_blocks_skip_later_keys_and_equal_the_4d_mask(window, padding):
+    # 6 query rows after 3 cached keys (bottom-right aligned); blocks of one row
+    # compute only the keys their row may reach, the rest are zeros.
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(2, 4, 6, 8, generator=generator, dtype=torch.float64)
+    key = torch.randn(2, 2, 9, 8, generator=generator, dtype=torch.float64)
+    keys = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1, 1], [1] * 9])
+    query_pos = torch.arange(3, 9)[:, None]
+    allowed = torch.arange(9)[None] <= query_pos  # [6, 9]
+    if window is not None:
+        allowed &= query_pos - torch.arange(9)[None] < window
+    mask = keys if padding else None
+    four_d = (
+        allowed[None, None]
+        & (keys if padding else torch.ones_like(keys)).bool()[:, None, None, :]
+    )
+    options = dict(query=query, key=key, causal=True, sliding_window=window)
+    blocked = AttentionInputs(mask=mask, **options)
+    assert [blocked._reach(stop, 9) for stop in (1, 4, 6)] == [4, 7, 9]
+    rows = blocked.probability_blocks(torch.float64, max_elements=2 * 4 * 9)
+    got = torch.cat([block for _, block in rows], dim=2)  # [2, 4, 6, 9]
+    _, expected = next(
+        AttentionInputs(query=query, key=key, mask=four_d).probability_blocks(
+            torch.float64
+        )
+    )
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=0)
+    assert bool((got[..., ~allowed] == 0).all())
+
+
 def test_attention_outside_the_interface_is_named():
     model = tiny_classifier("deberta-v2")
     model.config._attn_implementation = "sdpa"  # DeBERTa computes attention itself
