@@ -289,15 +289,18 @@ def table(options: argparse.Namespace) -> Dict[str, List[Dict[str, Any]]]:
     lengths = options.lengths
     names = ["forward", *options.methods]
     results: Dict[str, List[Dict[str, Any]]] = {}
-    print(f"{'':<20} {'tokens':>6} {'peak':>9} {'peak':>6} {'peak':>6} {'time':>7}")
-    print(f"{'':<20} {'':>6} {'MiB':>9} {'x fwd':>6} {'per 2x':>6} {'x fwd':>7}")
+    width = max(map(len, names))
+    print(
+        f"{'':<{width}} {'tokens':>6} {'peak':>9} {'peak':>6} {'peak':>6} {'time':>7}"
+    )
+    print(f"{'':<{width}} {'':>6} {'MiB':>9} {'x fwd':>6} {'per 2x':>6} {'x fwd':>7}")
     for name in names:
         results[name] = [_measure(name, length, options) for length in lengths]
         peaks = [result.get("peak_mib") for result in results[name]]
         growth = _growth(peaks, lengths)
         for length, result, step in zip(lengths, results[name], growth):
             unit = results["forward"][lengths.index(length)]
-            print(f"{name:<20} {length:>6} {_cells(result, unit, step)}")
+            print(f"{name:<{width}} {length:>6} {_cells(result, unit, step)}")
     if not all(r.get("exact", True) for rows in results.values() for r in rows):
         print("note: /proc/self/clear_refs unavailable, peaks are ru_maxrss deltas")
     return results
@@ -311,6 +314,7 @@ def device_table(options: argparse.Namespace) -> Dict[str, List[Dict[str, Any]]]
     runs = {**builders(), FORWARD_WITH_GRADIENTS: _forward_with_gradients}
     names = ["forward", FORWARD_WITH_GRADIENTS, *options.methods]
     results: Dict[str, List[Dict[str, Any]]] = {name: [] for name in names}
+    width = max(map(len, names))
     start = time.perf_counter()
     for length in options.lengths:
         data = _on_device(continuation(model, 1, length, options.steps), options)
@@ -324,7 +328,7 @@ def device_table(options: argparse.Namespace) -> Dict[str, List[Dict[str, Any]]]
                 result = _device_cell(runs[name](model, None), warm, data, options)
             results[name].append(result)
             unit = results["forward"][-1]
-            print(f"{name:<22} {length:>6} {_cells(result, unit, '')}", flush=True)
+            print(f"{name:<{width}} {length:>6} {_cells(result, unit, '')}", flush=True)
     return results
 
 
