@@ -44,7 +44,7 @@ import torch
 from torch import nn, Tensor
 from torch.utils.hooks import RemovableHandle
 
-__all__ = ["HookSet", "eval_semantics", "gradients_from", "model_lock"]
+__all__ = ["HookSet", "eval_semantics", "gradients_from", "model_lock", "single_call"]
 
 
 class HookSet:
@@ -112,6 +112,18 @@ class HookSet:
             return None
 
         self.forward(module, hook)
+
+
+def single_call(store: List[Tensor], method: str, what: str) -> Tensor:
+    r"""The one tensor a :class:`HookSet` capture ``store`` received in one
+    forward pass; a clear error naming ``method`` and the captured ``what``
+    where the model ran that module more or less than once."""
+    if len(store) != 1:
+        raise RuntimeError(
+            f"{method} expected one call of {what} per forward pass, "
+            f"saw {len(store)}; the model reuses or skips the module"
+        )
+    return store[0]
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import GradientAttribution
 from torch import nn, Tensor
 
-from captum_ext._utils.hooks import gradients_from, HookSet
+from captum_ext._utils.hooks import gradients_from, HookSet, single_call
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.positive_int import check_positive_int
@@ -348,7 +348,10 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         self, hidden_states: Tuple[Tensor, ...], reads: Optional[List[List[Tensor]]]
     ) -> Tuple[Tensor, ...]:
         if reads is not None:
-            return tuple(_read_once(store, block) for block, store in enumerate(reads))
+            return tuple(
+                single_call(store, "CAT", f"block {block}'s attention input")
+                for block, store in enumerate(reads, start=1)
+            )
         if self.layers == "outputs":
             return tuple(hidden_states[1:])
         # "inputs", and "attention_inputs" where attention reads the block input
@@ -371,15 +374,6 @@ def _grad_times_hidden(hidden: Tuple[Tensor, ...], grads: Tuple[Tensor, ...]) ->
     return torch.stack(
         [(g.to(dtype) * h.to(dtype)).sum(-1) for g, h in zip(grads, hidden)], dim=1
     )
-
-
-def _read_once(store: List[Tensor], block: int) -> Tensor:
-    if len(store) != 1:
-        raise RuntimeError(
-            f"block {block + 1}'s attention input was computed {len(store)} times "
-            "in one forward pass; layers='attention_inputs' needs exactly one"
-        )
-    return store[0]
 
 
 def _gather_ids(logits: Tensor, ids: Tensor) -> Tensor:

@@ -24,7 +24,7 @@ from typing import List, Tuple
 import torch
 from torch import Tensor
 
-from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.hooks import HookSet, single_call
 from captum_ext._utils.model_forward import run_model
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import (
@@ -34,7 +34,7 @@ from captum_ext.adapters import (
     PreNormParts,
     UnsupportedModelError,
 )
-from captum_ext.attr._utils.norm_decomposition import Factors, single_call, through_norm
+from captum_ext.attr._utils.norm_decomposition import Factors, through_norm
 
 __all__ = [
     "DECODER_VARIANTS",
@@ -103,17 +103,21 @@ def capture_decoder(
             adapter, batch, attentions=capture.output_attentions, classifier=False
         )
     attention = capture.layers(output)
-    states = [single_call(s, "stream", k) for k, s in enumerate(stream)]
+    states = [
+        single_call(s, "GlobEnc", f"block {k}'s stream") for k, s in enumerate(stream)
+    ]
     layers = []
     for k, part in enumerate(parts):
         block = k + 1
         attention_out, middle, mlp_out = (
-            single_call(s, name, block)
+            single_call(s, "GlobEnc", f"block {block}'s {name}")
             for s, name in zip(sublayers[k], ("attention output", "norm2", "MLP"))
         )
         _check_sequential(adapter, block, batch, (states[k], attention_out, middle))
         _check_sequential(adapter, block, batch, (middle, mlp_out, states[block]))
-        value = part.values(single_call(values[k], "value projection", block))
+        value = part.values(
+            single_call(values[k], "GlobEnc", f"block {block}'s value projection")
+        )
         layers.append(DecoderLayer(states[k], attention[k], value, states[block]))
     return output.logits, layers
 

@@ -9,12 +9,12 @@ from typing import List, Tuple
 
 from torch import Tensor
 
-from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.hooks import HookSet, single_call
 from captum_ext._utils.model_forward import run_model
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import AttentionInputs, BlockParts, ModelAdapter, NormParams
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
-from captum_ext.attr._utils.norm_decomposition import Factors, single_call, through_norm
+from captum_ext.attr._utils.norm_decomposition import Factors, through_norm
 
 __all__ = [
     "EncoderLayer",
@@ -62,9 +62,9 @@ def capture_encoder(
         EncoderLayer(
             output.hidden_states[k],
             attention[k],
-            single_call(values[k], "value projection", layer),
-            single_call(pre_ln1[k], "first LayerNorm", layer),
-            single_call(pre_ln2[k], "second LayerNorm", layer),
+            single_call(values[k], "GlobEnc", f"block {layer}'s value projection"),
+            single_call(pre_ln1[k], "GlobEnc", f"block {layer}'s first LayerNorm"),
+            single_call(pre_ln2[k], "GlobEnc", f"block {layer}'s second LayerNorm"),
         )
         for k, layer in enumerate(blocks)
     ]

@@ -6,7 +6,7 @@ the post-LN encoder and the pre-LN decoder decompositions
 
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -14,7 +14,7 @@ from torch import Tensor
 from captum_ext.adapters import AttentionInputs
 from captum_ext.attr._utils.rollout import RowBlocks
 
-__all__ = ["Factors", "single_call", "through_norm"]
+__all__ = ["Factors", "through_norm"]
 
 
 @dataclass
@@ -136,17 +136,6 @@ def _add_own_terms(
     sources = slice(start, start + rows)
     terms = (diagonal.transpose(1, 2) * cross[:, sources]).sum(-1) + own[:, sources]
     squared.diagonal(offset=start, dim1=1, dim2=2).add_(terms)  # [batch, rows]
-
-
-def single_call(store: List[Tensor], name: str, layer: int) -> Tensor:
-    r"""The one tensor a hook captured from block ``layer``'s ``name`` in one
-    forward pass."""
-    if len(store) != 1:
-        raise RuntimeError(
-            f"GlobEnc expected one call of block {layer}'s {name} per forward pass, "
-            f"saw {len(store)}; the model reuses or skips the module"
-        )
-    return store[0]
 
 
 def _centred(vectors: Tensor) -> Tensor:
