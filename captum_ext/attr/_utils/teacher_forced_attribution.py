@@ -226,15 +226,13 @@ def _backward_passes(
         group = steps[:per_pass]
         try:
             grads = _batched_gradients(objectives, wrt, group)
-        except torch.OutOfMemoryError:
+        except RuntimeError as error:  # OutOfMemoryError is one
             if not adapt or len(group) == 1:
                 raise
-            per_pass = len(group) // 2
-            continue
-        except RuntimeError:
-            if not adapt or len(group) == 1:
-                raise
-            per_pass = 1  # one step per pass needs no batching rule
+            # Half the steps where they did not fit; one step per pass, which
+            # needs no batching rule, where the pass could not be batched.
+            out_of_memory = isinstance(error, torch.OutOfMemoryError)
+            per_pass = len(group) // 2 if out_of_memory else 1
             continue
         steps = steps[len(group) :]
         for index in range(len(group)):
