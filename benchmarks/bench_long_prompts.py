@@ -90,8 +90,10 @@ from benchmarks.common import (
     random_llama,
     Run,
 )
+from captum_ext._utils.teacher_forcing import predicted_log_probs
 from captum_ext.adapters import get_adapter
 from captum_ext.attr import AttentionRollout, CAT, LastLayerAttention
+from captum_ext.attr._utils.teacher_forced_attribution import target_gradients
 from torch import nn, Tensor
 
 MODULE = "benchmarks.bench_long_prompts"
@@ -194,13 +196,12 @@ def _plain_gradients(model: nn.Module, _chunk: Optional[int] = None) -> Run:
                 attention_mask=joined_mask,
                 logits_to_keep=steps,
             ).logits  # [1, T, vocab]
-            chosen = logits.log_softmax(-1).gather(-1, target[..., None])  # [1, T, 1]
-            scores = []
-            for step in range(steps):
-                (gradient,) = torch.autograd.grad(
-                    chosen[:, step].sum(), embeds, retain_graph=step < steps - 1
-                )  # [1, P + T - 1, d_model]
-                scores.append((gradient * embeds.detach()).sum(-1))
+            log_probs = predicted_log_probs(logits, target)  # [1, T]
+        every_step = torch.ones_like(target, dtype=torch.bool)
+        gradients = target_gradients(
+            log_probs, (embeds,), every_step, targets_per_backward=1
+        )  # T x ([1, P + T - 1, d_model],)
+        scores = [(gradient * embeds.detach()).sum(-1) for (gradient,) in gradients]
         return torch.stack(scores, 1)  # [1, T, P + T - 1]
 
     return run
