@@ -34,6 +34,7 @@ SKIP_TOKENS = [1]  # skip the special token for the start of the text <s>
 TEMPLATE = "{} sat on {} , {} and was a {} . {} like"
 VALUES = ["the cat", "a mat", "red", "dog", "you"]
 
+
 def tutorial_tokens(llm_attr, tokenizer):
     inp = TextTokenInput(EVAL_PROMPT, tokenizer, skip_tokens=SKIP_TOKENS)
     return llm_attr.attribute(inp, target=TARGET, skip_tokens=SKIP_TOKENS)
@@ -73,9 +74,7 @@ def tutorial_product_baselines(llm_attr, tokenizer):
         baselines=baselines,
         mask={"name": 0, "city": 1, "state": 1, "occupation": 2, "pronoun": 0},
     )
-    return llm_attr.attribute(
-        inp, target=TARGET, skip_tokens=SKIP_TOKENS, num_trials=3
-    )
+    return llm_attr.attribute(inp, target=TARGET, skip_tokens=SKIP_TOKENS, num_trials=3)
 
 
 def prompt_fn(*examples):
@@ -152,7 +151,7 @@ METHODS = {
 }
 
 
-class TeacherForcedLLMAttribution(LLMAttribution):  # type: ignore[misc]
+class TeacherForcedLLMAttribution(LLMAttribution):
     r"""Captum's ``LLMAttribution`` with ``use_cached_outputs=False`` by default:
     its cached decoding disagrees with teacher forcing on transformers 5."""
 
@@ -242,11 +241,14 @@ def test_an_empty_value_is_a_zero_column(model, tokenizer) -> None:
     assert bool((result.token_attr[:, [0, 2, 3]] != 0).all())
     text = prompt_fn("the cat was big", "", "a dog ran", "i like red")
     tokens = llm_attr.attribute(
-        text, target=torch.tensor([tokenizer.convert_tokens_to_ids(result.output_tokens)])
+        text,
+        target=torch.tensor([tokenizer.convert_tokens_to_ids(result.output_tokens)]),
     ).token_attr
     # <s> what hello , the cat was big , a dog ran , i like red . is ...
     expected = [tokens[:, 4:8].sum(1), tokens[:, 9:12].sum(1), tokens[:, 13:16].sum(1)]
-    torch.testing.assert_close(result.token_attr[:, [0, 2, 3]], torch.stack(expected, 1))
+    torch.testing.assert_close(
+        result.token_attr[:, [0, 2, 3]], torch.stack(expected, 1)
+    )
 
 
 @pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
@@ -379,7 +381,8 @@ def test_a_keyword_of_captums_methods_names_the_wrapped_method(
     llm_attr = LLMTokenAttribution(AttCAT(model), tokenizer)
     message = f"{keyword} is not a keyword of AttCAT.attribute\\(\\); .*{owners}"
     with pytest.raises(TypeError, match=message):
-        llm_attr.attribute(EVAL_PROMPT, target="it", **{keyword: 3})
+        keywords: Dict[str, Any] = {keyword: 3}
+        llm_attr.attribute(EVAL_PROMPT, target="it", **keywords)
 
 
 def test_attribute_future_is_not_implemented_as_in_captum(model, tokenizer) -> None:

@@ -87,7 +87,11 @@ def check_keywords(method: Any, keywords: Mapping[str, Any]) -> None:
 
 
 def _captum_methods_taking(keyword: str) -> List[str]:
-    methods = LLMAttribution.SUPPORTED_METHODS + LLMGradientAttribution.SUPPORTED_METHODS
+    methods = (
+        LLMAttribution.SUPPORTED_METHODS + LLMGradientAttribution.SUPPORTED_METHODS
+    )
     return [
-        m.__name__ for m in methods if keyword in inspect.signature(m.attribute).parameters
+        m.__name__
+        for m in methods
+        if keyword in inspect.signature(m.attribute).parameters
     ]

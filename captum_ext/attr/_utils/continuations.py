@@ -96,8 +96,9 @@ def generation_args(
 ) -> Dict[str, Any]:
     r"""The keywords of ``model.generate``: ``gen_args``, or Captum's defaults
     (greedy, ``max_new_tokens=25``) when it is None or empty, and the
-    tokenizer's pad id unless given; checked before anything is generated, so a bad input is one clear error
-    instead of an ``IndexError`` deep inside ``generate()``. Raises
+    tokenizer's pad id unless given; checked before anything is generated, so
+    a bad input is one clear error instead of an ``IndexError`` deep inside
+    ``generate()``. Raises
     ``ValueError`` when the tokenizer has more tokens than the model's
     vocabulary, a prompt id ``[batch, P]`` lies outside it, the prompt and the
     tokens to generate exceed the model's positions, or ``gen_args`` asks for

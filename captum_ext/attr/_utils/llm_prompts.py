@@ -129,10 +129,10 @@ def _prompt(
 def _ids(tokenizer: Any, tokens: Optional[Union[List[int], List[str]]]) -> Tensor:
     r"""``[k]`` ids of ``skip_tokens`` given as ids or tokens (Captum's rule:
     tokens when the first is a string)."""
-    tokens = list(tokens or [])
-    if tokens and isinstance(tokens[0], str):
-        tokens = tokenizer.convert_tokens_to_ids(tokens)
-    return torch.tensor(tokens, dtype=torch.long)
+    given: List[Any] = list(tokens or [])
+    if given and isinstance(given[0], str):
+        given = tokenizer.convert_tokens_to_ids(given)
+    return torch.tensor(given, dtype=torch.long)
 
 
 def _skipping(prompt: Prompt, skipped: Tensor) -> Prompt:
