@@ -69,6 +69,8 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
     its sum over the targets, as Captum's ``LLMGradientAttribution`` computes it
     (for a log-probability target the scores of the sequence
     :math:`\log p(y \mid \text{prompt}) = \sum_t \log p(y_t \mid \cdot)` add up).
+    With ``attr_target="prob"`` row ``t`` explains :math:`p(y_t \mid \cdot)`
+    and ``seq_attr`` :math:`p(y \mid \text{prompt})`, as in Captum.
     A feature made of several tokens (a ``TextTemplateInput`` segment) gets the
     sum of its tokens' scores.
 
@@ -99,8 +101,11 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
       template whose contents cannot be located exactly is refused.
     - **Captum's arguments**: ``num_trials``, ``use_cached_outputs``,
       ``_inspect_forward`` and ``forward_in_tokens`` in Captum's positions,
-      each with its meaning here (see ``attribute``), so a script written for
-      ``LLMAttribution`` runs unchanged.
+      each with its meaning here (see ``attribute``), Captum's ``gen_args``
+      rule, ``skip_tokens`` and ``attr_target``, so a script written for
+      ``LLMAttribution`` runs unchanged; an argument the method cannot honour
+      (an input's ``baselines``: the methods perturb nothing; a keyword of
+      another method, ``n_samples``) is an error naming it.
     - **Checks before generating**: the tokenizer's size, the prompt ids, the
       positions a generation needs and ``gen_args`` that would return several
       sequences are checked before ``generate()`` runs.

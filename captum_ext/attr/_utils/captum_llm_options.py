@@ -7,12 +7,8 @@ error that names the argument, the method and what to do instead."""
 import inspect
 from typing import Any, List, Mapping, Optional
 
-from captum.attr import (
-    LLMAttribution,
-    LLMGradientAttribution,
-    TextTemplateInput,
-    TextTokenInput,
-)
+from captum.attr import TextTemplateInput, TextTokenInput
+from captum.attr._core.llm_attr import LLMAttribution, LLMGradientAttribution
 
 __all__ = ["ATTR_TARGETS", "check_attr_target", "check_keywords", "check_baselines"]
 
