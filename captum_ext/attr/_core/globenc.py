@@ -118,8 +118,8 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
     own residual stream through every layer (for the first target the last
     prompt token, a recall prompt's queried key, which it would put first), so
     by default that column is left out (zero, as outside the score mask;
-    ``score_predicting_position=True`` keeps it, the default before the
-    measurements of docs/generation.rst); the consistency law holds either way.
+    ``score_predicting_position=True`` keeps it; the choice is measured in
+    docs/generation.rst); the consistency law holds either way.
 
     Supported families: BERT, RoBERTa (and XLM-R, CamemBERT), ELECTRA, DistilBERT
     classifiers; GPT-2, Llama, Mistral (sliding windows included), Qwen2, Qwen3
