@@ -21,6 +21,7 @@ from captum_ext.attr._utils.layer_states import (
     as_modules,
     attention_maps,
     capture_attention,
+    row_index,
 )
 from captum_ext.attr._utils.teacher_forced_attribution import run_teacher_forced
 from captum_ext.attr._utils.token_attribution import TokenAttribution
@@ -133,12 +134,7 @@ class LastLayerAttention(TokenAttribution, Attribution):  # type: ignore[misc]
         resolve_target(target, logits)  # validated only: class-agnostic
         layers = attention_maps(stores, name)
         positions = layers[0].probabilities.shape[-1]  # type: ignore[union-attr]
-        if not -positions <= self.position < positions:
-            raise IndexError(
-                f"{name}'s position {self.position} is out of range for "
-                f"{positions} positions"
-            )
-        row = torch.full((len(logits), 1), self.position % positions)
+        row = torch.full((len(logits), 1), row_index(self.position, positions, name))
         rows = self._rows(layers, row.to(logits.device))  # [batch, 1, pos]
         return rows[:, 0], logits
 
