@@ -154,6 +154,11 @@ class ModelAdapter:
             return _module(self.base_model, final)
         return _blocks(self.base_model, self._family_record)[layer - 1]
 
+    def blocks(self) -> List[nn.Module]:
+        r"""The L blocks in order: block ``l`` (``blocks()[l - 1]``) maps
+        ``hidden_states[l-1]`` to its output."""
+        return _blocks(self.base_model, self._family_record)
+
     def block_parts(self, layer: int) -> BlockParts:
         r"""The :class:`BlockParts` of block ``layer`` (1..L: block ``l`` maps
         ``hidden_states[l-1]`` to ``hidden_states[l]``)."""

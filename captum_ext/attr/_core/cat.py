@@ -23,6 +23,8 @@ from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import AttentionInputs, get_adapter
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.attribute_tokens import attribute_tokens
+from captum_ext.attr._utils.block_recomputation import BlockRecomputation, Site
+from captum_ext.attr._utils.recomputed_scores import check_recompute, recomputed_scores
 from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     target_gradients,
@@ -92,9 +94,15 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         p(y_t)}{\partial h_i^l} \odot h_i^l\right)_d
 
     All T rows come from one teacher-forced forward pass and backward passes
-    through the retained graph (no forward pass per target): one per target
-    step on a CPU, up to 16 steps batched into one pass on an accelerator
-    (``targets_per_backward``).
+    (no forward pass per target): one per target step on a CPU and on long
+    prompts, up to 16 steps batched into one pass on short prompts on an
+    accelerator (``targets_per_backward``). With ``recompute`` (by default on
+    a CPU, and on an accelerator where the whole graph would take more than
+    half the free memory) the forward pass keeps no graph, only each block's
+    input, and the backward passes go through one recomputed block at a
+    time from the top down, carrying every step's gradient: the same scores
+    in the memory of one block's graph (docs/generation.rst, "Per-block
+    recomputation").
 
     ``objective="logit"`` differentiates :math:`\mathrm{logits}_{p_t}[y_t]`
     (minus :math:`\mathrm{logits}_{p_t}[y'_t]`) instead, the classifiers'
@@ -160,6 +168,7 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         attribute_generated: bool = False,
         contrast_target: Optional[Tensor] = None,
         targets_per_backward: Optional[int] = None,
+        recompute: Optional[bool] = None,
     ) -> Tensor:
         r"""
         Args:
@@ -197,8 +206,21 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
                         the steps, holding that many gradients of every hidden
                         state at once; the scores are the same).
                         Default: None (one step per pass on a CPU, where
-                        batching is slower; up to 16 on an accelerator, fewer
-                        when they do not fit in memory)
+                        batching is slower, and on prompts past 4,096
+                        tokens; up to 16 on shorter prompts on an
+                        accelerator, fewer when they do not fit in memory)
+            recompute (bool, optional): Causal LMs: run the forward pass
+                        without a graph, keeping each block's input, then
+                        recompute one block at a time with gradients from
+                        the top down, carrying every target step's gradient
+                        (docs/generation.rst, "Per-block recomputation"):
+                        memory of one block's graph instead of every
+                        block's, the same scores. False keeps the whole
+                        graph of one forward pass.
+                        Default: None (recompute on a CPU, and on an
+                        accelerator where the whole graph would take more
+                        than half the free memory; the whole graph where
+                        the model's blocks cannot be run one at a time)
 
         Returns:
             *Tensor* of **attributions**:
@@ -224,10 +246,13 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
             ... )
         """
         check_positive_int(targets_per_backward, "targets_per_backward")
-        if targets_per_backward is not None:
-            self.adapter.require_causal_lm(
-                f"{type(self).__name__}'s targets_per_backward"
-            )
+        check_recompute(recompute)
+        for name, value in (
+            ("targets_per_backward", targets_per_backward),
+            ("recompute", recompute),
+        ):
+            if value is not None:
+                self.adapter.require_causal_lm(f"{type(self).__name__}'s {name}")
         scores = attribute_tokens(
             self.adapter,
             inputs,
@@ -238,7 +263,9 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
             contrast_target=contrast_target,
             chunk_scores=self._layer_scores,
             generated_scores=partial(
-                self._generated_layer_scores, targets_per_backward=targets_per_backward
+                self._generated_layer_scores,
+                targets_per_backward=targets_per_backward,
+                recompute=recompute,
             ),
             method=type(self).__name__,
         )  # [batch, L, pos]; causal LMs: [batch, T, L, width]
@@ -269,10 +296,22 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         forced: TeacherForcedBatch,
         contrast: Optional[Tensor],
         targets_per_backward: Optional[int],
+        recompute: Optional[bool],
     ) -> Tensor:
         r"""Causal LMs: weighted gradient x hidden state per target and layer,
-        ``[batch, T, L, P + T - 1]``, from one forward pass and backward passes
-        through its retained graph (``targets_per_backward`` steps each)."""
+        ``[batch, T, L, P + T - 1]``, by per-block recomputation or from one
+        forward pass and backward passes through its retained graph
+        (``targets_per_backward`` steps each)."""
+        recomputed = recomputed_scores(
+            self.adapter,
+            forced,
+            recompute,
+            partial(self._recomputed_layer_scores, forced, contrast),
+            targets_per_backward,
+            type(self).__name__,
+        )
+        if recomputed is not None:
+            return recomputed
         logits, hidden, weights = self._forward_to_hidden(
             partial(
                 run_teacher_forced, self.adapter, forced, predicting_logits_only=True
@@ -288,6 +327,56 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
             rows = [_grad_times_hidden(hidden, grads) for grads in steps]
         scores = torch.stack(rows, dim=1)  # [batch, T, L, pos]
         return scores if weights is None else scores * weights
+
+    def _recomputed_layer_scores(
+        self,
+        forced: TeacherForcedBatch,
+        contrast: Optional[Tensor],
+        walk: BlockRecomputation,
+        targets_per_backward: Optional[int],
+    ) -> Tensor:
+        r"""Causal LMs: :meth:`_generated_layer_scores` by ``walk``, one
+        forward pass without a graph and one block recomputed at a time."""
+        capture = (
+            self.adapter.attention_capture(type(self).__name__)
+            if self._uses_attention
+            else None
+        )
+        with capture or nullcontext():
+            out = walk.forward(
+                partial(
+                    run_teacher_forced,
+                    self.adapter,
+                    forced,
+                    attentions=capture is not None and capture.output_attentions,
+                    predicting_logits_only=True,
+                )
+            )
+        with torch.no_grad():
+            weights = (
+                None
+                if capture is None
+                else self._generated_token_weights(forced, capture.layers(out))
+            )  # [batch, T, L, pos] or None
+        del out  # eager attention maps
+        scores = walk.scores(
+            self._sites(),
+            partial(self._objective, target=forced.target, contrast=contrast),
+            forced.target_mask,
+            _gradient_times_state,
+            targets_per_backward,
+        )  # [batch, T, L, pos]
+        return scores if weights is None else scores * weights
+
+    def _sites(self) -> List[Site]:
+        r"""The used hidden states as :class:`BlockRecomputation` sites, in the
+        order of :meth:`_used_hidden_states`."""
+        if self.layers == "attention_inputs":
+            modules = self.adapter.attention_input_modules()
+            if modules is not None:
+                return list(modules)
+        first = 1 if self.layers == "outputs" else 0
+        return list(range(first, first + self.adapter.num_layers))
 
     def _objective(
         self, logits: Tensor, target: Tensor, contrast: Optional[Tensor]
@@ -370,10 +459,15 @@ def _grad_times_hidden(hidden: Tuple[Tensor, ...], grads: Tuple[Tensor, ...]) ->
     or wider, one layer at a time."""
     # The terms cancel strongly (after a LayerNorm the gradient is nearly
     # orthogonal to the hidden state), so half-precision products lose the sum.
-    dtype = result_dtype(hidden[0].dtype)
     return torch.stack(
-        [(g.to(dtype) * h.to(dtype)).sum(-1) for g, h in zip(grads, hidden)], dim=1
+        [_gradient_times_state(h, g) for g, h in zip(grads, hidden)], dim=1
     )
+
+
+def _gradient_times_state(hidden: Tensor, gradient: Tensor) -> Tensor:
+    r"""``sum_d gradient * hidden``, ``[batch, pos]``, in float32 or wider."""
+    dtype = result_dtype(hidden.dtype)
+    return (gradient.to(dtype) * hidden.to(dtype)).sum(-1)
 
 
 def _gather_ids(logits: Tensor, ids: Tensor) -> Tensor:
