@@ -337,6 +337,22 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
     ) -> Tensor:
         r"""Causal LMs: :meth:`_generated_layer_scores` by ``walk``, one
         forward pass without a graph and one block recomputed at a time."""
+        weights = self._weights_without_graph(forced, walk)  # [b, T, L, pos]
+        scores = walk.scores(
+            self._sites(),
+            partial(self._objective, target=forced.target, contrast=contrast),
+            forced.target_mask,
+            _gradient_times_state,
+            targets_per_backward,
+        )  # [batch, T, L, pos]
+        return scores if weights is None else scores * weights
+
+    def _weights_without_graph(
+        self, forced: TeacherForcedBatch, walk: BlockRecomputation
+    ) -> Optional[Tensor]:
+        r"""Causal LMs: ``walk``'s forward pass; the token weights
+        ``[batch, T, L, pos]`` from its attention (None for CAT). What the
+        capture holds is freed on return, before the walk."""
         capture = (
             self.adapter.attention_capture(type(self).__name__)
             if self._uses_attention
@@ -353,20 +369,11 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
                 )
             )
         with torch.no_grad():
-            weights = (
+            return (
                 None
                 if capture is None
                 else self._generated_token_weights(forced, capture.layers(out))
-            )  # [batch, T, L, pos] or None
-        del out  # eager attention maps
-        scores = walk.scores(
-            self._sites(),
-            partial(self._objective, target=forced.target, contrast=contrast),
-            forced.target_mask,
-            _gradient_times_state,
-            targets_per_backward,
-        )  # [batch, T, L, pos]
-        return scores if weights is None else scores * weights
+            )
 
     def _sites(self) -> List[Site]:
         r"""The used hidden states as :class:`BlockRecomputation` sites, in the
