@@ -28,18 +28,22 @@ seconds have been spent (long calls run once; the forward and the methods
 alike), the protocol of :mod:`captum_ext.evaluation.timing` (CPU time, as
 other work on a shared machine only delays a run). One thread by default.
 
-Targets (a PASS or "not met on this machine" line each): CAT's and AttCAT's
-peak at most 4x the forward's at every length and growing at most 2.3x per
-doubling; their time ratio within +-25 % of its value at the shortest length;
-GlobEnc's peak at most 6x the forward's. Beside them, where the row "T
-gradients, plain autograd" ran, CAT's and AttCAT's time over that row's at
-every length (at most 1.25x): the row is gradient x input at the embeddings of
-each target step by plain autograd, one backward pass per step after one
-forward that keeps its graph, the floor of any exact per-target gradient
-method; CAT and AttCAT take the same passes to each block's attention input.
-Its own time ratio grows with the prompt as backward passes through attention
-cost more forwards than those through a linear layer: where CAT's and AttCAT's
-growth comes from.
+Targets (a PASS or "not met on this machine" line each): CAT's, AttCAT's and
+DecodedLayerGradCam's peak at most 1.5x the forward's at every length (they
+recompute one block at a time on a CPU, docs/generation.rst), CAT's and
+AttCAT's growing at most 2.3x per doubling and their time ratio within
++-25 % of its value at the shortest length; GlobEnc's peak at most 6x the
+forward's. Beside them, where the row "T gradients, plain autograd" ran, the
+three gradient methods' time over that row's at every length (at most
+1.25x): the row is gradient x input at the embeddings of each target step by
+plain autograd, one backward pass per step after one forward that keeps its
+whole graph, the floor of any exact per-target gradient method; CAT and
+AttCAT take the same passes to each block's attention input. Its own time
+ratio grows with the prompt as backward passes through attention cost more
+forwards than those through a linear layer: where CAT's and AttCAT's growth
+comes from. The rows "CAT, whole graph", "AttCAT, whole graph" and
+"DecodedLayerGradCam, whole graph" (``recompute=False``, run when named in
+``--methods``) show what the recomputation saves.
 
 On a GPU (``--device cuda``) every cell runs in one process (the caching
 allocator's ``max_memory_allocated`` is exact per call, and building a large
@@ -50,7 +54,10 @@ seconds of one run after a warm-up (synchronised), an out-of-memory cell reads
 ``n/a (OutOfMemoryError)``, and a "forward with gradients" row (one forward
 pass that keeps its graph, logits of the predicting positions only) shows
 what any gradient method needs at least. Cells stop once ``--budget`` seconds
-have passed.
+have passed; the peaks are above what the process held before each call
+(the weights), and ``--memory-cap-gib`` caps what it may allocate
+(``torch.cuda.set_per_process_memory_fraction``: an 80 GB card's 78 GiB on a
+larger one).
 
 CAT's target steps per backward pass: its default chooses by device (one per
 pass on a CPU, up to 16 batched on an accelerator); the row "CAT, 1 target
@@ -67,6 +74,12 @@ Usage::
         --methods CAT "CAT, targets batched"
     python -m benchmarks.bench_long_prompts --device cuda --dtype bfloat16 \
         --shape llama-7b --lengths 8192 32768
+    python -m benchmarks.bench_long_prompts --layers 32 --hidden 128 \
+        --lengths 2048 8192 --methods CAT AttCAT DecodedLayerGradCam \
+        "T gradients, plain autograd"  # issue 42's CPU targets
+    python -m benchmarks.bench_long_prompts --device cuda --dtype bfloat16 \
+        --shape llama-7b --lengths 32768 --memory-cap-gib 78 \
+        --methods CAT AttCAT DecodedLayerGradCam
 """
 
 import argparse
@@ -92,7 +105,13 @@ from benchmarks.common import (
 )
 from captum_ext._utils.teacher_forcing import predicted_log_probs
 from captum_ext.adapters import get_adapter
-from captum_ext.attr import AttentionRollout, CAT, LastLayerAttention
+from captum_ext.attr import (
+    AttCAT,
+    AttentionRollout,
+    CAT,
+    DecodedLayerGradCam,
+    LastLayerAttention,
+)
 from captum_ext.attr._utils.teacher_forced_attribution import target_gradients
 from torch import nn, Tensor
 
@@ -120,17 +139,25 @@ CAT_ONE_TARGET_PER_PASS = "CAT, 1 target per backward"
 CAT_TARGETS_BATCHED = "CAT, targets batched"
 CAT_CHOICES = (CAT_ONE_TARGET_PER_PASS, CAT_TARGETS_BATCHED)
 ALL_TARGETS = 1 << 20  # more target steps than any run has: one batched pass
+# The gradient methods without per-block recomputation (recompute=False).
+WHOLE_GRAPH_ROWS = (
+    "CAT, whole graph",
+    "AttCAT, whole graph",
+    "DecodedLayerGradCam, whole graph",
+)
 DTYPES = ("float32", "bfloat16", "float16", "float64")
 # Timing: the fastest of at most TIME_RUNS runs, none started after TIME_BUDGET_S.
 TIME_RUNS = 3
 TIME_BUDGET_S = 2.0
 # (methods, limit of peak / forward peak, of growth per doubling, of the time
-# ratio's spread around the shortest length's)
+# ratio's spread around the shortest length's, whether the time over the plain
+# gradients' is judged)
 TARGETS = (
-    (("CAT", "AttCAT"), 4.0, 2.3, 0.25),
-    (("GlobEnc",), 6.0, None, None),
+    (("CAT", "AttCAT"), 1.5, 2.3, 0.25, True),
+    (("DecodedLayerGradCam",), 1.5, None, None, True),
+    (("GlobEnc",), 6.0, None, None, False),
 )
-# CAT's and AttCAT's time over the T plain gradients' (their floor), at most.
+# The gradient methods' time over the T plain gradients' (their floor), at most.
 OVER_PLAIN_GRADIENTS = 1.25
 
 
@@ -149,7 +176,22 @@ def builders() -> Dict[str, Builder]:
             CAT(m), c, targets_per_backward=ALL_TARGETS
         ),
         PLAIN_GRADIENTS: _plain_gradients,
+        **dict(zip(WHOLE_GRAPH_ROWS, _whole_graph_builders())),
     }
+
+
+def _whole_graph_builders() -> Tuple[Builder, ...]:
+    r"""CAT, AttCAT and DecodedLayerGradCam (middle layer, as in
+    :func:`~benchmarks.common.captum_ext_methods`) with ``recompute=False``."""
+
+    def grad_cam(model: nn.Module) -> DecodedLayerGradCam:
+        return DecodedLayerGradCam(model, get_adapter(model).num_layers // 2)
+
+    return (
+        lambda m, c: attribute_run(CAT(m), c, recompute=False),
+        lambda m, c: attribute_run(AttCAT(m), c, recompute=False),
+        lambda m, c: attribute_run(grad_cam(m), c, recompute=False),
+    )
 
 
 def _teacher_forced(ids: Tensor, mask: Tensor, target: Tensor) -> Tuple[Tensor, Tensor]:
@@ -311,6 +353,7 @@ def device_table(options: argparse.Namespace) -> Dict[str, List[Dict[str, Any]]]
     r"""Every (length, method) in this process on an accelerator, printed as
     it is measured (a run cut short still shows what it measured); returns
     name -> results per length, as :func:`table` does."""
+    _cap_device_memory(options)
     model = _model(options)
     runs = {**builders(), FORWARD_WITH_GRADIENTS: _forward_with_gradients}
     names = ["forward", FORWARD_WITH_GRADIENTS, *options.methods]
@@ -331,6 +374,16 @@ def device_table(options: argparse.Namespace) -> Dict[str, List[Dict[str, Any]]]
             unit = results["forward"][-1]
             print(f"{name:<{width}} {length:>6} {_cells(result, unit, '')}", flush=True)
     return results
+
+
+def _cap_device_memory(options: argparse.Namespace) -> None:
+    r"""At most ``--memory-cap-gib`` GiB for this process on the device."""
+    if options.memory_cap_gib is None:
+        return
+    device = torch.device(options.device)
+    total = torch.cuda.get_device_properties(device).total_memory
+    fraction = min(1.0, options.memory_cap_gib * 2**30 / total)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
 
 
 def _on_device(
@@ -384,7 +437,7 @@ def verdicts(
     (n/a where a run failed or the forward's peak was too small to measure)."""
     forward = results["forward"]
     lines = []
-    for methods, peak_limit, growth_limit, time_spread in TARGETS:
+    for methods, peak_limit, growth_limit, time_spread, over_plain in TARGETS:
         for name in (name for name in methods if name in results):
             rows = results[name]
             if any("error" in row for row in rows + forward):
@@ -423,6 +476,7 @@ def verdicts(
                         time_spread,
                     )
                 )
+            if over_plain:
                 lines += _over_plain_gradients(name, rows, results)
     return lines
 
@@ -449,7 +503,8 @@ def _verdict(name: str, target: str, values: Sequence[float], limit: float) -> s
 
 def main(argv: Optional[List[str]] = None) -> None:
     methods = [name for name in builders() if name != "forward"]
-    cpu_default = [name for name in methods if name not in CAT_CHOICES]
+    optional = (*CAT_CHOICES, *WHOLE_GRAPH_ROWS)
+    cpu_default = [name for name in methods if name not in optional]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
     parser.add_argument("--steps", type=int, default=16, help="target tokens T")
@@ -481,6 +536,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         default=math.inf,
         help="accelerator runs: seconds after which no new cell starts",
     )
+    parser.add_argument(
+        "--memory-cap-gib",
+        type=float,
+        help="accelerator runs: GiB this process may allocate at most",
+    )
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
@@ -495,9 +555,11 @@ def main(argv: Optional[List[str]] = None) -> None:
         return
     if options.device != "cpu":
         name = torch.cuda.get_device_name(torch.device(options.device))
+        cap = options.memory_cap_gib
         print(
             f"random Llama, {options.shape} shape, {options.dtype}, sdpa; 1 prompt "
             f"+ {options.steps} target tokens; {name}; wall-clock time"
+            + ("" if cap is None else f"; capped at {cap:g} GiB")
         )
         results = device_table(options)
     else:

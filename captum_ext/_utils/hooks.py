@@ -78,8 +78,12 @@ class HookSet:
             module.register_forward_hook(_own_thread(hook), with_kwargs=with_kwargs)
         )
 
-    def forward_pre(self, module: nn.Module, hook: Callable[..., Any]) -> None:
-        self._handles.append(module.register_forward_pre_hook(_own_thread(hook)))
+    def forward_pre(
+        self, module: nn.Module, hook: Callable[..., Any], with_kwargs: bool = False
+    ) -> None:
+        self._handles.append(
+            module.register_forward_pre_hook(_own_thread(hook), with_kwargs=with_kwargs)
+        )
 
     def capture_output(self, module: nn.Module) -> List[Tensor]:
         r"""Appends ``module``'s output tensor (first element of a tuple) per call."""

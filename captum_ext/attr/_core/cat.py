@@ -23,6 +23,7 @@ from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import AttentionInputs, ModelAdapter
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.attribute_with_modules import forward_logits
+from captum_ext.attr._utils.block_recomputation import BlockRecomputation, Site
 from captum_ext.attr._utils.layer_states import (
     as_modules,
     attention_maps,
@@ -30,6 +31,7 @@ from captum_ext.attr._utils.layer_states import (
     hidden_states_of,
     read_states,
 )
+from captum_ext.attr._utils.recomputed_scores import check_recompute, recomputed_scores
 from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     target_gradients,
@@ -100,9 +102,15 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
         p(y_t)}{\partial h_i^l} \odot h_i^l\right)_d
 
     All T rows come from one teacher-forced forward pass and backward passes
-    through the retained graph (no forward pass per target): one per target
-    step on a CPU, up to 16 steps batched into one pass on an accelerator
-    (``targets_per_backward``).
+    (no forward pass per target): one per target step on a CPU and on long
+    prompts, up to 16 steps batched into one pass on short prompts on an
+    accelerator (``targets_per_backward``). With ``recompute`` (by default on
+    a CPU, and on an accelerator where the whole graph would take more than
+    half the free memory) the forward pass keeps no graph, only each block's
+    input, and the backward passes go through one recomputed block at a
+    time from the top down, carrying every step's gradient: the same scores
+    in the memory of one block's graph (docs/generation.rst, "Per-block
+    recomputation").
 
     ``objective="logit"`` differentiates :math:`\mathrm{logits}_{p_t}[y_t]`
     (minus :math:`\mathrm{logits}_{p_t}[y'_t]`) instead, the classifiers'
@@ -232,6 +240,7 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
         attribute_generated: bool = False,
         contrast_target: Optional[Tensor] = None,
         targets_per_backward: Optional[int] = None,
+        recompute: Optional[bool] = None,
     ) -> Tensor:
         r"""
         Args:
@@ -271,8 +280,21 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
                         the steps, holding that many gradients of every hidden
                         state at once; the scores are the same).
                         Default: None (one step per pass on a CPU, where
-                        batching is slower; up to 16 on an accelerator, fewer
-                        when they do not fit in memory)
+                        batching is slower, and on prompts past 4,096
+                        tokens; up to 16 on shorter prompts on an
+                        accelerator, fewer when they do not fit in memory)
+            recompute (bool, optional): Causal LMs: run the forward pass
+                        without a graph, keeping each block's input, then
+                        recompute one block at a time with gradients from
+                        the top down, carrying every target step's gradient
+                        (docs/generation.rst, "Per-block recomputation"):
+                        memory of one block's graph instead of every
+                        block's, the same scores. False keeps the whole
+                        graph of one forward pass.
+                        Default: None (recompute on a CPU, and on an
+                        accelerator where the whole graph would take more
+                        than half the free memory; the whole graph where
+                        the model's blocks cannot be run one at a time)
 
         Returns:
             *Tensor* of **attributions**:
@@ -298,6 +320,7 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
             ... )
         """
         check_positive_int(targets_per_backward, "targets_per_backward")
+        check_recompute(recompute)
         scores = self._attribute(
             inputs,
             target,
@@ -305,7 +328,10 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
             internal_batch_size=internal_batch_size,
             attribute_generated=attribute_generated,
             contrast_target=contrast_target,
-            generation_options={"targets_per_backward": targets_per_backward},
+            generation_options={
+                "targets_per_backward": targets_per_backward,
+                "recompute": recompute,
+            },
         )  # [batch, L, pos]; causal LMs: [batch, T, L, width]
         return scores if return_layers else scores.sum(-2)
 
@@ -323,7 +349,7 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
     def _module_scores(
         self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]
     ) -> Tuple[Tensor, Tensor]:
-        r"""The explicit route's :meth:`_layer_scores`: the states of the
+        r"""Built from modules, :meth:`_chunk_scores`: the states of the
         modules given as ``layer`` (and the attention of those given as
         ``attention``) from one call of ``forward_func``."""
         name = type(self).__name__
@@ -374,10 +400,22 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
         forced: TeacherForcedBatch,
         contrast: Optional[Tensor],
         targets_per_backward: Optional[int] = None,
+        recompute: Optional[bool] = None,
     ) -> Tensor:
         r"""Causal LMs: weighted gradient x hidden state per target and layer,
-        ``[batch, T, L, P + T - 1]``, from one forward pass and backward passes
-        through its retained graph (``targets_per_backward`` steps each)."""
+        ``[batch, T, L, P + T - 1]``, by per-block recomputation or from one
+        forward pass and backward passes through its retained graph
+        (``targets_per_backward`` steps each)."""
+        recomputed = recomputed_scores(
+            self.adapter,
+            forced,
+            recompute,
+            partial(self._recomputed_layer_scores, forced, contrast),
+            targets_per_backward,
+            type(self).__name__,
+        )
+        if recomputed is not None:
+            return recomputed
         logits, hidden, weights = self._forward_to_hidden(
             partial(
                 run_teacher_forced, self.adapter, forced, predicting_logits_only=True
@@ -393,6 +431,63 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
             rows = [_grad_times_hidden(hidden, grads) for grads in steps]
         scores = torch.stack(rows, dim=1)  # [batch, T, L, pos]
         return scores if weights is None else scores * weights
+
+    def _recomputed_layer_scores(
+        self,
+        forced: TeacherForcedBatch,
+        contrast: Optional[Tensor],
+        walk: BlockRecomputation,
+        targets_per_backward: Optional[int],
+    ) -> Tensor:
+        r"""Causal LMs: :meth:`_generated_scores` by ``walk``, one
+        forward pass without a graph and one block recomputed at a time."""
+        weights = self._weights_without_graph(forced, walk)  # [b, T, L, pos]
+        scores = walk.scores(
+            self._sites(),
+            partial(self._objective, target=forced.target, contrast=contrast),
+            forced.target_mask,
+            _gradient_times_state,
+            targets_per_backward,
+        )  # [batch, T, L, pos]
+        return scores if weights is None else scores * weights
+
+    def _weights_without_graph(
+        self, forced: TeacherForcedBatch, walk: BlockRecomputation
+    ) -> Optional[Tensor]:
+        r"""Causal LMs: ``walk``'s forward pass; the token weights
+        ``[batch, T, L, pos]`` from its attention (None for CAT). What the
+        capture holds is freed on return, before the walk."""
+        capture = (
+            self.adapter.attention_capture(type(self).__name__)
+            if self.reads_attention
+            else None
+        )
+        with capture or nullcontext():
+            out = walk.forward(
+                partial(
+                    run_teacher_forced,
+                    self.adapter,
+                    forced,
+                    attentions=capture is not None and capture.output_attentions,
+                    predicting_logits_only=True,
+                )
+            )
+        with torch.no_grad():
+            return (
+                None
+                if capture is None
+                else self._generated_token_weights(forced, capture.layers(out))
+            )
+
+    def _sites(self) -> List[Site]:
+        r"""The used hidden states as :class:`BlockRecomputation` sites, in the
+        order of :meth:`_used_hidden_states`."""
+        if self.layers == "attention_inputs":
+            modules = self.adapter.attention_input_modules()
+            if modules is not None:
+                return list(modules)
+        first = 1 if self.layers == "outputs" else 0
+        return list(range(first, first + self.adapter.num_layers))
 
     def _objective(
         self, logits: Tensor, target: Tensor, contrast: Optional[Tensor]
@@ -475,10 +570,15 @@ def _grad_times_hidden(hidden: Tuple[Tensor, ...], grads: Tuple[Tensor, ...]) ->
     or wider, one layer at a time."""
     # The terms cancel strongly (after a LayerNorm the gradient is nearly
     # orthogonal to the hidden state), so half-precision products lose the sum.
-    dtype = result_dtype(hidden[0].dtype)
     return torch.stack(
-        [(g.to(dtype) * h.to(dtype)).sum(-1) for g, h in zip(grads, hidden)], dim=1
+        [_gradient_times_state(h, g) for g, h in zip(grads, hidden)], dim=1
     )
+
+
+def _gradient_times_state(hidden: Tensor, gradient: Tensor) -> Tensor:
+    r"""``sum_d gradient * hidden``, ``[batch, pos]``, in float32 or wider."""
+    dtype = result_dtype(hidden.dtype)
+    return (gradient.to(dtype) * hidden.to(dtype)).sum(-1)
 
 
 def _gather_ids(logits: Tensor, ids: Tensor) -> Tensor:

@@ -34,6 +34,7 @@ from captum_ext.attr._utils.decoded_probabilities import (
     decoded_token_sums,
     Decoder,
 )
+from captum_ext.attr._utils.recomputed_scores import check_recompute
 from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     TeacherForcedLogProbs,
@@ -343,6 +344,7 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
         internal_batch_size: Optional[int] = None,
         attribute_generated: bool = False,
         contrast_target: Optional[Tensor] = None,
+        recompute: Optional[bool] = None,
         **attribute_kwargs: Any,
     ) -> Tensor:
         r"""
@@ -372,6 +374,16 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
             contrast_target (Tensor, optional): causal LMs: foil ids
                 ``[batch, T]``; row ``t`` explains ``log p(y_t) - log p(y'_t)``.
                 Default: None.
+            recompute (bool, optional): causal LMs, :class:`DecodedLayerGradCam`
+                without options for the wrapped method: take the gradients by
+                per-block recomputation (a forward pass without a graph, then
+                one block at a time with gradients from the top down to the
+                layer, docs/generation.rst, "Per-block recomputation"): the
+                same scores in the memory of one block's graph. False keeps
+                the whole graph of one forward pass; a generic Captum method
+                runs its own passes and takes only None or False. Default:
+                None (recompute on a CPU, and on an accelerator where the
+                whole graph would take more than half the free memory).
             **attribute_kwargs (Any, optional): passed to the wrapped method's
                 ``attribute`` (e.g. ``baselines``, ``n_steps``).
 
@@ -384,6 +396,7 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
             the score mask.
         """
         check_aggregation_options(tau, relu)
+        check_recompute(recompute)
         return self._attribute(
             inputs,
             target,
@@ -396,6 +409,7 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
                 "relu": relu,
                 "internal_batch_size": internal_batch_size,
             },
+            generation_options={"recompute": recompute},
             per_example=attribute_kwargs,
         )
 
@@ -406,11 +420,18 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
         tau: Optional[int] = None,
         relu: Optional[str] = "outside",
         internal_batch_size: Optional[int] = None,
+        recompute: Optional[bool] = None,
         **attribute_kwargs: Any,
     ) -> Tensor:
         r"""Causal LMs: decoded scores ``[batch, T, P + T - 1]``: the wrapped
         method explains ``log p(y_t)`` once per step ``t`` (its own forward and
         backward passes: a generic Captum method takes one target at a time)."""
+        if recompute:
+            raise ValueError(
+                "recompute=True needs DecodedLayerGradCam without options for "
+                "the wrapped method; a generic Captum method runs its own "
+                "forward and backward passes (pass recompute=None or False)"
+            )
         kwargs = dict(_shared_options(attribute_kwargs))
         with torch.no_grad():
             hidden, _, module = self._captured(

@@ -18,6 +18,7 @@ from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForced
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.attr._core.decoded_layer_attribution import DecodedLayerAttribution
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
+from captum_ext.attr._utils.block_recomputation import BlockRecomputation
 from captum_ext.attr._utils.decoded_aggregation import (
     aggregate,
     check_aggregation_options,
@@ -26,6 +27,7 @@ from captum_ext.attr._utils.decoded_probabilities import (
     decoded_input_probabilities,
     Decoder,
 )
+from captum_ext.attr._utils.recomputed_scores import recomputed_scores
 from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     target_gradients,
@@ -65,9 +67,12 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
     **Causal LMs** (docs/generation.rst): ``y`` is :math:`\log p(y_t)` of each
     target step (minus :math:`\log p(y'_t)` with a contrast target), the
     decoder by default the model's own final norm + LM head, and all T rows
-    come from one teacher-forced forward pass, backward passes (one per
-    target step on a CPU, up to 16 steps batched per pass on an accelerator,
-    as CAT's default ``targets_per_backward``) and one decoding of ``h_l``.
+    come from one teacher-forced forward pass, backward passes (as CAT's
+    default ``targets_per_backward``: one per target step on a CPU and on
+    long prompts, up to 16 steps batched per pass on short prompts on an
+    accelerator) and one decoding of ``h_l``; with ``recompute`` (as CAT's
+    default) the forward pass keeps no graph and the backward passes go
+    through one recomputed block at a time, from the top down to ``h_l``.
     On a model that is nearly certain of its continuation the default ReLU
     can leave nothing: on the default recall generator
     (``hidden_states[1]`` of 2, p(y_t) = 0.999 for "k1 v2 v9 ; k3 v7 v1 ;
@@ -139,15 +144,33 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
         tau: Optional[int] = None,
         relu: Optional[str] = "outside",
         internal_batch_size: Optional[int] = None,
+        recompute: Optional[bool] = None,
         **attribute_kwargs: Any,
     ) -> Tensor:
-        r"""Causal LMs: decoded scores ``[batch, T, P + T - 1]`` from one forward
-        pass and the device's choice of backward passes (options for Captum's
-        ``LayerGradientXActivation`` go through the generic path)."""
+        r"""Causal LMs: decoded scores ``[batch, T, P + T - 1]`` by per-block
+        recomputation or from one forward pass and the default choice of
+        backward passes (options for Captum's ``LayerGradientXActivation`` go
+        through the generic path)."""
         if attribute_kwargs:
             return super()._generated_scores(
-                forced, contrast, tau, relu, internal_batch_size, **attribute_kwargs
+                forced,
+                contrast,
+                tau,
+                relu,
+                internal_batch_size,
+                recompute,
+                **attribute_kwargs,
             )
+        recomputed = recomputed_scores(
+            self.adapter,
+            forced,
+            recompute,
+            partial(self._recomputed_rows, forced, contrast, tau, relu),
+            None,
+            type(self).__name__,
+        )
+        if recomputed is not None:
+            return recomputed
         with gradients_from(self.adapter.embedding_output_module()):
             hidden, out, _ = self._captured(
                 lambda: run_teacher_forced(
@@ -160,6 +183,37 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             with torch.no_grad():
                 rows = [self._activation_scores(hidden, g) for (g,) in steps]
         return self._decode_rows(hidden.detach(), forced, rows, tau, relu)
+
+    def _recomputed_rows(
+        self,
+        forced: TeacherForcedBatch,
+        contrast: Optional[Tensor],
+        tau: Optional[int],
+        relu: Optional[str],
+        walk: BlockRecomputation,
+        targets_per_backward: Optional[int],
+    ) -> Tensor:
+        r"""Causal LMs: :meth:`_generated_scores` by ``walk``: one forward pass
+        without a graph that captures ``h_l``, then the blocks recomputed from
+        the top down to ``h_l``."""
+        hidden, _, module = self._captured(
+            lambda: walk.forward(
+                partial(
+                    run_teacher_forced,
+                    self.adapter,
+                    forced,
+                    predicting_logits_only=True,
+                )
+            )
+        )
+        scores = walk.scores(
+            [module],
+            partial(predicted_log_probs, target=forced.target, contrast=contrast),
+            forced.target_mask,
+            self._activation_scores,
+            targets_per_backward,
+        )  # [batch, T, 1, pos]
+        return self._decode_rows(hidden, forced, scores[:, :, 0].unbind(1), tau, relu)
 
     def _activation_scores(self, hidden: Tensor, gradient: Tensor) -> Tensor:
         r"""``a_j = sum_k alpha[j, k]``, ``[batch, pos]``, with ``alpha = (dy/dh_l)

@@ -12,6 +12,7 @@ exactly zero outside :meth:`TeacherForcedBatch.score_mask`. A method supplies on
 its :data:`GeneratedScores` function.
 """
 
+from functools import partial
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -29,9 +30,13 @@ from captum_ext._utils.teacher_forcing import (
 from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
 from captum_ext.adapters import get_adapter, ModelAdapter
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.backward_passes import (
+    backward_passes,
+    batched_vjp,
+    choose_targets_per_backward,
+)
 
 __all__ = [
-    "ACCELERATOR_TARGETS_PER_BACKWARD",
     "GeneratedScores",
     "TeacherForcedLogProbs",
     "attribute_generation",
@@ -150,7 +155,8 @@ def run_teacher_forced(
     attentions: bool = False,
     predicting_logits_only: bool = False,
 ) -> Any:
-    r"""One forward pass over ``prompt + y_<T`` (Hugging Face output object).
+    r"""One forward pass over ``prompt + y_<T`` (Hugging Face output object),
+    without a key-value cache.
     With ``predicting_logits_only`` the logits are those of the T predicting
     positions only, ``[batch, T, vocab]`` (``logits_to_keep``: the LM head
     runs on T positions instead of P + T - 1)."""
@@ -160,6 +166,7 @@ def run_teacher_forced(
         kwargs["logits_to_keep"] = forced.n_targets
     return adapter.model(
         input_ids=input_ids,
+        use_cache=False,  # nothing is generated; blocks can run again alone
         output_hidden_states=hidden_states,
         output_attentions=attentions,
         return_dict=True,
@@ -174,69 +181,51 @@ def target_gradients(
     targets_per_backward: Optional[int] = None,
 ) -> Iterator[Tuple[Tensor, ...]]:
     r"""For each target step ``t``: the gradients of ``log_probs[:, t].sum()``
-    (``log_probs`` ``[batch, T]``) w.r.t. each tensor of ``wrt``, through the
-    retained graph of one forward pass (examples do not interact, so the batch
-    sum's gradient is every example's own; only ``wrt`` gets gradients, never a
-    parameter's ``.grad``). A step that no row of the batch has
-    (``target_mask`` ``[batch, T]``) gets zeros without a backward pass.
+    (``log_probs`` ``[batch, T]``) w.r.t. each tensor of ``wrt`` (hidden
+    states ``[batch, pos, d]``), through the retained graph of one forward pass
+    (examples do not interact, so the batch sum's gradient is every example's
+    own; only ``wrt`` gets gradients, never a parameter's ``.grad``). A step
+    that no row of the batch has (``target_mask`` ``[batch, T]``) gets zeros
+    without a backward pass.
 
     ``targets_per_backward`` steps share one backward pass batched over them
     (``torch.autograd.grad(..., is_grads_batched=True)``), which holds that
-    many gradients of every tensor of ``wrt`` at once. None chooses by device:
-    one step per pass on a CPU (batching was slower there: 1.54-1.65 s against
-    1.36-1.43 s for CAT at 512 tokens, measured) and up to
-    :data:`ACCELERATOR_TARGETS_PER_BACKWARD` on an accelerator (an H200: 4.4
-    against 11.1 forwards at 512 tokens, equal at 8,192, at twice the peak
-    memory, measured), halving the group on ``OutOfMemoryError`` and going back
-    to one step per pass where the model cannot be batched (an
-    ``autograd.Function`` without vmap support): the gradients are the same
-    either way, up to the order of float sums."""
+    many gradients of every tensor of ``wrt`` at once. None chooses
+    (:func:`~captum_ext.attr._utils.backward_passes.choose_targets_per_backward`):
+    one step per pass on a CPU and on long prompts, up to
+    :data:`~captum_ext.attr._utils.backward_passes.ACCELERATOR_TARGETS_PER_BACKWARD`
+    on short prompts on an accelerator, as many as the free memory holds,
+    halving the group on ``OutOfMemoryError`` and going back to one step per
+    pass where the model cannot be batched (an ``autograd.Function`` without
+    vmap support): the gradients are the same either way, up to the order of
+    float sums."""
     with torch.enable_grad():  # the caller may consume this under no_grad
         objectives = log_probs.sum(0)  # [T]
     has_step = target_mask.any(0).tolist()  # [T]
     steps = [step for step, has in enumerate(has_step) if has]
-    per_pass = targets_per_backward or _targets_per_backward(log_probs.device)
-    computed = _backward_passes(
-        objectives, wrt, steps, per_pass, adapt=targets_per_backward is None
+    per_pass = targets_per_backward or _targets_per_backward(wrt)
+    computed = backward_passes(
+        partial(_batched_gradients, objectives, wrt),
+        steps,
+        per_pass,
+        adapt=targets_per_backward is None,
     )
     for has in has_step:
         yield next(computed) if has else tuple(torch.zeros_like(t) for t in wrt)
 
 
-# Target steps per backward pass on an accelerator (the count measured on an
-# H200, where it ran 2.5x faster than one step per pass at 512 tokens).
-ACCELERATOR_TARGETS_PER_BACKWARD = 16
+# The extra memory of one more step in a batched pass over the whole graph, in
+# bytes of the differentiated tensors: issue 42's H200 figures (Llama-7B shape,
+# 8,192 tokens) put 15 more steps at 37.3 GB, 1.2x the 2.1 GB of the hidden
+# states differentiated; 2 leaves a margin.
+_WHOLE_GRAPH_BYTES_PER_TARGET = 2
 
 
-def _targets_per_backward(device: torch.device) -> int:
-    return 1 if device.type == "cpu" else ACCELERATOR_TARGETS_PER_BACKWARD
-
-
-def _backward_passes(
-    objectives: Tensor,
-    wrt: Tuple[Tensor, ...],
-    steps: List[int],
-    per_pass: int,
-    adapt: bool,
-) -> Iterator[Tuple[Tensor, ...]]:
-    r"""The gradients of ``objectives[step]`` for each of ``steps`` in order,
-    ``per_pass`` steps per backward pass (with ``adapt``: fewer after a pass
-    that did not fit or could not be batched)."""
-    while steps:
-        group = steps[:per_pass]
-        try:
-            grads = _batched_gradients(objectives, wrt, group)
-        except RuntimeError as error:  # OutOfMemoryError is one
-            if not adapt or len(group) == 1:
-                raise
-            # Half the steps where they did not fit; one step per pass, which
-            # needs no batching rule, where the pass could not be batched.
-            out_of_memory = isinstance(error, torch.OutOfMemoryError)
-            per_pass = len(group) // 2 if out_of_memory else 1
-            continue
-        steps = steps[len(group) :]
-        for index in range(len(group)):
-            yield tuple(grad[index] for grad in grads)
+def _targets_per_backward(wrt: Tuple[Tensor, ...]) -> int:
+    tokens = wrt[0].shape[0] * wrt[0].shape[1]  # [batch, pos, d]
+    held = sum(tensor.numel() * tensor.element_size() for tensor in wrt)
+    per_target = _WHOLE_GRAPH_BYTES_PER_TARGET * held
+    return choose_targets_per_backward(wrt[0].device, tokens, per_target)
 
 
 def _batched_gradients(
@@ -246,13 +235,8 @@ def _batched_gradients(
     (a plain one for a single step)."""
     with torch.enable_grad():  # the caller may consume this under no_grad
         chosen = objectives[group]  # [k]
-        if len(group) == 1:
-            grads = torch.autograd.grad(chosen.sum(), wrt, retain_graph=True)
-            return tuple(grad[None] for grad in grads)
     one_hot = torch.eye(len(group), dtype=chosen.dtype, device=chosen.device)
-    return torch.autograd.grad(
-        chosen, wrt, grad_outputs=one_hot, retain_graph=True, is_grads_batched=True
-    )
+    return batched_vjp(chosen, wrt, one_hot)
 
 
 class TeacherForcedLogProbs(nn.Module):
