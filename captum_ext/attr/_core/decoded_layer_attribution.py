@@ -22,8 +22,9 @@ from captum_ext._utils.model_forward import (
 )
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
-from captum_ext.adapters import UnsupportedModelError
+from captum_ext.adapters import get_adapter, UnsupportedModelError
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
+from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.decoded_aggregation import (
     _with_relu,
     aggregate,
@@ -154,7 +155,7 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
 
     def __init__(
         self,
-        model: nn.Module,
+        model: Callable[..., Any],
         layer: Optional[Union[int, nn.Module]],
         decoder: Optional[Decoder] = None,
         method: LayerMethod = LayerGradientXActivation,
@@ -163,14 +164,20 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
     ) -> None:
         r"""
         Args:
-            model (nn.Module): a Hugging Face sequence classifier.
-            layer (int or nn.Module or None): index ``l`` into ``hidden_states``
-                (negative counts from the end), or the module whose output is
-                ``h_l``. None: the layer of the ``method`` instance.
+            model (Callable): ``forward_func(input_ids, *additional_forward_args)
+                -> [batch, C]`` with ``layer`` a module of it (built Captum's
+                way, any model), or a Hugging Face sequence classifier or causal
+                LM of a family :func:`captum_ext.get_adapter` knows (the
+                shortcut).
+            layer (int or nn.Module or None): the module whose output is
+                ``h_l``, or (the shortcut) the index ``l`` into
+                ``hidden_states`` (negative counts from the end). None: the
+                layer of the ``method`` instance.
             decoder (Callable, optional): maps ``[batch, pos, d]`` hidden states
                 to ``[batch, pos, vocab]`` logits over the model's vocabulary.
-                Required for a classifier; for a causal LM None means the
-                model's own final norm + LM head (no fitting).
+                Required for a classifier and with ``forward_func``; for a
+                causal LM None means the model's own final norm + LM head (no
+                fitting).
             method (type or LayerAttribution, optional): a Captum layer
                 attribution class, built here as
                 ``method(forward_func, module, **method_kwargs)`` with a forward
@@ -187,8 +194,14 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
         is_class = isinstance(method, type)
         if method_kwargs and not is_class:
             raise ValueError("method_kwargs apply only when method is a class")
-        self._use_shortcut(model)
         self.input_space = _input_space(method, input_space)
+        self._method = method
+        self._method_kwargs = dict(method_kwargs or {})
+        self._built: Dict[nn.Module, LayerAttribution] = {}
+        if isinstance(layer, nn.Module) and not _registered(model):
+            self._build_from_modules(model, layer, decoder)
+            return
+        self._use_shortcut(model)
         module = self._layer_module(layer, method)
         embeddings = self.input_space == "embeddings"
         if not is_class:
@@ -200,14 +213,61 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
                 )
             forward = method.forward_func
         elif self.adapter.is_causal_lm:
-            forward = TeacherForcedLogProbs(model, embeddings)
+            forward = TeacherForcedLogProbs(self.model, embeddings)
         else:
-            forward = classifier_forward(model, embeddings)
+            forward = classifier_forward(self.model, embeddings)
         LayerAttribution.__init__(self, forward, module)
         self.decoder = self._own_decoder(module) if decoder is None else decoder
-        self._method = method
-        self._method_kwargs = dict(method_kwargs or {})
-        self._built: Dict[nn.Module, LayerAttribution] = {}
+
+    def _build_from_modules(
+        self, forward_func: Any, layer: nn.Module, decoder: Optional[Decoder]
+    ) -> None:
+        r"""Captum's way: ``forward_func`` on token ids, ``layer`` a module of
+        it, and the decoder given."""
+        name = type(self).__name__
+        if decoder is None:
+            raise ValueError(
+                f"{name} built from forward_func and a layer module needs "
+                "decoder=: a module mapping its states to vocabulary logits"
+            )
+        if self.input_space != "ids":
+            raise ValueError(
+                f"{name}'s input_space='embeddings' embeds the ids with a Hugging "
+                "Face model's word embeddings: build it from the model (the "
+                "shortcut), or give forward_func and a method that takes ids"
+            )
+        method = self._method
+        forward = method.forward_func if not isinstance(method, type) else forward_func
+        LayerAttribution.__init__(self, forward, self._layer_module(layer, method))
+        self.decoder = decoder
+        self.built_from_modules = True
+
+    def _module_scores(
+        self,
+        inputs: Tensor,
+        target: TargetType,
+        args: Tuple[Any, ...],
+        tau: Optional[int] = None,
+        relu: Optional[str] = "outside",
+        internal_batch_size: Optional[int] = None,
+        **attribute_kwargs: Any,
+    ) -> Tuple[Tensor, Tensor]:
+        r"""Built from modules: the decoded scores of the token ids
+        ``inputs`` ``[batch, pos]`` (every position a real token), and
+        ``forward_func``'s outputs ``[batch, C]``."""
+        kwargs = dict(_shared_options(attribute_kwargs))
+        batch = TokenBatch(inputs, torch.ones_like(inputs))
+        name = type(self).__name__
+        with torch.no_grad():
+            hidden, logits, module = self._captured(
+                lambda: forward_logits(self.forward_func, inputs, args, name)
+            )
+        kwargs = self._with_batch_size(module, kwargs, internal_batch_size)
+        index = resolve_target(target, logits)
+        scores = self._position_scores(module, batch, index, kwargs, args)
+        # The decoder's own vocabulary, which must hold every input id.
+        decoded = decoded_input_probabilities(self.decoder, hidden, batch, None)
+        return aggregate(decoded, scores, batch, tau, relu), logits
 
     def _layer_module(
         self, layer: Optional[Union[int, nn.Module]], method: LayerMethod
@@ -265,6 +325,19 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
             )
         return self._built[module]
 
+    def _with_batch_size(
+        self,
+        module: nn.Module,
+        kwargs: Dict[str, Any],
+        internal_batch_size: Optional[int],
+    ) -> Dict[str, Any]:
+        r"""The wrapped method's options, with ``internal_batch_size`` where
+        its ``attribute`` takes one (Integrated Gradients, Conductance)."""
+        wrapped = self._wrapped(module)
+        if internal_batch_size is None or not _takes_internal_batch_size(wrapped):
+            return kwargs
+        return {**kwargs, "internal_batch_size": internal_batch_size}
+
     @property
     def vocab_size(self) -> int:
         return int(self.adapter.config.vocab_size)
@@ -319,7 +392,9 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
         alpha = self._wrapped(module).attribute(
             inputs,
             target=target,
-            additional_forward_args=forward_args or batch.forward_args(),
+            additional_forward_args=(
+                batch.forward_args() if forward_args is None else forward_args
+            ),
             **kwargs,
         )
         shape = tuple(batch.input_ids.shape)
@@ -439,9 +514,7 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
                     self.adapter, forced, predicting_logits_only=True
                 )
             )
-        wrapped = self._wrapped(module)
-        if internal_batch_size is not None and _takes_internal_batch_size(wrapped):
-            kwargs["internal_batch_size"] = internal_batch_size
+        kwargs = self._with_batch_size(module, kwargs, internal_batch_size)
         batch = TokenBatch(*forced.model_inputs())
         forward_args = (batch.attention_mask, forced.target, contrast)
         rows = [
@@ -507,13 +580,10 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
         r"""Token scores ``[batch, pos]`` and the logits ``[batch, C]``."""
         hidden, logits, module = self._probe(batch)
         index = resolve_target(target, logits)
-        wrapped = self._wrapped(module)
-        if internal_batch_size is not None and _takes_internal_batch_size(wrapped):
-            attribute_kwargs["internal_batch_size"] = internal_batch_size
-        scores = self._position_scores(module, batch, index, attribute_kwargs)
-        decoded = decoded_input_probabilities(
-            self.decoder, hidden, batch, self.vocab_size
-        )
+        kwargs = self._with_batch_size(module, attribute_kwargs, internal_batch_size)
+        scores = self._position_scores(module, batch, index, kwargs)
+        # The decoder's own vocabulary, which must hold every input id.
+        decoded = decoded_input_probabilities(self.decoder, hidden, batch, None)
         return aggregate(decoded, scores, batch, tau, relu), logits
 
 
@@ -526,6 +596,15 @@ def _shared_options(attribute_kwargs: Dict[str, Any]) -> Dict[str, Any]:
                 "method runs on prompt + continuation); pass a scalar instead"
             )
     return attribute_kwargs
+
+
+def _registered(model: Any) -> bool:
+    r"""Whether the adapter table knows ``model`` (the shortcut)."""
+    try:
+        get_adapter(model)
+    except UnsupportedModelError:
+        return False
+    return True
 
 
 def _takes_internal_batch_size(method: LayerAttribution) -> bool:

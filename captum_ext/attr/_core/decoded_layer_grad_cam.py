@@ -4,7 +4,7 @@ https://proceedings.mlr.press/v202/hou23a.html): decoded layer attribution with
 gradient x activation, plus a sweep over every layer in one backward pass."""
 
 from functools import partial
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -94,14 +94,16 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
 
     def __init__(
         self,
-        model: nn.Module,
+        model: Callable[..., Any],
         layer: Union[int, nn.Module],
         decoder: Optional[Decoder] = None,
         multiply_by_inputs: bool = True,
     ) -> None:
         r"""
         Args:
-            model (nn.Module): a Hugging Face sequence classifier.
+            model (Callable): ``forward_func(input_ids, *additional_forward_args)
+                -> [batch, C]`` with ``layer`` one of its modules, or a Hugging
+                Face model (the shortcut), as in :class:`DecodedLayerAttribution`.
             layer (int or nn.Module): index ``l`` into ``hidden_states``, or the
                 module whose output is ``h_l``. :meth:`attribute_all_layers`
                 ignores it.
@@ -272,6 +274,11 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             model), zero on padding.
         """
         check_aggregation_options(tau, relu)
+        if self.built_from_modules:
+            raise ValueError(
+                "attribute_all_layers reads every hidden state of a Hugging Face "
+                "model: build DecodedLayerGradCam from the model (the shortcut)"
+            )
         chunk = partial(
             self._all_layers_chunk,
             decoders=self._decoders(decoders),

@@ -4,7 +4,7 @@ r"""Hidden states decoded through the vocabulary onto the input tokens, for
 = softmax(decoder(h[b, j]))[t_i]`` (Hou & Castanon, ICML 2023, Eq. 4), or their
 sums against per-position scores without forming ``D``."""
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -14,7 +14,12 @@ from captum_ext._utils.model_forward import check_decoder_vocabulary
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 
-__all__ = ["decoded_input_probabilities", "decoded_token_sums", "Decoder"]
+__all__ = [
+    "check_decoded_ids",
+    "decoded_input_probabilities",
+    "decoded_token_sums",
+    "Decoder",
+]
 
 Decoder = Callable[[Tensor], Tensor]  # [batch, pos, d] -> [batch, pos, vocab]
 
@@ -23,9 +28,18 @@ Decoder = Callable[[Tensor], Tensor]  # [batch, pos, d] -> [batch, pos, vocab]
 _DECODE_ROWS = 512
 
 
+def check_decoded_ids(ids: Tensor, vocab_size: int) -> None:
+    r"""Raises unless every input id is a column of the decoder's logits."""
+    if ids.numel() and int(ids.max()) >= vocab_size:
+        raise ValueError(
+            f"input id {int(ids.max())} is outside the decoder's vocabulary of "
+            f"{vocab_size} tokens; decode with a head over the inputs' vocabulary"
+        )
+
+
 @torch.no_grad()
 def decoded_input_probabilities(
-    decoder: Decoder, hidden: Tensor, batch: TokenBatch, vocab_size: int
+    decoder: Decoder, hidden: Tensor, batch: TokenBatch, vocab_size: Optional[int]
 ) -> Tensor:
     r"""``D[b, j, i] = softmax(decoder(h[b, j]))[t_i]``: the probability, over the
     full vocabulary, that position ``j`` decodes to the token at position ``i``.
@@ -34,7 +48,9 @@ def decoded_input_probabilities(
         decoder (Callable): ``[1, rows, d] -> [1, rows, vocab]`` logits.
         hidden (Tensor): ``[batch, pos, d]``, ``h_l``.
         batch (TokenBatch): the input ids and masks.
-        vocab_size (int): the model's vocabulary size; the decoder must match it.
+        vocab_size (int or None): the model's vocabulary size, which the
+            decoder must match; None: the decoder's own, which must hold every
+            input id.
 
     Returns:
         Tensor ``[batch, pos, pos]`` (rows ``j``, columns ``i``) in float32 (or
@@ -50,8 +66,10 @@ def decoded_input_probabilities(
             # The vocabulary matmul runs in the decoder's dtype; the log-sum-exp
             # over the vocabulary in float32.
             logits = decoder(states[None, start : start + _DECODE_ROWS])[0].to(dtype)
-            check_decoder_vocabulary(logits, vocab_size)
-            chosen = logits.gather(-1, tokens[start : start + _DECODE_ROWS])
+            check_decoder_vocabulary(logits, vocab_size or logits.shape[-1])
+            rows = tokens[start : start + _DECODE_ROWS]
+            check_decoded_ids(rows, logits.shape[-1])
+            chosen = logits.gather(-1, rows)
             pieces.append((chosen - logits.logsumexp(-1, keepdim=True)).exp())
     shape = batch.input_ids.shape + batch.input_ids.shape[1:]
     probabilities = hidden.new_zeros(shape, dtype=dtype)

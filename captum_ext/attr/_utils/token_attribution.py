@@ -204,7 +204,8 @@ class TokenAttribution:
         :meth:`_generated_scores`, and are refused by name elsewhere;
         ``per_example`` go to :meth:`_chunk_scores` with their tensors of one
         row per example sliced with each chunk, and whole to
-        :meth:`_generated_scores` (a causal LM runs on prompt + continuation)."""
+        :meth:`_generated_scores` (a causal LM runs on prompt + continuation)
+        and :meth:`_module_scores`."""
         name, options = type(self).__name__, dict(options or {})
         asked = {k: v for k, v in (generation_options or {}).items() if v is not None}
         grad = nullcontext() if self.needs_gradients else torch.no_grad()
@@ -222,7 +223,7 @@ class TokenAttribution:
                     target,
                     additional_forward_args,
                     internal_batch_size,
-                    partial(self._module_scores, **options),
+                    partial(self._module_scores, **options, **(per_example or {})),
                     name,
                 )
         generation = self.explains_generation and self._explains_generation(
