@@ -79,6 +79,14 @@ class AttentionInputs:
         return self._source.dtype
 
     @property
+    def num_keys(self) -> int:
+        r"""The keys each query row attends over (the sequence length)."""
+        if self.probabilities is not None:
+            return int(self.probabilities.shape[-1])
+        assert self.key is not None  # a query always comes with its key
+        return int(self.key.shape[-2])
+
+    @property
     def num_heads(self) -> int:
         return int(self._source.shape[1])
 

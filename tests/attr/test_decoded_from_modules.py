@@ -6,14 +6,14 @@ paper's formula by hand, and a registered family's shortcut numbers."""
 import pytest
 import torch
 from captum.attr import LayerIntegratedGradients
-from torch import nn, Tensor
-
 from captum_ext import classifier_forward, get_adapter
 from captum_ext.attr import (
     DecodedLayerAttribution,
     DecodedLayerGradCam,
     EmbeddingDecoder,
 )
+from torch import nn, Tensor
+
 from tests.attr.plain_transformers import plain_classifier
 from tests.helpers import tiny_classifier
 

@@ -6,11 +6,11 @@ post-LN families' shortcut numbers for every variant."""
 
 import pytest
 import torch
-from torch import Tensor
-
 from captum_ext import classifier_forward, get_adapter
 from captum_ext.adapters import BlockParts
 from captum_ext.attr import GlobEnc
+from torch import Tensor
+
 from tests.attr.plain_transformers import plain_classifier
 from tests.helpers import POST_LN_FAMILIES, tiny_classifier
 

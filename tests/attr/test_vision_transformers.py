@@ -9,8 +9,6 @@ from typing import Callable, Dict
 import pytest
 import torch
 import transformers
-from torch import nn, Tensor
-
 from captum_ext import UnsupportedModelError
 from captum_ext.attr import (
     AttCAT,
@@ -23,6 +21,7 @@ from captum_ext.attr import (
     LogAt,
     NormXLogit,
 )
+from torch import nn, Tensor
 
 _CONFIGS = {"vit": transformers.ViTConfig, "deit": transformers.DeiTConfig}
 _CLASSES = {
@@ -108,9 +107,25 @@ def test_sdpa_gives_the_eager_numbers(name: str) -> None:
 
 
 @pytest.mark.parametrize("method", [AttCAT, LastLayerAttention, AttentionRollout])
-def test_attention_readers_on_sdpa_say_to_load_eager(method: type) -> None:
+def test_attention_readers_on_sdpa_give_the_eager_numbers(method: type) -> None:
+    pixels = torch.rand(2, 3, 8, 8, dtype=torch.float64)
+    eager = method(tiny_vision("vit")).attribute(pixels, target=1)
+    sdpa = method(tiny_vision("vit", "sdpa")).attribute(pixels, target=1)
+    # ViT's eager softmax runs in float32 (see test_sdpa_gives_the_eager_numbers)
+    torch.testing.assert_close(sdpa, eager, rtol=1e-6, atol=1e-9)
+
+
+def test_named_attention_modules_on_sdpa_say_to_load_eager() -> None:
+    model = tiny_vision("vit", "sdpa")
+    attention = [block.attention for block in model.vit.layers]
+
+    def forward(pixel_values: Tensor) -> Tensor:
+        return model(pixel_values=pixel_values).logits
+
     with pytest.raises(ValueError, match="attn_implementation='eager'"):
-        method(tiny_vision("vit", "sdpa")).attribute(torch.rand(1, 3, 8, 8).double())
+        LastLayerAttention(forward, attention).attribute(
+            torch.rand(1, 3, 8, 8).double()
+        )
 
 
 def test_earlier_layers_pass_the_final_norm_before_the_head() -> None:

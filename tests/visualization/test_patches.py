@@ -3,7 +3,6 @@ r"""A vision transformer's token scores on its patch grid and on pixels."""
 
 import pytest
 import torch
-
 from captum_ext.visualization import patch_grid, patch_pixels
 
 

@@ -9,7 +9,7 @@ from torch import Tensor
 
 from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
-from captum_ext.adapters import AttentionInputs, ModelAdapter
+from captum_ext.adapters import AttentionCapture, AttentionInputs, ModelAdapter
 from captum_ext.attr._core.cat import CAT
 from captum_ext.attr._utils.attention_statistics import (
     attention_received,
@@ -17,7 +17,7 @@ from captum_ext.attr._utils.attention_statistics import (
     attention_rows_per_layer,
 )
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
-from captum_ext.attr._utils.layer_states import as_modules, capture_attention
+from captum_ext.attr._utils.layer_states import as_modules, AttentionReader
 
 __all__ = ["AttCAT"]
 
@@ -206,9 +206,11 @@ class AttCAT(CAT):
                 f"layer modules and {len(self.attention)} attention modules"
             )
 
-    def _attention_stores(self, hooks: HookSet) -> Optional[List[List[Any]]]:
-        assert self.attention is not None  # the explicit route
-        return capture_attention(hooks, self.attention)
+    def _attention_reader(
+        self, hooks: HookSet, capture: Optional[AttentionCapture]
+    ) -> Optional[AttentionReader]:
+        assert self.attention is not None  # built from modules
+        return AttentionReader(hooks, self.attention, capture)
 
     def _token_weights(self, valid: Tensor, layers: List[AttentionInputs]) -> Tensor:
         r"""Attention received per block and token, :math:`\alpha`:

@@ -20,13 +20,13 @@ from captum_ext._utils.teacher_forcing import (
     TeacherForcedBatch,
 )
 from captum_ext._utils.token_batch import TokenBatch
-from captum_ext.adapters import AttentionInputs, ModelAdapter
+from captum_ext.adapters import AttentionCapture, AttentionInputs, ModelAdapter
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.block_recomputation import BlockRecomputation, Site
 from captum_ext.attr._utils.layer_states import (
     as_modules,
-    attention_maps,
+    AttentionReader,
     capture_states,
     hidden_states_of,
     read_states,
@@ -354,22 +354,25 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
         ``attention``) from one call of ``forward_func``."""
         name = type(self).__name__
         assert self.layer is not None  # built from modules
-        with HookSet() as hooks, torch.enable_grad():
+        capture = self._attention_capture()
+        with HookSet() as hooks, torch.enable_grad(), capture or nullcontext():
             stores = capture_states(
                 hooks, self.layer, self.attribute_to_layer_input, requires_grad=True
             )
-            attention = self._attention_stores(hooks)
+            attention = self._attention_reader(hooks, capture)
             logits = forward_logits(self.forward_func, inputs, args, name)
         hidden = hidden_states_of(read_states(stores, name), len(logits), name)
         weights = None
         if attention is not None:
-            maps = attention_maps(attention, name, hidden[0].shape[1])
+            maps = attention.maps(name, hidden[0].shape[1])
             valid = torch.ones(hidden[0].shape[:2], dtype=torch.bool)
             with torch.no_grad():
                 weights = self._token_weights(valid.to(hidden[0].device), maps)
         return self._class_scores(logits, hidden, weights, target)
 
-    def _attention_stores(self, hooks: HookSet) -> Optional[List[List[Any]]]:
+    def _attention_reader(
+        self, hooks: HookSet, capture: Optional[AttentionCapture]
+    ) -> Optional[AttentionReader]:
         r"""The explicit route's captures of the attention modules; CAT reads
         none."""
         return None

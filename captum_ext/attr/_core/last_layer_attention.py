@@ -2,6 +2,7 @@
 r"""Last-layer attention: the classification position's row of the last layer's
 head-averaged attention (the AttCAT paper's "Attention" baseline)."""
 
+from contextlib import nullcontext
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -17,12 +18,7 @@ from captum_ext.adapters import AttentionInputs, ModelAdapter
 from captum_ext.attr._utils.attention_statistics import rolled_out_attention_rows
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.attribute_with_modules import forward_logits
-from captum_ext.attr._utils.layer_states import (
-    as_modules,
-    attention_maps,
-    capture_attention,
-    row_index,
-)
+from captum_ext.attr._utils.layer_states import as_modules, AttentionReader, row_index
 from captum_ext.attr._utils.teacher_forced_attribution import run_teacher_forced
 from captum_ext.attr._utils.token_attribution import TokenAttribution
 
@@ -128,12 +124,13 @@ class LastLayerAttention(TokenAttribution, Attribution):  # type: ignore[misc]
         ``[batch, pos]``, and ``forward_func``'s outputs ``[batch, C]``."""
         name = type(self).__name__
         assert self.attention is not None  # built from modules
-        with HookSet() as hooks:
-            stores = capture_attention(hooks, self.attention)
+        capture = self._attention_capture()
+        with HookSet() as hooks, capture or nullcontext():
+            reader = AttentionReader(hooks, self.attention, capture)
             logits = forward_logits(self.forward_func, inputs, args, name)
         resolve_target(target, logits)  # validated only: class-agnostic
-        layers = attention_maps(stores, name)
-        positions = layers[0].probabilities.shape[-1]  # type: ignore[union-attr]
+        layers = reader.maps(name)
+        positions = layers[0].num_keys
         row = torch.full((len(logits), 1), row_index(self.position, positions, name))
         rows = self._rows(layers, row.to(logits.device))  # [batch, 1, pos]
         return rows[:, 0], logits

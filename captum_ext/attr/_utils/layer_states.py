@@ -9,9 +9,10 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 from torch import nn, Tensor
 
 from captum_ext._utils.hooks import HookSet, single_call
-from captum_ext.adapters import AttentionInputs
+from captum_ext.adapters import AttentionCapture, AttentionInputs
 
 __all__ = [
+    "AttentionReader",
     "as_modules",
     "attention_maps",
     "capture_attention",
@@ -160,6 +161,35 @@ def capture_attention(hooks: HookSet, modules: Sequence[nn.Module]) -> List[List
     for module, store in zip(modules, stores):
         hooks.forward(module, lambda _m, _i, output, s=store: s.append(output))
     return stores
+
+
+class AttentionReader:
+    r"""The attention probabilities of the modules a method reads, from one
+    forward pass: each module's output (the probabilities, or ``(output,
+    probabilities)``), or, where a Hugging Face model's attention
+    implementation returns none (sdpa, flash), the query and key its attention
+    function receives (``capture``, an entered
+    :class:`~captum_ext.adapters.AttentionCapture` the shortcut gives)."""
+
+    def __init__(
+        self,
+        hooks: HookSet,
+        modules: Sequence[nn.Module],
+        capture: Optional[AttentionCapture] = None,
+    ) -> None:
+        self._capture = (
+            None if capture is None or capture.output_attentions else capture
+        )
+        self._stores = capture_attention(hooks, modules)
+
+    def maps(
+        self, method: str, positions: Optional[int] = None
+    ) -> List[AttentionInputs]:
+        r"""Each module's :class:`~captum_ext.adapters.AttentionInputs`, after the
+        forward pass."""
+        if self._capture is not None:
+            return self._capture.layers(None)
+        return attention_maps(self._stores, method, positions)
 
 
 def attention_maps(

@@ -31,7 +31,12 @@ from captum_ext._utils.log import log_usage
 from captum_ext._utils.model_forward import ImageClassifierLogits
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
-from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
+from captum_ext.adapters import (
+    AttentionCapture,
+    get_adapter,
+    ModelAdapter,
+    UnsupportedModelError,
+)
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
 from captum_ext.attr._utils.attribute_with_modules import (
     attribute_with_modules,
@@ -74,6 +79,9 @@ class TokenAttribution:
     forward_func: Callable[..., Any]
     #: True for a method built Captum's way, from forward_func and modules.
     built_from_modules: bool = False
+    # A vision transformer's shortcut: its adapter, which can read attention
+    # that sdpa or flash attention does not return.
+    _image_adapter: Optional[ModelAdapter] = None
 
     @log_usage()
     def attribute(
@@ -179,7 +187,16 @@ class TokenAttribution:
         if self.adapter.reads_images:
             self.forward_func = ImageClassifierLogits(self.model)
             self.built_from_modules = True
+            self._image_adapter = self.adapter
             self._image_modules(self.adapter)
+
+    def _attention_capture(self) -> Optional[AttentionCapture]:
+        r"""A vision transformer's shortcut: the capture that reads the
+        attention its sdpa or flash attention returns none of (enter it around
+        the forward pass); None built from modules."""
+        if self._image_adapter is None:
+            return None
+        return self._image_adapter.attention_capture(type(self).__name__)
 
     def _image_modules(self, adapter: ModelAdapter) -> None:
         r"""Sets the modules the method reads from a vision transformer."""
