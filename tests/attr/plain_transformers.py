@@ -10,7 +10,7 @@ after block l), ``blocks[l].ln1`` (what a pre-LN block's attention reads),
 ``attention.out``, ``ln1`` and ``ln2`` are GlobEnc's parts."""
 
 import math
-from typing import Tuple
+from typing import Any, Tuple
 
 import torch
 from torch import nn, Tensor
@@ -107,9 +107,10 @@ class PlainClassifier(nn.Module):
         return logits
 
 
-def plain_classifier(variant: str, seed: int = 0) -> Tuple[PlainClassifier, Tensor]:
+def plain_classifier(variant: str, seed: int = 0) -> Tuple[Any, Tensor]:
     r"""A float64 :class:`PlainClassifier` of ``variant`` (a key of
-    :data:`PLAIN_VARIANTS`) in eval mode and a batch of ids ``[3, 7]``."""
+    :data:`PLAIN_VARIANTS`) in eval mode and a batch of ids ``[3, 7]``; typed
+    Any, as the tests reach into its submodules by name as a user would."""
     torch.manual_seed(seed)
     pre_ln, causal = PLAIN_VARIANTS[variant]
     model = PlainClassifier(pre_ln, causal).double().eval()

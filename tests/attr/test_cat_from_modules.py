@@ -4,7 +4,7 @@ read: plain-PyTorch transformers (pre-/post-LN, causal/bidirectional), a Hugging
 Face family that is not in the adapter table, a vision transformer, and on
 every registered classifier family the same numbers as the shortcut."""
 
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import pytest
 import torch
@@ -121,7 +121,7 @@ def test_registered_families_give_the_shortcut_numbers(family: str) -> None:
 
 def test_a_module_shared_by_every_layer_is_refused() -> None:
     model = tiny_classifier("albert")
-    shared = model.albert.encoder.albert_layer_groups[0]
+    shared = model.get_submodule("albert.encoder.albert_layer_groups.0")
     with pytest.raises(RuntimeError, match="one call of layer 0 per forward pass"):
         CAT(classifier_forward(model), [shared]).attribute(torch.tensor([[5, 6, 7]]))
 
@@ -152,7 +152,7 @@ def _self_attention(block: nn.Module) -> nn.Module:
 
 def test_an_unregistered_hub_family_is_explained_by_naming_its_modules() -> None:
     torch.manual_seed(0)
-    config = transformers.OPTConfig(
+    options: Dict[str, Any] = dict(
         vocab_size=64,
         hidden_size=16,
         num_hidden_layers=2,
@@ -164,6 +164,7 @@ def test_an_unregistered_hub_family_is_explained_by_naming_its_modules() -> None
         pad_token_id=1,
         attn_implementation="eager",
     )
+    config = transformers.OPTConfig(**options)
     model = transformers.OPTForSequenceClassification(config).double().eval()
     with pytest.raises(UnsupportedModelError, match="model_type='opt'"):
         CAT(model)
@@ -184,7 +185,7 @@ def test_an_unregistered_hub_family_is_explained_by_naming_its_modules() -> None
 
 def test_a_vision_transformer_scores_cls_and_every_patch() -> None:
     torch.manual_seed(0)
-    config = transformers.ViTConfig(
+    options: Dict[str, Any] = dict(
         hidden_size=16,
         num_hidden_layers=2,
         num_attention_heads=2,
@@ -195,6 +196,7 @@ def test_a_vision_transformer_scores_cls_and_every_patch() -> None:
         num_labels=4,
         attn_implementation="eager",
     )
+    config = transformers.ViTConfig(**options)
     model = transformers.ViTForImageClassification(config).double().eval()
     pixels = torch.randn(2, 3, 8, 8, dtype=torch.float64)
 
@@ -215,7 +217,7 @@ def test_a_vision_transformer_scores_cls_and_every_patch() -> None:
 
 def test_sdpa_attention_gives_a_clear_error() -> None:
     model = tiny_classifier("bert", attn_implementation="sdpa")
-    blocks = list(model.bert.encoder.layer)
+    blocks = get_adapter(model).blocks()
     attention = [block.attention.self for block in blocks]
     method = AttCAT(classifier_forward(model), blocks, attention)
     with pytest.raises(ValueError, match="attn_implementation='eager'"):

@@ -3,6 +3,8 @@ r"""Decoded layer attribution built Captum's way, from ``forward_func`` on token
 ids, the layer module and a decoder: a plain PyTorch transformer against the
 paper's formula by hand, and a registered family's shortcut numbers."""
 
+from typing import Any
+
 import pytest
 import torch
 from captum.attr import LayerIntegratedGradients
@@ -18,7 +20,7 @@ from tests.attr.plain_transformers import plain_classifier
 from tests.helpers import tiny_classifier
 
 
-def _tied_decoder(model: nn.Module) -> nn.Module:
+def _tied_decoder(model: Any) -> nn.Module:
     decoder = nn.Linear(16, 50, bias=False).double().eval()
     decoder.weight = model.tokens.weight
     return decoder
@@ -74,9 +76,9 @@ def test_a_registered_family_gives_the_shortcut_numbers() -> None:
         classifier_forward(model), module, decoder, LayerIntegratedGradients
     )
     shortcut = DecodedLayerAttribution(model, 2, decoder, LayerIntegratedGradients)
-    options = dict(target=1, n_steps=4, tau=2)
     assert torch.equal(
-        wrapped.attribute(ids, **options), shortcut.attribute(ids, **options)
+        wrapped.attribute(ids, target=1, n_steps=4, tau=2),
+        shortcut.attribute(ids, target=1, n_steps=4, tau=2),
     )
 
 

@@ -27,7 +27,7 @@ def test_options_are_keyword_only_after_captums_three_arguments():
     cat = CAT(tiny_classifier("bert", dtype=torch.float64))
     summed = cat.attribute(ids, None, (mask,))  # [batch, pos]
     with pytest.raises(TypeError, match="positional"):
-        cat.attribute(ids, None, (mask,), True)
+        cat.attribute(ids, None, (mask,), True)  # type: ignore[call-arg]
     layers = cat.attribute(ids, None, (mask,), return_layers=True)  # [b, L, pos]
     assert torch.equal(layers.sum(1), summed)
     for return_layers in (False, True):

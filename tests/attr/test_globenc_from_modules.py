@@ -4,6 +4,8 @@ attention modules and their :class:`~captum_ext.adapters.BlockParts`: a
 post-LN encoder in plain PyTorch against loops by hand, and the registered
 post-LN families' shortcut numbers for every variant."""
 
+from typing import Any, Dict
+
 import pytest
 import torch
 from captum_ext import classifier_forward, get_adapter
@@ -30,7 +32,7 @@ def _parts(model) -> list:
 def _naive_last_layer_row(model, ids: Tensor) -> Tensor:
     r"""``||sum_h A_h[0, j] v_h,j W_O,h^T||`` of the last block by loops."""
     block = model.blocks[-1]
-    seen = {}
+    seen: Dict[str, Tensor] = {}
     handles = [
         block.register_forward_pre_hook(lambda _m, i: seen.__setitem__("x", i[0])),
         block.attention.probabilities.register_forward_hook(
@@ -49,12 +51,14 @@ def _naive_last_layer_row(model, ids: Tensor) -> Tensor:
         w_out = block.attention.out.weight
         row = []
         for j in range(ids.shape[1]):
-            total = sum(
-                seen["a"][b, h, 0, j]
-                * values[j, h * dh : (h + 1) * dh]
-                @ w_out[:, h * dh : (h + 1) * dh].T
-                for h in range(heads)
-            )
+            total = torch.stack(
+                [
+                    seen["a"][b, h, 0, j]
+                    * values[j, h * dh : (h + 1) * dh]
+                    @ w_out[:, h * dh : (h + 1) * dh].T
+                    for h in range(heads)
+                ]
+            ).sum(0)
             row.append(total.norm())
         rows.append(torch.stack(row))
     return torch.stack(rows)
@@ -89,7 +93,7 @@ def test_registered_families_give_the_shortcut_numbers(family: str) -> None:
     ids = torch.randint(5, 60, (2, 6))
     for variant in ("N", "N_res", "N_resln", "N_enc"):
         for rollout in (True, False):
-            options = dict(variant=variant, rollout=rollout)
+            options: Dict[str, Any] = dict(variant=variant, rollout=rollout)
             expected = GlobEnc(model).attribute(ids, **options)
             assert torch.equal(explicit.attribute(ids, **options), expected)
 

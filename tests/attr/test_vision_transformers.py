@@ -4,7 +4,7 @@ one score per token of the encoder's sequence (class token(s), then the
 patches), the same numbers as the methods built from the modules named by
 hand, on eager and sdpa attention; the methods that read token ids refuse."""
 
-from typing import Callable, Dict
+from typing import Any, Callable, Dict
 
 import pytest
 import torch
@@ -30,10 +30,10 @@ _CLASSES = {
 }
 
 
-def tiny_vision(family: str, attention: str = "eager") -> nn.Module:
+def tiny_vision(family: str, attention: str = "eager") -> Any:
     r"""A float64 random-init image classifier: 8 x 8 images, 4 x 4 patches."""
     torch.manual_seed(0)
-    config = _CONFIGS[family](
+    options: Dict[str, Any] = dict(
         hidden_size=16,
         num_hidden_layers=2,
         num_attention_heads=2,
@@ -44,10 +44,11 @@ def tiny_vision(family: str, attention: str = "eager") -> nn.Module:
         num_labels=4,
         attn_implementation=attention,
     )
+    config = _CONFIGS[family](**options)
     return _CLASSES[family](config).double().eval()
 
 
-def _by_hand(model: nn.Module) -> Dict[str, Callable[[], object]]:
+def _by_hand(model: Any) -> Dict[str, Callable[[], Any]]:
     r"""Each method built from the modules named by hand (not the adapter)."""
     base = model.base_model
     blocks = list(base.layers)
@@ -57,13 +58,12 @@ def _by_hand(model: nn.Module) -> Dict[str, Callable[[], object]]:
     def forward(pixel_values: Tensor) -> Tensor:
         return model(pixel_values=pixel_values).logits
 
-    head = dict(head=model.classifier)
     return {
         "CAT": lambda: CAT(forward, norms),
         "AttCAT": lambda: AttCAT(forward, norms, attention),
-        "LogAt": lambda: LogAt(forward, base.layernorm, **head),
+        "LogAt": lambda: LogAt(forward, base.layernorm, head=model.classifier),
         "NormXLogit": lambda: NormXLogit(
-            forward, base.layernorm, embedding=base.embeddings, **head
+            forward, base.layernorm, head=model.classifier, embedding=base.embeddings
         ),
         "EmbeddingNorm": lambda: EmbeddingNorm(forward, base.embeddings),
         "LastLayerAttention": lambda: LastLayerAttention(forward, attention),

@@ -134,8 +134,8 @@ class AttCAT(CAT):
                         L modules whose outputs are the hidden states
                         :math:`h^l` ``[batch, pos, d]``, as in :class:`CAT`.
                         Default: None (the shortcut)
-            attention (torch.nn.Module or list of torch.nn.Module, optional):
-                        With ``layer``: the L modules whose outputs are the
+            attention (nn.Module or list of nn.Module, optional): With
+                        ``layer``: the L modules whose outputs are the
                         attention probabilities :math:`A^l` ``[batch, heads,
                         pos, pos]`` paired with ``layer`` (or a tuple
                         ``(output, probabilities)``, as a Hugging Face

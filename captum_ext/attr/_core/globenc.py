@@ -191,9 +191,9 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
                         L blocks, whose inputs ``x`` ``[batch, pos, d]`` are
                         decomposed.
                         Default: None (the shortcut)
-            attention (torch.nn.Module or list of torch.nn.Module, optional):
-                        With ``layer``: each block's module whose output is
-                        its attention probabilities ``[batch, heads, pos,
+            attention (nn.Module or list of nn.Module, optional): With
+                        ``layer``: each block's module whose output is its
+                        attention probabilities ``[batch, heads, pos,
                         pos]`` (or ``(output, probabilities)``).
                         Default: None (required with ``layer``)
             parts (sequence of BlockParts, optional): With ``layer``: each

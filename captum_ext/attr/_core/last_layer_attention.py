@@ -79,8 +79,8 @@ class LastLayerAttention(TokenAttribution, Attribution):  # type: ignore[misc]
                         [batch, C]`` (its outputs validate ``target``); else a
                         Hugging Face model of a family supported by
                         :func:`captum_ext.get_adapter` (the shortcut).
-            attention (torch.nn.Module or list of torch.nn.Module, optional):
-                        The modules, first layer first, whose outputs are the
+            attention (nn.Module or list of nn.Module, optional): The
+                        modules, first layer first, whose outputs are the
                         attention probabilities ``[batch, heads, pos, pos]``
                         (or a tuple ``(output, probabilities)``, as a Hugging
                         Face attention module returns in eager attention);
