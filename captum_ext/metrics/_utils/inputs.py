@@ -15,7 +15,7 @@ import torch
 from captum._utils.typing import TargetType
 from torch import Tensor
 
-from captum_ext._utils.token_batch import check_same_shape, parse_token_ids, TokenBatch
+from captum_ext._utils.token_ids import check_same_shape, parse_token_ids, TokenBatch
 
 __all__ = [
     "MetricCall",
@@ -94,7 +94,7 @@ class MetricOptions(NamedTuple):
 
 @dataclass(kw_only=True)
 class TokenInputs(TokenBatch):
-    r"""A :class:`~captum_ext._utils.token_batch.TokenBatch` checked for a metric:
+    r"""A :class:`~captum_ext._utils.token_ids.TokenBatch` checked for a metric:
     ``extra_args`` are the forward function's arguments after the mask, passed
     on unchanged; ``special`` marks the real tokens that are never perturbed,
     ranked or counted (special tokens, plus any position the caller excludes
@@ -134,7 +134,7 @@ def parse_inputs(
     tokens: Optional[TokenOptions] = None,
 ) -> TokenInputs:
     r"""Checks the ids and mask as the methods do
-    (:func:`captum_ext._utils.token_batch.parse_token_ids`) and marks the special
+    (:func:`captum_ext._utils.token_ids.parse_token_ids`) and marks the special
     positions of ``tokens`` (a :class:`TokenOptions`; None: no special position).
     Further items of ``additional_forward_args`` go to ``forward_func`` unchanged.
     """
