@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+r"""Writes captum_ext's upstream pull request into a Captum source tree.
+
+Usage::
+
+    python upstream/export.py CAPTUM_ROOT
+
+``CAPTUM_ROOT`` is a Captum checkout (or any folder holding a ``captum``
+package, e.g. a copy of the installed one). The export reads captum_ext's own
+files (no second copy of the algorithms): the modules of :data:`METRICS` and
+every captum_ext module they import, rewritten into Captum's namespace
+(:data:`PACKAGES`), with Captum's ``# pyre-strict`` header, ``captum.log``'s
+``log_usage`` and Captum's formatting (black + usort as ``ufmt``). The tests
+and test models come from the templates under ``upstream/templates``. It adds
+the public names to ``captum/metrics/__init__.py``, prints the files written
+and a suggested commit message, and writes nothing outside ``CAPTUM_ROOT``.
+
+It refuses, before writing anything, when an exported file imports anything
+but the standard library, torch, numpy, tqdm and captum (captum_ext's adapters
+and transformers included), or still names captum_ext after the rewrite.
+"""
+
+import ast
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import black
+from ufmt.core import ufmt_bytes
+from usort.config import Config as UsortConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+# The metrics of the pull request (modules of captum_ext.metrics._core) and the
+# public names captum.metrics gains, as captum_ext.metrics exports them.
+METRICS = (
+    "aopc",
+    "log_odds",
+    "sufficiency",
+    "hiding_revealing",
+    "kendall_tau",
+    "token_overlap",
+    "average_precision",
+    "dot_product",
+)
+PUBLIC = METRICS + (
+    "HidingRevealingResult",
+    "KendallProtocol",
+    "MetricResult",
+    "PerturbationProtocol",
+    "TokenOptions",
+    "TokenOverlapResult",
+    "get_protocol",
+)
+
+# captum_ext package -> Captum package. captum_ext._utils holds helpers shared by
+# methods and metrics; Captum's captum._utils already has a progress.py, so they
+# get a package of their own.
+PACKAGES = (
+    ("captum_ext.metrics", "captum.metrics"),
+    ("captum_ext._utils", "captum._utils.tokens"),
+)
+# Typed for captum_ext's mypy only; Captum's own decorator is the same function.
+REPLACED_MODULES = {"captum_ext._utils.log": "captum.log"}
+
+# What captum_ext's text says about its Hugging Face helpers, said for Captum.
+PHRASES = (
+    (", e.g. :func:`captum_ext.classifier_forward`; a", "; a"),
+    (
+        '"Hugging Face model pass captum_ext.classifier_forward(model), which "\n'
+        '        "returns its .logits"',
+        '"model whose output is an object, pass a function returning its "\n'
+        '        ".logits"',
+    ),
+    (
+        ">>> forward = captum_ext.classifier_forward(model)",
+        ">>> forward = lambda ids, mask: model(ids, attention_mask=mask).logits",
+    ),
+    ("captum_ext runs it in eval", "the metric runs it in eval"),
+    ("no captum_ext call on it", "no metric call on it"),
+    ("captum_ext call", "metric's call"),
+    ("captum_ext lock", "metric's lock"),
+    (":class:`~captum_ext.ClassifierLogits`", "a model wrapper"),
+)
+
+ALLOWED_ROOTS = frozenset({"torch", "numpy", "tqdm", "captum"})
+SHEBANG = "#!/usr/bin/env python3\n"
+HEADER = f"{SHEBANG}\n# pyre-strict\n"
+
+
+class ExportError(Exception):
+    r"""The export refuses: nothing was written."""
+
+
+@dataclass(frozen=True)
+class Output:
+    r"""One file of the pull request: its path under CAPTUM_ROOT and text."""
+
+    path: str
+    text: str
+    source: str
+
+
+def module_file(module: str) -> Path:
+    r"""The source file of a captum_ext module."""
+    path = ROOT.joinpath(*module.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def imported_modules(text: str, where: str) -> List[Tuple[str, int]]:
+    r"""``(module, line)`` of every import of ``text``, at any depth (an import
+    inside a function counts: it runs as soon as the function does)."""
+    found = []
+    for node in ast.walk(ast.parse(text, where)):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise ExportError(f"{where}:{node.lineno}: relative import")
+            found.append((node.module or "", node.lineno))
+    return found
+
+
+def check_import(module: str, where: str) -> None:
+    r"""Raises :class:`ExportError` unless ``module`` is of the standard
+    library, torch, numpy, tqdm or captum."""
+    root = module.split(".")[0]
+    if root not in ALLOWED_ROOTS and root not in sys.stdlib_module_names:
+        raise ExportError(
+            f"{where} imports {module}; an exported file may import only the "
+            "standard library, torch, numpy, tqdm and captum"
+        )
+
+
+def check_imports(text: str, where: str) -> None:
+    r""":func:`check_import` on every import of ``text``."""
+    for module, line in imported_modules(text, where):
+        check_import(module, f"{where}:{line}")
+
+
+def closure(entries: Sequence[str]) -> List[str]:
+    r"""The captum_ext modules ``entries`` import, directly or not, themselves
+    included; raises on one that cannot be exported."""
+    seen: Dict[str, None] = {}
+    todo = list(entries)
+    while todo:
+        module = todo.pop()
+        if module in seen or module in REPLACED_MODULES:
+            continue
+        if captum_name(module) is None:
+            raise ExportError(
+                f"{module} would be exported but has no place in Captum "
+                "(only captum_ext.metrics and captum_ext._utils do)"
+            )
+        seen[module] = None
+        path = module_file(module)
+        text = path.read_text()
+        for name, line in imported_modules(text, str(path.relative_to(ROOT))):
+            if name.split(".")[0] == "captum_ext":
+                todo.append(name)
+            else:
+                check_import(name, f"{path.relative_to(ROOT)}:{line}")
+    return sorted(seen)
+
+
+def captum_name(module: str) -> Optional[str]:
+    r"""The Captum module of a captum_ext module, None if it has none."""
+    if module in REPLACED_MODULES:
+        return REPLACED_MODULES[module]
+    for ours, theirs in PACKAGES:
+        if module == ours or module.startswith(ours + "."):
+            return theirs + module[len(ours) :]
+    return None
+
+
+def rewrite(text: str, where: str) -> str:
+    r"""captum_ext's text in Captum's namespace, with Captum's header."""
+    for ours, theirs in REPLACED_MODULES.items():
+        text = text.replace(f"from {ours} import", f"from {theirs} import")
+    for ours, theirs in PHRASES:
+        text = text.replace(ours, theirs)
+    for ours, theirs in PACKAGES:
+        text = re.sub(rf"\b{re.escape(ours)}\b", theirs, text)
+    left = [n for n, line in enumerate(text.splitlines(), 1) if "captum_ext" in line]
+    if left:
+        raise ExportError(
+            f"{where} still names captum_ext on line(s) {left} after the rewrite; "
+            "add a phrase to PHRASES in upstream/export.py"
+        )
+    return with_header(text)
+
+
+def with_header(text: str) -> str:
+    r"""``text`` with Captum's shebang and ``# pyre-strict`` header."""
+    body = text.removeprefix(SHEBANG).lstrip("\n")
+    return f"{HEADER}\n{body}" if body else HEADER
+
+
+def formatted(path: str, text: str) -> str:
+    r"""``text`` formatted as Captum's ``ufmt format`` would (black for
+    Python 3.9, usort without first-party detection: captum and torch sort
+    together)."""
+    mode = black.Mode(target_versions={black.TargetVersion.PY39})
+    usort = UsortConfig(first_party_detection=False)
+    return ufmt_bytes(
+        Path(path), text.encode(), black_config=mode, usort_config=usort
+    ).decode()
+
+
+def library_outputs() -> List[Output]:
+    r"""The exported captum_ext modules, at their Captum paths."""
+    entries = [f"captum_ext.metrics._core.{name}" for name in METRICS]
+    outputs = []
+    for module in closure(entries):
+        source = module_file(module)
+        theirs = captum_name(module)
+        assert theirs is not None  # closure() checked it
+        path = "/".join(theirs.split("."))
+        path += "/__init__.py" if source.name == "__init__.py" else ".py"
+        text = rewrite(source.read_text(), str(source.relative_to(ROOT)))
+        outputs.append(Output(path, text, str(source.relative_to(ROOT))))
+    return outputs
+
+
+def package_inits(outputs: Sequence[Output], captum_root: Path) -> List[Output]:
+    r"""An ``__init__.py`` with the header for each folder the outputs create."""
+    paths = {output.path for output in outputs}
+    missing = []
+    for output in outputs:
+        for parent in Path(output.path).parents:
+            init = str(parent / "__init__.py")
+            if str(parent) == "." or init in paths:
+                continue
+            if not (captum_root / init).exists():
+                paths.add(init)
+                missing.append(Output(init, SHEBANG, "(new package)"))
+    return missing
+
+
+def template_outputs() -> List[Output]:
+    r"""The tests and test models, from upstream/templates (already in
+    Captum's namespace)."""
+    outputs = []
+    for source in sorted(TEMPLATES.rglob("*.py")):
+        path = str(source.relative_to(TEMPLATES))
+        text = rewrite(source.read_text(), f"upstream/templates/{path}")
+        outputs.append(Output(path, text, f"upstream/templates/{path}"))
+    return outputs
+
+
+def public_imports() -> List[str]:
+    r"""``from captum.metrics... import name`` for each name of :data:`PUBLIC`,
+    from the module captum_ext.metrics imports it from."""
+    init = module_file("captum_ext.metrics")
+    found = {}
+    for node in ast.walk(ast.parse(init.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                found[alias.name] = node.module
+    missing = [name for name in PUBLIC if name not in found]
+    if missing:
+        raise ExportError(f"captum_ext.metrics does not export {missing}")
+    return [f"from {captum_name(found[name])} import {name}" for name in PUBLIC]
+
+
+def metrics_init(captum_root: Path) -> Output:
+    r"""Captum's ``captum/metrics/__init__.py`` with the public names added
+    (to its imports and ``__all__``); names it already has are left alone."""
+    path = "captum/metrics/__init__.py"
+    text = (captum_root / path).read_text()
+    tree = ast.parse(text)
+    listed = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+    )
+    assert isinstance(listed.value, ast.List)
+    names = [ast.literal_eval(item) for item in listed.value.elts]
+    added = [name for name in PUBLIC if name not in names]
+    imports = [line for line in public_imports() if line.split()[-1] in added]
+    lines = text.splitlines()
+    start, end = listed.lineno - 1, listed.end_lineno or listed.lineno
+    entries = "".join(f'    "{name}",\n' for name in names + added)
+    new = (
+        "\n".join(lines[:start])
+        + "\n"
+        + "".join(line + "\n" for line in imports)
+        + f"\n__all__ = [\n{entries}]\n"
+        + "\n".join(lines[end:])
+    )
+    return Output(path, new, "captum_ext/metrics/__init__.py (public names)")
+
+
+def commit_message(outputs: Sequence[Output]) -> str:
+    r"""The suggested commit message of the pull request."""
+    metrics = ", ".join(METRICS)
+    tests = sum(1 for o in outputs if o.path.startswith("tests/"))
+    return (
+        "Add token-level faithfulness and plausibility metrics for transformers\n\n"
+        f"captum.metrics gains {metrics}: perturbation curves (AOPC, log-odds,\n"
+        "sufficiency, hiding/revealing), class sensitivity (Kendall tau, token\n"
+        "overlap) and plausibility against known evidence (average precision,\n"
+        "dot product) for attributions over token ids, taking Captum's\n"
+        "forward_func / inputs / attributions / target /\n"
+        "additional_forward_args. Helpers shared by token methods and metrics\n"
+        "live in captum._utils.tokens; the tiny plain-PyTorch transformers of\n"
+        f"the tests in captum.testing.helpers. {tests} test files."
+    )
+
+
+def build(captum_root: Path) -> List[Output]:
+    r"""Every file of the pull request, checked and formatted; writes nothing."""
+    if not (captum_root / "captum" / "metrics" / "__init__.py").is_file():
+        raise ExportError(
+            f"{captum_root} holds no captum package (captum/metrics/__init__.py)"
+        )
+    outputs = library_outputs() + template_outputs()
+    outputs += package_inits(outputs, captum_root)
+    outputs.append(metrics_init(captum_root))
+    checked = []
+    for output in outputs:
+        check_imports(output.text, output.path)
+        text = formatted(output.path, output.text)
+        checked.append(Output(output.path, text, output.source))
+    return checked
+
+
+def write(captum_root: Path, outputs: Sequence[Output]) -> None:
+    r"""Writes ``outputs`` under ``captum_root`` (and nowhere else)."""
+    root = captum_root.resolve()
+    for output in outputs:
+        target = (root / output.path).resolve()
+        if root not in target.parents:
+            raise ExportError(f"{output.path} lies outside {root}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(output.text)
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__.split("\n\n")[1].strip(), file=sys.stderr)
+        return 2
+    captum_root = Path(argv[0])
+    try:
+        outputs = build(captum_root)
+    except ExportError as error:
+        print(f"export refused, nothing written: {error}", file=sys.stderr)
+        return 1
+    write(captum_root, outputs)
+    print(f"Wrote {len(outputs)} files under {captum_root}:")
+    for output in outputs:
+        print(f"  {output.path}  <- {output.source}")
+    print("\nSuggested commit message:\n")
+    print(commit_message(outputs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+
+import torch
+from captum.metrics import log_odds
+from captum.testing.helpers import BaseTest
+from captum.testing.helpers.basic import assertTensorAlmostEqual
+from captum.testing.helpers.naive_token_curves import (
+    at_target,
+    example_batch,
+    naive_probabilities,
+)
+from captum.testing.helpers.transformer_models import tiny_transformer
+
+
+class Test(BaseTest):
+    def test_matches_naive_log_ratio(self) -> None:
+        for causal in (False, True):
+            model = tiny_transformer(causal, seed=1)
+            ids, mask, scores = example_batch(left_padded=causal)
+            target = torch.tensor([2, 0, 1])
+            result = log_odds(model, ids, scores, target, (mask,))
+            with torch.no_grad():
+                base = model(ids, mask).softmax(-1)[torch.arange(3), target]
+            probs = at_target(
+            naive_probabilities(model, ids, mask, scores, False), target
+        )
+            expected = (probs / base[:, None]).log()
+            assertTensorAlmostEqual(
+                self, result.curve, expected, delta=1e-5, mode="max"
+            )
+            assertTensorAlmostEqual(
+                self, result.score, expected.mean(1), delta=1e-5, mode="max"
+            )
+
+    def test_zero_attributions_rank_by_position(self) -> None:
+        # Ties go to the lower position: all-zero scores delete tokens left to
+        # right, as scores decreasing along the sequence do.
+        model = tiny_transformer(False)
+        ids, mask, _ = example_batch(left_padded=False)
+        zeros = torch.zeros(ids.shape, dtype=torch.float64)
+        falling = -torch.arange(ids.shape[1], dtype=torch.float64).expand(3, -1)
+        tied = log_odds(model, ids, zeros, additional_forward_args=(mask,))
+        ordered = log_odds(model, ids, falling, additional_forward_args=(mask,))
+        assertTensorAlmostEqual(self, tied.curve, ordered.curve, delta=0, mode="max")
