@@ -145,24 +145,24 @@ def closure(entries: Sequence[str]) -> List[str]:
     r"""The captum_ext modules ``entries`` import, directly or not, themselves
     included; raises on one that cannot be exported."""
     seen: Dict[str, None] = {}
-    todo = list(entries)
+    todo = [(module, "the export's entries") for module in entries]
     while todo:
-        module = todo.pop()
+        module, importer = todo.pop()
         if module in seen or module in REPLACED_MODULES:
             continue
         if captum_name(module) is None:
             raise ExportError(
-                f"{module} would be exported but has no place in Captum "
+                f"{importer} imports {module}, which has no place in Captum "
                 "(only captum_ext.metrics and captum_ext._utils do)"
             )
         seen[module] = None
         path = module_file(module)
-        text = path.read_text()
-        for name, line in imported_modules(text, str(path.relative_to(ROOT))):
+        where = str(path.relative_to(ROOT))
+        for name, line in imported_modules(path.read_text(), where):
             if name.split(".")[0] == "captum_ext":
-                todo.append(name)
+                todo.append((name, f"{where}:{line}"))
             else:
-                check_import(name, f"{path.relative_to(ROOT)}:{line}")
+                check_import(name, f"{where}:{line}")
     return sorted(seen)
 
 

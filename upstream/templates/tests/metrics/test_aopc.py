@@ -20,9 +20,7 @@ class Test(BaseTest):
         result = aopc(model, ids, scores, additional_forward_args=(mask,))
         target = model(ids, mask).argmax(-1)
         base = model(ids, mask).softmax(-1)[torch.arange(3), target]
-        probs = at_target(
-            naive_probabilities(model, ids, mask, scores, False), target
-        )
+        probs = at_target(naive_probabilities(model, ids, mask, scores, False), target)
         expected = base[:, None] - probs
         assertTensorAlmostEqual(self, result.levels, LEVELS, delta=1e-9, mode="max")
         assertTensorAlmostEqual(self, result.curve, expected, delta=1e-5, mode="max")
@@ -56,9 +54,7 @@ class Test(BaseTest):
         ids, mask, scores = example_batch(left_padded=False)
         whole = aopc(model, ids, scores, additional_forward_args=(mask,))
         for size in (1, 4):
-            chunked = aopc(
-                model, ids, scores, None, (mask,), internal_batch_size=size
-            )
+            chunked = aopc(model, ids, scores, None, (mask,), internal_batch_size=size)
             assertTensorAlmostEqual(
                 self, chunked.curve, whole.curve, delta=1e-6, mode="max"
             )

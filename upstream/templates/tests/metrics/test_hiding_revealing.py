@@ -4,10 +4,7 @@ import torch
 from captum.metrics import hiding_revealing
 from captum.testing.helpers import BaseTest
 from captum.testing.helpers.basic import assertTensorAlmostEqual
-from captum.testing.helpers.naive_token_curves import (
-    example_batch,
-    naive_probabilities,
-)
+from captum.testing.helpers.naive_token_curves import example_batch, naive_probabilities
 from captum.testing.helpers.transformer_models import tiny_transformer
 from torch import Tensor
 

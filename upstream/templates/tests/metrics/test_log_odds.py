@@ -22,8 +22,8 @@ class Test(BaseTest):
             with torch.no_grad():
                 base = model(ids, mask).softmax(-1)[torch.arange(3), target]
             probs = at_target(
-            naive_probabilities(model, ids, mask, scores, False), target
-        )
+                naive_probabilities(model, ids, mask, scores, False), target
+            )
             expected = (probs / base[:, None]).log()
             assertTensorAlmostEqual(
                 self, result.curve, expected, delta=1e-5, mode="max"

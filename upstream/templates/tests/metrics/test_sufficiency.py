@@ -23,8 +23,8 @@ class Test(BaseTest):
             target = probs.argmax(-1)
             base = probs[torch.arange(3), target]
             kept = at_target(
-            naive_probabilities(model, ids, mask, scores, True), target
-        )
+                naive_probabilities(model, ids, mask, scores, True), target
+            )
             expected = base[:, None] - kept
             assertTensorAlmostEqual(
                 self, result.curve, expected, delta=1e-5, mode="max"

@@ -42,9 +42,7 @@ def kept_positions(
     ranked = sorted(candidates, key=lambda i: (-scores[i], i))
     top = set(ranked[:k])
     return [
-        i
-        for i in range(len(scores))
-        if not perturbable[i] or ((i in top) == keep_top)
+        i for i in range(len(scores)) if not perturbable[i] or ((i in top) == keep_top)
     ]
 
 

@@ -62,7 +62,9 @@ class TinyTransformerClassifier(nn.Module):
         mask = attention_mask != 0  # [batch, pos]
         positions = (mask.to(torch.long).cumsum(-1) - 1).clamp(min=0)
         hidden = self.word_embeddings(input_ids) + self.position_embeddings(positions)
-        hidden = hidden + self.dropout(self.attention(self.attention_norm(hidden), mask))
+        hidden = hidden + self.dropout(
+            self.attention(self.attention_norm(hidden), mask)
+        )
         hidden = hidden + self.mlp(self.mlp_norm(hidden))  # [batch, pos, d_model]
         if self.causal:
             positions = torch.arange(mask.shape[1], device=mask.device)
@@ -81,9 +83,10 @@ class TinyTransformerClassifier(nn.Module):
         scores = query @ key.transpose(-1, -2) / d_head**0.5  # [batch, heads, q, k]
         allowed = mask[:, None, None, :]
         if self.causal:
-            allowed = allowed & torch.ones(
-                pos, pos, dtype=torch.bool, device=mask.device
-            ).tril()
+            allowed = (
+                allowed
+                & torch.ones(pos, pos, dtype=torch.bool, device=mask.device).tril()
+            )
         scores = scores.masked_fill(~allowed, -1e9)
         mixed = scores.softmax(-1) @ value  # [batch, heads, pos, d_head]
         return self.output(mixed.transpose(1, 2).reshape(batch, pos, d_model))
