@@ -154,6 +154,12 @@ class ModelAdapter:
             return _module(self.base_model, final)
         return _blocks(self.base_model, self._family_record)[layer - 1]
 
+    def blocks(self) -> List[nn.Module]:
+        r"""The L blocks, first first: block ``l`` maps ``hidden_states[l-1]``
+        to the block output (``hidden_states[l]`` but for a causal model's
+        last block, whose output passes the final norm first)."""
+        return _blocks(self.base_model, self._family_record)
+
     def block_parts(self, layer: int) -> BlockParts:
         r"""The :class:`BlockParts` of block ``layer`` (1..L: block ``l`` maps
         ``hidden_states[l-1]`` to ``hidden_states[l]``)."""

@@ -33,10 +33,10 @@ VARIANTS: Dict[str, Tuple[Callable[[nn.Module], Any], Dict[str, str]]] = {
         lambda m: AttCAT(m, alpha="rollout", objective="logit"),
         {},
     ),
-    "AttCAT outputs row": (lambda m: AttCAT(m, "outputs", alpha="row"), {}),
-    "CAT logit": (lambda m: CAT(m, "inputs", objective="logit"), {}),
+    "AttCAT outputs row": (lambda m: AttCAT(m, layers="outputs", alpha="row"), {}),
+    "CAT logit": (lambda m: CAT(m, layers="inputs", objective="logit"), {}),
     "CAT attention inputs": (lambda m: CAT(m, layers="attention_inputs"), {}),
-    "AttCAT attention inputs": (lambda m: AttCAT(m, "attention_inputs"), {}),
+    "AttCAT attention inputs": (lambda m: AttCAT(m, layers="attention_inputs"), {}),
 }
 # LogAt, NormXLogit and GlobEnc (and its "N") with and without p_t's own term.
 OWN_TERM = {
@@ -195,7 +195,7 @@ def test_the_residual_stream_is_nearly_blind_before_the_last_blocks_norm():
     the norm output's score at every other position."""
     model, batch = _one_example("llama")
     prompt = batch["input_ids"].shape[1]
-    inputs = _run(CAT(model, "inputs"), {}, model, batch, return_layers=True)
+    inputs = _run(CAT(model, layers="inputs"), {}, model, batch, return_layers=True)
     reads = _run(
         CAT(model, layers="attention_inputs"), {}, model, batch, return_layers=True
     )
@@ -281,7 +281,9 @@ def test_unknown_options_are_refused(build, message):
 def test_the_default_layers_are_attention_inputs_on_a_causal_lm_only():
     model, batch = _one_example("llama")
     default = _run(CAT(model), {}, model, batch)
-    chosen = _run(CAT(model, "attention_inputs"), {}, model, batch)
+    chosen = _run(CAT(model, layers="attention_inputs"), {}, model, batch)
     assert torch.equal(default, chosen)
-    assert not torch.allclose(default, _run(CAT(model, "inputs"), {}, model, batch))
+    assert not torch.allclose(
+        default, _run(CAT(model, layers="inputs"), {}, model, batch)
+    )
     assert CAT(tiny_classifier("gpt2")).layers == "inputs"  # the authors' reading

@@ -24,21 +24,21 @@ from tests.helpers import continuation_batch, tiny_causal_lm
 
 # name -> (class with its options, attribute keywords): the docs' definitions.
 EXPECTED: Dict[str, Tuple[Callable[[nn.Module], Any], Dict[str, str]]] = {
-    "AttCAT received": (lambda m: AttCAT(m, "inputs", alpha="received"), {}),
-    "AttCAT row": (lambda m: AttCAT(m, "inputs", alpha="row"), {}),
+    "AttCAT received": (lambda m: AttCAT(m, layers="inputs", alpha="received"), {}),
+    "AttCAT row": (lambda m: AttCAT(m, layers="inputs", alpha="row"), {}),
     "AttCAT logit": (
-        lambda m: AttCAT(m, "inputs", alpha="rollout", objective="logit"),
+        lambda m: AttCAT(m, layers="inputs", alpha="rollout", objective="logit"),
         {},
     ),
     "AttCAT received logit": (
-        lambda m: AttCAT(m, "inputs", alpha="received", objective="logit"),
+        lambda m: AttCAT(m, layers="inputs", alpha="received", objective="logit"),
         {},
     ),
     "AttCAT row logit": (
-        lambda m: AttCAT(m, "inputs", alpha="row", objective="logit"),
+        lambda m: AttCAT(m, layers="inputs", alpha="row", objective="logit"),
         {},
     ),
-    "CAT logit": (lambda m: CAT(m, "inputs", objective="logit"), {}),
+    "CAT logit": (lambda m: CAT(m, layers="inputs", objective="logit"), {}),
     "CAT outputs": (lambda m: CAT(m, layers="outputs"), {}),
     "AttCAT outputs": (lambda m: AttCAT(m, alpha="rollout", layers="outputs"), {}),
     "AttCAT received outputs": (

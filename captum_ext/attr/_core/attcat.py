@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 r"""AttCAT: class activation tokens weighted by the attention each token receives."""
 
-from typing import List, Optional
+from typing import Any, Callable, List, Optional
 
 import torch
+from captum._utils.typing import ModuleOrModuleList
 from torch import nn, Tensor
 
+from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
-from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import AttentionInputs
 from captum_ext.attr._core.cat import CAT
 from captum_ext.attr._utils.attention_statistics import (
@@ -16,6 +17,7 @@ from captum_ext.attr._utils.attention_statistics import (
     attention_rows_per_layer,
 )
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
+from captum_ext.attr._utils.layer_states import as_modules, capture_attention
 
 __all__ = ["AttCAT"]
 
@@ -113,7 +115,11 @@ class AttCAT(CAT):
 
     def __init__(
         self,
-        model: nn.Module,
+        forward_func: Callable[..., Any],
+        layer: Optional[ModuleOrModuleList] = None,
+        attention: Optional[ModuleOrModuleList] = None,
+        attribute_to_layer_input: bool = False,
+        *,
         layers: Optional[str] = None,
         objective: str = "log_prob",
         alpha: str = "rollout",
@@ -121,9 +127,27 @@ class AttCAT(CAT):
         r"""
         Args:
 
-            model (torch.nn.Module): The model, as in :class:`CAT`.
-            layers (str, optional): ``"inputs"``, ``"outputs"`` or
-                        ``"attention_inputs"``, as in :class:`CAT`.
+            forward_func (Callable): ``forward_func(inputs,
+                        *additional_forward_args) -> [batch, C]`` with
+                        ``layer``, else a Hugging Face model, as in
+                        :class:`CAT`.
+            layer (torch.nn.Module or list of torch.nn.Module, optional): The
+                        L modules whose outputs are the hidden states
+                        :math:`h^l` ``[batch, pos, d]``, as in :class:`CAT`.
+                        Default: None (the shortcut)
+            attention (torch.nn.Module or list of torch.nn.Module, optional):
+                        With ``layer``: the L modules whose outputs are the
+                        attention probabilities :math:`A^l` ``[batch, heads,
+                        pos, pos]`` paired with ``layer`` (or a tuple
+                        ``(output, probabilities)``, as a Hugging Face
+                        attention module returns in eager attention).
+                        Default: None (required with ``layer``)
+            attribute_to_layer_input (bool, optional): With ``layer``: read
+                        each layer module's first input instead of its output.
+                        Default: False
+            layers (str, optional): The shortcut's hidden states,
+                        ``"inputs"``, ``"outputs"`` or ``"attention_inputs"``,
+                        as in :class:`CAT`.
                         Default: None (``"attention_inputs"`` on a causal
                         LM, ``"inputs"`` on a classifier)
             objective (str, optional): Causal LMs: ``"log_prob"`` or
@@ -135,20 +159,56 @@ class AttCAT(CAT):
                         row of the attention rollout from the top down to
                         block ``l``); classifiers always use the column mean.
                         Default: ``"rollout"`` (chosen by measurement,
-                        docs/generation.rst; ``"received"`` before)
+                        docs/generation.rst)
         """
         if alpha not in ALPHAS:
             raise ValueError(f"alpha must be one of {ALPHAS}, got {alpha!r}")
-        CAT.__init__(self, model, layers=layers, objective=objective)
+        CAT.__init__(
+            self,
+            forward_func,
+            layer,
+            attribute_to_layer_input,
+            layers=layers,
+            objective=objective,
+        )
         self.alpha = alpha
+        self.attention = self._attention_modules(attention)
 
-    def _token_weights(
-        self, batch: TokenBatch, layers: List[AttentionInputs]
-    ) -> Tensor:
+    def _attention_modules(
+        self, attention: Optional[ModuleOrModuleList]
+    ) -> Optional[List[nn.Module]]:
+        r"""The explicit route's attention modules, one per layer module."""
+        if self.layer is None:
+            if attention is not None:
+                raise ValueError(
+                    "AttCAT's attention modules go with layer modules (and "
+                    "forward_func); the shortcut finds a Hugging Face model's "
+                    "attention itself"
+                )
+            return None
+        if attention is None:
+            raise ValueError(
+                "AttCAT built from layer modules needs attention=: the modules "
+                "whose outputs are each layer's attention probabilities"
+            )
+        modules = as_modules(attention, "attention", "AttCAT")
+        if len(modules) != len(self.layer):
+            raise ValueError(
+                f"AttCAT pairs each layer with its attention: got {len(self.layer)} "
+                f"layer modules and {len(modules)} attention modules"
+            )
+        return modules
+
+    def _attention_stores(self, hooks: HookSet) -> Optional[List[List[Any]]]:
+        assert self.attention is not None  # the explicit route
+        return capture_attention(hooks, self.attention)
+
+    def _token_weights(self, valid: Tensor, layers: List[AttentionInputs]) -> Tensor:
         r"""Attention received per block and token, :math:`\alpha`:
-        ``[batch, L, pos]`` in float32 (float64 for a float64 model)."""
+        ``[batch, L, pos]`` in float32 (float64 for a float64 model), averaged
+        over the ``valid`` query rows ``[batch, q]``."""
         work = result_dtype(layers[0].dtype)
-        valid = batch.valid.to(work)  # [batch, q]
+        valid = valid.to(work)  # [batch, q]
         row_weights = valid / valid.sum(-1, keepdim=True)  # mean over valid rows
         return attention_received(layers, row_weights)
 

@@ -6,7 +6,7 @@ from functools import partial
 from typing import Any, Callable, List, Optional, Tuple, Union
 
 import torch
-from captum._utils.typing import TargetType
+from captum._utils.typing import ModuleOrModuleList, TargetType
 from captum.attr._utils.attribution import GradientAttribution
 from torch import nn, Tensor
 
@@ -23,6 +23,19 @@ from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import AttentionInputs, get_adapter
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.attribute_tokens import attribute_tokens
+from captum_ext.attr._utils.attribute_with_modules import (
+    attribute_with_modules,
+    forward_logits,
+    refuse_generation_options,
+)
+from captum_ext.attr._utils.layer_states import (
+    as_modules,
+    attention_maps,
+    capture_states,
+    hidden_states_of,
+    read_states,
+    shortcut_model,
+)
 from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     target_gradients,
@@ -111,18 +124,36 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
 
     def __init__(
         self,
-        model: nn.Module,
+        forward_func: Callable[..., Any],
+        layer: Optional[ModuleOrModuleList] = None,
+        attribute_to_layer_input: bool = False,
+        *,
         layers: Optional[str] = None,
         objective: str = "log_prob",
     ) -> None:
         r"""
         Args:
 
-            model (torch.nn.Module): A Hugging Face
-                        ``*ForSequenceClassification`` model of a family supported
-                        by :func:`captum_ext.get_adapter`.
-            layers (str, optional): ``"inputs"`` for ``hidden_states[0..L-1]``
-                        (block inputs, the authors' code), ``"outputs"`` for
+            forward_func (Callable): The forward function of the model: with
+                        ``layer``, ``forward_func(inputs, *additional_forward_args)
+                        -> [batch, C]`` (e.g. logits; a module runs in eval
+                        mode), whatever the inputs are (token ids, embeddings,
+                        pixel values). Without ``layer``, a Hugging Face
+                        transformer of a family supported by
+                        :func:`captum_ext.get_adapter` (the shortcut, which
+                        finds the layers and also explains causal LMs).
+            layer (torch.nn.Module or list of torch.nn.Module, optional): The
+                        L modules whose outputs are the hidden states
+                        :math:`h^l` ``[batch, pos, d]`` (or a tuple starting
+                        with them), e.g. each block of a transformer.
+                        Default: None (the shortcut: ``forward_func`` is a
+                        Hugging Face model and ``layers`` picks its states)
+            attribute_to_layer_input (bool, optional): With ``layer``: read
+                        each module's first input instead of its output.
+                        Default: False
+            layers (str, optional): The shortcut's hidden states:
+                        ``"inputs"`` for ``hidden_states[0..L-1]`` (block
+                        inputs, the authors' code), ``"outputs"`` for
                         ``hidden_states[1..L]`` (block outputs, the paper's
                         Eq. 10) or ``"attention_inputs"`` for what each
                         block's attention reads (a pre-LN decoder's first
@@ -142,12 +173,44 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
             raise ValueError(
                 f"objective must be one of {OBJECTIVES}, got {objective!r}"
             )
-        GradientAttribution.__init__(self, model)
-        self.model = model
-        self.adapter = get_adapter(model)
+        GradientAttribution.__init__(self, forward_func)
+        self.objective = objective
+        self.attribute_to_layer_input = attribute_to_layer_input
+        self.layer = self._named_layers(layer, layers, attribute_to_layer_input)
+        if self.layer is not None:
+            return
+        self.model = shortcut_model(forward_func, type(self).__name__)
+        self.adapter = get_adapter(self.model)
         causal_lm = self.adapter.is_causal_lm
         self.layers = layers or ("attention_inputs" if causal_lm else "inputs")
-        self.objective = objective
+
+    def _named_layers(
+        self,
+        layer: Optional[ModuleOrModuleList],
+        layers: Optional[str],
+        attribute_to_layer_input: bool,
+    ) -> Optional[List[nn.Module]]:
+        r"""The modules of the explicit route, or None for the shortcut."""
+        name = type(self).__name__
+        if isinstance(layer, str):
+            raise TypeError(
+                f"{name}'s layer takes the modules whose outputs are the hidden "
+                f"states; to pick a Hugging Face model's states pass "
+                f"layers={layer!r} by keyword"
+            )
+        if layer is None:
+            if attribute_to_layer_input:
+                raise ValueError(
+                    f"{name}'s attribute_to_layer_input applies to the modules "
+                    "given as layer; the shortcut picks its states with layers="
+                )
+            return None
+        if layers is not None:
+            raise ValueError(
+                f"{name} takes either layer (the modules, with forward_func) or "
+                "layers (a Hugging Face model's states), not both"
+            )
+        return as_modules(layer, "layer", name)
 
     @log_usage()
     def attribute(
@@ -223,6 +286,23 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
             ...     enc["input_ids"], additional_forward_args=(enc["attention_mask"],)
             ... )
         """
+        if self.layer is not None:
+            refuse_generation_options(
+                type(self).__name__,
+                attribute_generated=attribute_generated,
+                contrast_target=contrast_target,
+                targets_per_backward=targets_per_backward,
+            )
+            scores = attribute_with_modules(
+                self.forward_func,
+                inputs,
+                target,
+                additional_forward_args,
+                internal_batch_size,
+                self._module_scores,
+                type(self).__name__,
+            )  # [batch, L, pos]
+            return scores if return_layers else scores.sum(-2)
         check_positive_int(targets_per_backward, "targets_per_backward")
         if targets_per_backward is not None:
             self.adapter.require_causal_lm(
@@ -251,8 +331,48 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         (float32), and the model's logits ``[batch, C]``."""
         logits, hidden, weights = self._forward_to_hidden(
             partial(run_model, self.adapter, batch),
-            partial(self._token_weights, batch),
+            partial(self._token_weights, batch.valid),
         )  # [batch, C], L x [batch, pos, d], [batch, L, pos] or None
+        return self._class_scores(logits, hidden, weights, target)
+
+    def _module_scores(
+        self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]
+    ) -> Tuple[Tensor, Tensor]:
+        r"""The explicit route's :meth:`_layer_scores`: the states of the
+        modules given as ``layer`` (and the attention of those given as
+        ``attention``) from one call of ``forward_func``."""
+        name = type(self).__name__
+        assert self.layer is not None  # the explicit route
+        with HookSet() as hooks, torch.enable_grad():
+            stores = capture_states(
+                hooks, self.layer, self.attribute_to_layer_input, requires_grad=True
+            )
+            attention = self._attention_stores(hooks)
+            logits = forward_logits(self.forward_func, inputs, args, name)
+        hidden = hidden_states_of(read_states(stores, name), len(logits), name)
+        weights = None
+        if attention is not None:
+            maps = attention_maps(attention, hidden[0].shape[1], name)
+            valid = torch.ones(hidden[0].shape[:2], dtype=torch.bool)
+            with torch.no_grad():
+                weights = self._token_weights(valid.to(hidden[0].device), maps)
+        return self._class_scores(logits, hidden, weights, target)
+
+    def _attention_stores(self, hooks: HookSet) -> Optional[List[List[Any]]]:
+        r"""The explicit route's captures of the attention modules; CAT reads
+        none."""
+        return None
+
+    def _class_scores(
+        self,
+        logits: Tensor,
+        hidden: Tuple[Tensor, ...],
+        weights: Optional[Tensor],
+        target: TargetType,
+    ) -> Tuple[Tensor, Tensor]:
+        r"""``sum_d (d logits[target] / d h^l) * h^l``, times the token weights
+        where the method has them: ``[batch, L, pos]`` (float32), and the
+        logits ``[batch, C]``."""
         with torch.enable_grad():
             index = resolve_target(target, logits)  # [batch]
             # Examples do not interact, so the gradient of the batch sum gives
@@ -358,7 +478,7 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         return tuple(hidden_states[:-1])
 
     def _token_weights(
-        self, batch: TokenBatch, layers: List[AttentionInputs]
+        self, valid: Tensor, layers: List[AttentionInputs]
     ) -> Optional[Tensor]:
         r"""Per-layer token weights ``[batch, L, pos]`` in float32, reduced from
         the forward pass's output before the backward pass; CAT has none."""

@@ -17,7 +17,7 @@ from captum_ext._utils.row_chunks import batch_slices, take_rows
 from captum_ext._utils.token_batch import on_device, TokenBatch
 from captum_ext.adapters import get_adapter, UnsupportedModelError
 
-__all__ = ["attribute_in_chunks", "result_dtype"]
+__all__ = ["attribute_in_chunks", "result_dtype", "target_rows"]
 
 # (chunk of the batch, the chunk's target, **the chunk's per-example options)
 #   -> (attributions, the model's logits)
@@ -30,7 +30,7 @@ def result_dtype(model_dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(model_dtype, torch.float32)
 
 
-def _target_rows(target: TargetType, rows: slice, batch_size: int) -> TargetType:
+def target_rows(target: TargetType, rows: slice, batch_size: int) -> TargetType:
     r"""The chunk's part of a per-example target (a list or a 1-d tensor); a
     target shared by every example (None, an int, a 0-d tensor) as it is."""
     if isinstance(target, list) or (isinstance(target, Tensor) and target.dim() == 1):
@@ -88,7 +88,7 @@ def attribute_in_chunks(
         for rows in batch_slices(size, internal_batch_size):
             chunk_scores, outputs = attribute_chunk(
                 batch.select(rows).to(device),
-                on_device(_target_rows(target, rows, size), device),
+                on_device(target_rows(target, rows, size), device),
                 **{
                     k: on_device(take_rows(v, rows, size), device)
                     for k, v in options.items()
