@@ -23,6 +23,7 @@ and transformers included), or still names captum_ext after the rewrite.
 import ast
 import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -226,17 +227,18 @@ def library_outputs() -> List[Output]:
 
 
 def package_inits(outputs: Sequence[Output], captum_root: Path) -> List[Output]:
-    r"""An ``__init__.py`` with the header for each folder the outputs create."""
+    r"""An ``__init__.py`` (Captum's empty one) for each folder the outputs
+    create; existing folders stay as they are (``captum/testing`` is a
+    namespace package)."""
     paths = {output.path for output in outputs}
     missing = []
     for output in outputs:
         for parent in Path(output.path).parents:
             init = str(parent / "__init__.py")
-            if str(parent) == "." or init in paths:
+            if str(parent) == "." or init in paths or (captum_root / parent).exists():
                 continue
-            if not (captum_root / init).exists():
-                paths.add(init)
-                missing.append(Output(init, SHEBANG, "(new package)"))
+            paths.add(init)
+            missing.append(Output(init, SHEBANG, "(new package)"))
     return missing
 
 
@@ -297,19 +299,19 @@ def metrics_init(captum_root: Path) -> Output:
 
 def commit_message(outputs: Sequence[Output]) -> str:
     r"""The suggested commit message of the pull request."""
-    metrics = ", ".join(METRICS)
     tests = sum(1 for o in outputs if o.path.startswith("tests/"))
-    return (
-        "Add token-level faithfulness and plausibility metrics for transformers\n\n"
-        f"captum.metrics gains {metrics}: perturbation curves (AOPC, log-odds,\n"
-        "sufficiency, hiding/revealing), class sensitivity (Kendall tau, token\n"
-        "overlap) and plausibility against known evidence (average precision,\n"
-        "dot product) for attributions over token ids, taking Captum's\n"
-        "forward_func / inputs / attributions / target /\n"
-        "additional_forward_args. Helpers shared by token methods and metrics\n"
-        "live in captum._utils.tokens; the tiny plain-PyTorch transformers of\n"
-        f"the tests in captum.testing.helpers. {tests} test files."
+    body = (
+        f"captum.metrics gains {', '.join(METRICS)}: perturbation curves "
+        "(AOPC, log-odds, sufficiency, hiding/revealing), class sensitivity "
+        "(Kendall tau, token overlap) and plausibility against known evidence "
+        "(average precision, dot product) of attributions over token ids, with "
+        "Captum's forward_func, inputs, attributions, target and "
+        "additional_forward_args. Helpers shared by token methods and metrics "
+        "are in captum._utils.tokens, the tests' plain-PyTorch transformers "
+        f"and naive references in captum.testing.helpers; {tests} test files."
     )
+    title = "Add token-level faithfulness and plausibility metrics"
+    return title + "\n\n" + textwrap.fill(body, 72)
 
 
 def build(captum_root: Path) -> List[Output]:
