@@ -114,8 +114,12 @@ def test_export_refuses_adapters_and_transformers() -> None:
     export = _export_module()
     # model_forward holds the Hugging Face forward functions: it imports the
     # adapters, which have no place in Captum.
-    with pytest.raises(export.ExportError, match="captum_ext.adapters"):
+    with pytest.raises(export.ExportError) as refused:
         export.closure(["captum_ext._utils.model_forward"])
+    # Every offending import is named, not only the first one met.
+    for where in ("model_forward.py:", "token_batch.py:"):
+        assert f"{where}" in str(refused.value)
+    assert "imports captum_ext.adapters" in str(refused.value)
     with pytest.raises(export.ExportError, match="imports transformers"):
         export.check_imports(
             "def f():\n    from transformers import AutoModel\n", "x.py"

@@ -4,6 +4,7 @@ r"""Writes captum_ext's upstream pull request into a Captum source tree.
 Usage::
 
     python upstream/export.py CAPTUM_ROOT
+    python upstream/export.py --check-methods
 
 ``CAPTUM_ROOT`` is a Captum checkout (or any folder holding a ``captum``
 package, e.g. a copy of the installed one). The export reads captum_ext's own
@@ -57,12 +58,23 @@ PUBLIC = METRICS + (
     "get_protocol",
 )
 
+# The methods of the pull request (modules of captum_ext.attr._core), with the
+# public names captum.attr gains. A method joins once its Captum route (built
+# from forward_func and the modules it reads) lives in files that import no
+# Hugging Face adapter: ``python upstream/export.py --check-methods`` names
+# what each method's files still import.
+METHODS: Tuple[str, ...] = ()
+METHOD_NAMES: Tuple[str, ...] = ()
+
 # captum_ext package -> Captum package. captum_ext._utils holds helpers shared by
 # methods and metrics; Captum's captum._utils already has a progress.py, so they
 # get a package of their own.
 PACKAGES = (
     ("captum_ext.metrics", "captum.metrics"),
     ("captum_ext._utils", "captum._utils.tokens"),
+    # Layer methods: CAT(forward_func, layer), AttCAT(forward_func, layer, ...).
+    ("captum_ext.attr._core", "captum.attr._core.layer"),
+    ("captum_ext.attr._utils", "captum.attr._utils.tokens"),
 )
 # Typed for captum_ext's mypy only; Captum's own decorator is the same function.
 REPLACED_MODULES = {"captum_ext._utils.log": "captum.log"}
@@ -144,18 +156,18 @@ def check_imports(text: str, where: str) -> None:
 
 def closure(entries: Sequence[str]) -> List[str]:
     r"""The captum_ext modules ``entries`` import, directly or not, themselves
-    included; raises on one that cannot be exported."""
+    included; raises, naming every offending import, when one of them cannot
+    be exported."""
     seen: Dict[str, None] = {}
+    problems: List[str] = []
     todo = [(module, "the export's entries") for module in entries]
     while todo:
         module, importer = todo.pop()
+        if captum_name(module) is None:
+            problems.append(f"{importer} imports {module}")
+            continue
         if module in seen or module in REPLACED_MODULES:
             continue
-        if captum_name(module) is None:
-            raise ExportError(
-                f"{importer} imports {module}, which has no place in Captum "
-                "(only captum_ext.metrics and captum_ext._utils do)"
-            )
         seen[module] = None
         path = module_file(module)
         where = str(path.relative_to(ROOT))
@@ -163,7 +175,16 @@ def closure(entries: Sequence[str]) -> List[str]:
             if name.split(".")[0] == "captum_ext":
                 todo.append((name, f"{where}:{line}"))
             else:
-                check_import(name, f"{where}:{line}")
+                try:
+                    check_import(name, f"{where}:{line}")
+                except ExportError:
+                    problems.append(f"{where}:{line} imports {name}")
+    if problems:
+        raise ExportError(
+            "an exported file may import only the standard library, torch, "
+            "numpy, tqdm, captum and the captum_ext modules that have a place "
+            "in Captum (PACKAGES); " + "; ".join(sorted(set(problems)))
+        )
     return sorted(seen)
 
 
@@ -214,6 +235,7 @@ def formatted(path: str, text: str) -> str:
 def library_outputs() -> List[Output]:
     r"""The exported captum_ext modules, at their Captum paths."""
     entries = [f"captum_ext.metrics._core.{name}" for name in METRICS]
+    entries += [f"captum_ext.attr._core.{name}" for name in METHODS]
     outputs = []
     for module in closure(entries):
         source = module_file(module)
@@ -331,6 +353,21 @@ def build(captum_root: Path) -> List[Output]:
     return checked
 
 
+def python39_notes(outputs: Sequence[Output]) -> List[str]:
+    r"""What in ``outputs`` needs a Python newer than Captum's floor (3.9):
+    syntax, and the dataclass options of 3.10."""
+    notes = []
+    for output in outputs:
+        try:
+            ast.parse(output.text, output.path, feature_version=(3, 9))
+        except SyntaxError as error:
+            notes.append(f"{output.path}:{error.lineno}: {error.msg}")
+        for number, line in enumerate(output.text.splitlines(), 1):
+            if re.search(r"@dataclass\(.*\b(kw_only|slots)=", line):
+                notes.append(f"{output.path}:{number}: {line.strip()} (3.10)")
+    return notes
+
+
 def write(captum_root: Path, outputs: Sequence[Output]) -> None:
     r"""Writes ``outputs`` under ``captum_root`` (and nowhere else)."""
     root = captum_root.resolve()
@@ -342,7 +379,27 @@ def write(captum_root: Path, outputs: Sequence[Output]) -> None:
         target.write_text(output.text)
 
 
+def check_methods() -> int:
+    r"""Prints, for each method of captum_ext.attr, whether its files could be
+    exported and, if not, every import that stops them; 0 if all could."""
+    blocked = 0
+    for source in sorted((ROOT / "captum_ext/attr/_core").glob("[!_]*.py")):
+        module = f"captum_ext.attr._core.{source.stem}"
+        try:
+            closure([module])
+        except ExportError as error:
+            blocked += 1
+            reasons = str(error).split("; ")[1:]
+            print(f"{source.stem}: blocked by")
+            print("".join(f"    {reason}\n" for reason in reasons), end="")
+        else:
+            print(f"{source.stem}: exportable")
+    return 1 if blocked else 0
+
+
 def main(argv: Sequence[str]) -> int:
+    if list(argv) == ["--check-methods"]:
+        return check_methods()
     if len(argv) != 1:
         print(__doc__.split("\n\n")[1].strip(), file=sys.stderr)
         return 2
@@ -356,6 +413,10 @@ def main(argv: Sequence[str]) -> int:
     print(f"Wrote {len(outputs)} files under {captum_root}:")
     for output in outputs:
         print(f"  {output.path}  <- {output.source}")
+    notes = python39_notes(outputs)
+    if notes:
+        print("\nNeeds Python > 3.9 (Captum supports 3.9), to change in captum_ext:")
+        print("".join(f"  {note}\n" for note in notes), end="")
     print("\nSuggested commit message:\n")
     print(commit_message(outputs))
     return 0
