@@ -36,8 +36,7 @@ from usort.config import Config as UsortConfig
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
-# The metrics of the pull request (modules of captum_ext.metrics._core) and the
-# public names captum.metrics gains, as captum_ext.metrics exports them.
+# The metrics of the pull request (modules of captum_ext.metrics._core).
 METRICS = (
     "aopc",
     "log_odds",
@@ -48,15 +47,10 @@ METRICS = (
     "average_precision",
     "dot_product",
 )
-PUBLIC = METRICS + (
-    "HidingRevealingResult",
-    "KendallProtocol",
-    "MetricResult",
-    "PerturbationProtocol",
-    "TokenOptions",
-    "TokenOverlapResult",
-    "get_protocol",
-)
+# captum_ext.metrics's public names whose modules are exported join
+# captum.metrics, but these: the generation metrics' result type stays in
+# captum_ext with them.
+NOT_PUBLIC = ("GenerationMetricResult",)
 
 # The methods of the pull request (modules of captum_ext.attr._core), with the
 # public names captum.attr gains. A method joins once its Captum route (built
@@ -232,12 +226,17 @@ def formatted(path: str, text: str) -> str:
     ).decode()
 
 
-def library_outputs() -> List[Output]:
-    r"""The exported captum_ext modules, at their Captum paths."""
+def exported_modules() -> List[str]:
+    r"""The captum_ext modules of the pull request."""
     entries = [f"captum_ext.metrics._core.{name}" for name in METRICS]
     entries += [f"captum_ext.attr._core.{name}" for name in METHODS]
+    return closure(entries)
+
+
+def library_outputs(modules: Sequence[str]) -> List[Output]:
+    r"""The exported captum_ext ``modules``, at their Captum paths."""
     outputs = []
-    for module in closure(entries):
+    for module in modules:
         source = module_file(module)
         theirs = captum_name(module)
         assert theirs is not None  # closure() checked it
@@ -275,22 +274,22 @@ def template_outputs() -> List[Output]:
     return outputs
 
 
-def public_imports() -> List[str]:
-    r"""``from captum.metrics... import name`` for each name of :data:`PUBLIC`,
-    from the module captum_ext.metrics imports it from."""
+def public_imports(modules: Sequence[str]) -> Dict[str, str]:
+    r"""``{name: "from captum.metrics... import name"}`` for each public name of
+    captum_ext.metrics defined in one of the exported ``modules``."""
     init = module_file("captum_ext.metrics")
-    found = {}
+    public = {}
     for node in ast.walk(ast.parse(init.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            for alias in node.names:
-                found[alias.name] = node.module
-    missing = [name for name in PUBLIC if name not in found]
-    if missing:
-        raise ExportError(f"captum_ext.metrics does not export {missing}")
-    return [f"from {captum_name(found[name])} import {name}" for name in PUBLIC]
+        if not isinstance(node, ast.ImportFrom) or node.module not in modules:
+            continue
+        source = f"from {captum_name(node.module or '')} import "
+        for alias in node.names:
+            if alias.name not in NOT_PUBLIC:
+                public[alias.name] = source + alias.name
+    return public
 
 
-def metrics_init(captum_root: Path) -> Output:
+def metrics_init(captum_root: Path, modules: Sequence[str]) -> Output:
     r"""Captum's ``captum/metrics/__init__.py`` with the public names added
     (to its imports and ``__all__``); names it already has are left alone."""
     path = "captum/metrics/__init__.py"
@@ -304,8 +303,9 @@ def metrics_init(captum_root: Path) -> Output:
     )
     assert isinstance(listed.value, ast.List)
     names = [ast.literal_eval(item) for item in listed.value.elts]
-    added = [name for name in PUBLIC if name not in names]
-    imports = [line for line in public_imports() if line.split()[-1] in added]
+    public = public_imports(modules)
+    added = [name for name in public if name not in names]
+    imports = [public[name] for name in added]
     lines = text.splitlines()
     start, end = listed.lineno - 1, listed.end_lineno or listed.lineno
     entries = "".join(f'    "{name}",\n' for name in names + added)
@@ -342,9 +342,10 @@ def build(captum_root: Path) -> List[Output]:
         raise ExportError(
             f"{captum_root} holds no captum package (captum/metrics/__init__.py)"
         )
-    outputs = library_outputs() + template_outputs()
+    modules = exported_modules()
+    outputs = library_outputs(modules) + template_outputs()
     outputs += package_inits(outputs, captum_root)
-    outputs.append(metrics_init(captum_root))
+    outputs.append(metrics_init(captum_root, modules))
     checked = []
     for output in outputs:
         check_imports(output.text, output.path)

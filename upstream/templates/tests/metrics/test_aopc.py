@@ -5,10 +5,9 @@ from captum.metrics import aopc, TokenOptions
 from captum.testing.helpers import BaseTest
 from captum.testing.helpers.basic import assertTensorAlmostEqual
 from captum.testing.helpers.naive_token_curves import (
-    at_target,
     example_batch,
     LEVELS,
-    naive_probabilities,
+    target_probabilities,
 )
 from captum.testing.helpers.transformer_models import tiny_transformer
 
@@ -18,9 +17,7 @@ class Test(BaseTest):
         model = tiny_transformer(causal)
         ids, mask, scores = example_batch(left_padded=causal)
         result = aopc(model, ids, scores, additional_forward_args=(mask,))
-        target = model(ids, mask).argmax(-1)
-        base = model(ids, mask).softmax(-1)[torch.arange(3), target]
-        probs = at_target(naive_probabilities(model, ids, mask, scores, False), target)
+        base, probs = target_probabilities(model, ids, mask, scores, None, False)
         expected = base[:, None] - probs
         assertTensorAlmostEqual(self, result.levels, LEVELS, delta=1e-9, mode="max")
         assertTensorAlmostEqual(self, result.curve, expected, delta=1e-5, mode="max")
@@ -41,13 +38,12 @@ class Test(BaseTest):
         target = torch.tensor([0, 1, 2])
         result = aopc(model, ids, scores, target, (mask,), tokens=tokens)
         special = (ids == 3) | (ids == 8)
-        base = model(ids, mask).softmax(-1)[torch.arange(3), target]
-        probs = at_target(
-            naive_probabilities(model, ids, mask, scores, False, special=special),
-            target,
+        base, probs = target_probabilities(
+            model, ids, mask, scores, target, False, special=special
         )
-        expected = base[:, None] - probs
-        assertTensorAlmostEqual(self, result.curve, expected, delta=1e-5, mode="max")
+        assertTensorAlmostEqual(
+            self, result.curve, base[:, None] - probs, delta=1e-5, mode="max"
+        )
 
     def test_internal_batch_size_does_not_change_result(self) -> None:
         model = tiny_transformer(False)

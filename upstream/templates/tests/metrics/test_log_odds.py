@@ -5,24 +5,21 @@ from captum.metrics import log_odds
 from captum.testing.helpers import BaseTest
 from captum.testing.helpers.basic import assertTensorAlmostEqual
 from captum.testing.helpers.naive_token_curves import (
-    at_target,
     example_batch,
-    naive_probabilities,
+    target_probabilities,
 )
 from captum.testing.helpers.transformer_models import tiny_transformer
 
 
 class Test(BaseTest):
     def test_matches_naive_log_ratio(self) -> None:
+        target = torch.tensor([2, 0, 1])
         for causal in (False, True):
             model = tiny_transformer(causal, seed=1)
             ids, mask, scores = example_batch(left_padded=causal)
-            target = torch.tensor([2, 0, 1])
             result = log_odds(model, ids, scores, target, (mask,))
-            with torch.no_grad():
-                base = model(ids, mask).softmax(-1)[torch.arange(3), target]
-            probs = at_target(
-                naive_probabilities(model, ids, mask, scores, False), target
+            base, probs = target_probabilities(
+                model, ids, mask, scores, target, keep_top=False
             )
             expected = (probs / base[:, None]).log()
             assertTensorAlmostEqual(

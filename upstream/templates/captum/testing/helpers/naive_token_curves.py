@@ -76,11 +76,28 @@ def naive_probabilities(
     return torch.stack(rows)
 
 
-def at_target(probabilities: Tensor, target: Tensor) -> Tensor:
-    r"""``[batch, levels]`` of ``[batch, levels, classes]``: each example's
-    ``target`` class."""
-    index = target[:, None, None].expand(-1, probabilities.shape[1], 1)
-    return probabilities.gather(2, index)[..., 0]
+def target_probabilities(
+    forward_func: Callable[..., Tensor],
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    attributions: Tensor,
+    target: Optional[Tensor],
+    keep_top: bool,
+    special: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor]:
+    r"""``(base [batch], curve [batch, levels])``: the probability of each
+    example's ``target`` class (None: its predicted class) on the whole input,
+    and after each level's deletion (:func:`naive_probabilities` on
+    :data:`LEVELS`)."""
+    with torch.no_grad():
+        whole = forward_func(input_ids, attention_mask).double().softmax(-1)
+    if target is None:
+        target = whole.argmax(-1)
+    curves = naive_probabilities(
+        forward_func, input_ids, attention_mask, attributions, keep_top, LEVELS, special
+    )
+    rows = torch.arange(len(target))
+    return whole[rows, target], curves[rows, :, target]
 
 
 def _probabilities(forward_func: Callable[..., Tensor], ids: List[int]) -> Tensor:
