@@ -70,6 +70,9 @@ PACKAGES = (
     ("captum_ext.attr._core", "captum.attr._core.layer"),
     ("captum_ext.attr._utils", "captum.attr._utils.tokens"),
 )
+# The part of captum_ext.metrics's docstring that Captum's Sphinx page gets.
+SPHINX_SECTION = (".. _metric-arguments:", ".. _generation-metric-arguments:")
+
 # Typed for captum_ext's mypy only; Captum's own decorator is the same function.
 REPLACED_MODULES = {"captum_ext._utils.log": "captum.log"}
 
@@ -81,6 +84,10 @@ PHRASES = (
         '        "returns its .logits"',
         '"model whose output is an object, pass a function returning its "\n'
         '        ".logits"',
+    ),
+    (
+        "``,\n    e.g. :func:`captum_ext.classifier_forward`; a module",
+        "``;\n    a module",
     ),
     (
         ">>> forward = captum_ext.classifier_forward(model)",
@@ -193,7 +200,13 @@ def captum_name(module: str) -> Optional[str]:
 
 
 def rewrite(text: str, where: str) -> str:
-    r"""captum_ext's text in Captum's namespace, with Captum's header."""
+    r"""captum_ext's Python file in Captum's namespace, with Captum's header."""
+    return with_header(rewrite_text(text, where))
+
+
+def rewrite_text(text: str, where: str) -> str:
+    r"""captum_ext's text in Captum's namespace; raises where it would still
+    name captum_ext."""
     for ours, theirs in REPLACED_MODULES.items():
         text = text.replace(f"from {ours} import", f"from {theirs} import")
     for ours, theirs in PHRASES:
@@ -206,7 +219,7 @@ def rewrite(text: str, where: str) -> str:
             f"{where} still names captum_ext on line(s) {left} after the rewrite; "
             "add a phrase to PHRASES in upstream/export.py"
         )
-    return with_header(text)
+    return text
 
 
 def with_header(text: str) -> str:
@@ -272,6 +285,35 @@ def template_outputs() -> List[Output]:
         text = rewrite(source.read_text(), f"upstream/templates/{path}")
         outputs.append(Output(path, text, f"upstream/templates/{path}"))
     return outputs
+
+
+def sphinx_output(captum_root: Path, public: Sequence[str]) -> List[Output]:
+    r"""Captum's ``sphinx/source/metrics.rst`` with a section on the token
+    metrics: captum_ext.metrics's documentation of their shared arguments and
+    presets, then an entry per public name; none in a tree without it."""
+    path = "sphinx/source/metrics.rst"
+    if not (captum_root / path).is_file():
+        return []
+    init = module_file("captum_ext.metrics")
+    doc = ast.get_docstring(ast.parse(init.read_text()), clean=True) or ""
+    start, end = SPHINX_SECTION
+    if start not in doc or end not in doc:
+        raise ExportError(f"{init.relative_to(ROOT)}'s docstring lost {start}/{end}")
+    shared = doc[doc.index(start) : doc.index(end)].strip()
+    entries = []
+    for name in public:
+        kind = "autoclass" if name[0].isupper() else "autofunction"
+        members = "\n    :members:" if kind == "autoclass" else ""
+        rule = "^" * len(name)
+        entries.append(f"{name}\n{rule}\n\n.. {kind}:: {name}{members}\n")
+    section = (
+        "\n\nToken metrics\n^^^^^^^^^^^^^\n\n.. currentmodule:: captum.metrics\n\n"
+        + shared
+        + "\n\n\n"
+        + "\n\n".join(entries)
+    )
+    text = (captum_root / path).read_text().rstrip("\n") + section
+    return [Output(path, rewrite_text(text, path), "captum_ext/metrics/__init__.py")]
 
 
 def public_imports(modules: Sequence[str]) -> Dict[str, str]:
@@ -351,7 +393,7 @@ def build(captum_root: Path) -> List[Output]:
         check_imports(output.text, output.path)
         text = formatted(output.path, output.text)
         checked.append(Output(output.path, text, output.source))
-    return checked
+    return checked + sphinx_output(captum_root, list(public_imports(modules)))
 
 
 def python39_notes(outputs: Sequence[Output]) -> List[str]:
@@ -359,6 +401,8 @@ def python39_notes(outputs: Sequence[Output]) -> List[str]:
     syntax, and the dataclass options of 3.10."""
     notes = []
     for output in outputs:
+        if not output.path.endswith(".py"):
+            continue
         try:
             ast.parse(output.text, output.path, feature_version=(3, 9))
         except SyntaxError as error:
