@@ -303,7 +303,9 @@ def sphinx_output(captum_root: Path, public: Sequence[str]) -> List[Output]:
     entries = []
     for name in public:
         kind = "autoclass" if name[0].isupper() else "autofunction"
-        members = "\n    :members:" if kind == "autoclass" else ""
+        # The results are NamedTuples whose docstrings list their fields.
+        listed = kind == "autoclass" and not name.endswith("Result")
+        members = "\n    :members:" if listed else ""
         rule = "^" * len(name)
         entries.append(f"{name}\n{rule}\n\n.. {kind}:: {name}{members}\n")
     section = (
