@@ -34,10 +34,17 @@ DEFAULT_MAX_NEW_TOKENS = 25
 DEFAULT_SHARD_SIZE = 1000
 
 
-def continuation_gen_args(max_new_tokens: Optional[int]) -> Dict[str, int]:
+def continuation_gen_args(max_new_tokens: Optional[int]) -> Dict[str, Any]:
     r"""The ``gen_args`` of a greedy continuation of at most ``max_new_tokens``
-    tokens (None: :data:`DEFAULT_MAX_NEW_TOKENS`)."""
-    return {"max_new_tokens": max_new_tokens or DEFAULT_MAX_NEW_TOKENS}
+    tokens (None: :data:`DEFAULT_MAX_NEW_TOKENS`): Captum's defaults, written
+    out, since given ``gen_args`` replace them (a model whose generation
+    config samples would otherwise sample)."""
+    return {
+        "max_new_tokens": max_new_tokens or DEFAULT_MAX_NEW_TOKENS,
+        "do_sample": False,
+        "temperature": None,
+        "top_p": None,
+    }
 
 
 def _names(names: Optional[Sequence[str]]) -> Optional[Tuple[str, ...]]:

@@ -53,6 +53,7 @@ from captum_ext.visualization.render_terminal import (
     NO_POSITIVE_EVIDENCE,
     supports_color,
 )
+from captum_ext.visualization.patches import patch_grid, patch_pixels
 from captum_ext.visualization.tokens import (
     display_texts,
     normalize,
@@ -78,6 +79,8 @@ __all__ = [
     "html_tokens",
     "normalize",
     "notebook_html",
+    "patch_grid",
+    "patch_pixels",
     "positioned_texts",
     "special_token_mask",
     "supports_color",

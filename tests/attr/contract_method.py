@@ -25,6 +25,10 @@ from torch import nn, Tensor
 class GradientXEmbedding:
     r"""Gradient x word embedding of each target's log-probability."""
 
+    # What its rows differentiate (as CAT's objective): linear in the gradient
+    # of log p(y_t), so LLMTokenAttribution's attr_target applies.
+    objective = "log_prob"
+
     def __init__(self, model: nn.Module) -> None:
         self.model = model
 

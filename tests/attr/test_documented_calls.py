@@ -6,6 +6,7 @@ types say is what runs."""
 
 from typing import List
 
+import pytest
 import torch
 from captum.attr import TextTokenInput
 from captum_ext.attr import AttCAT, CAT, LLMTokenAttribution
@@ -20,12 +21,14 @@ from tests.helpers import (
 )
 
 
-def test_return_layers_may_be_any_bool_also_positional():
+def test_options_are_keyword_only_after_captums_three_arguments():
     batch = token_batch()
     ids, mask = batch["input_ids"], batch["attention_mask"]
     cat = CAT(tiny_classifier("bert", dtype=torch.float64))
-    summed = cat.attribute(ids, additional_forward_args=(mask,))  # [batch, pos]
-    layers = cat.attribute(ids, None, (mask,), True)  # [batch, L, pos]
+    summed = cat.attribute(ids, None, (mask,))  # [batch, pos]
+    with pytest.raises(TypeError, match="positional"):
+        cat.attribute(ids, None, (mask,), True)
+    layers = cat.attribute(ids, None, (mask,), return_layers=True)  # [b, L, pos]
     assert torch.equal(layers.sum(1), summed)
     for return_layers in (False, True):
         scores: Tensor = cat.attribute(

@@ -107,16 +107,12 @@ VALUES = ["the cat", "a mat", "you", "dog", "it"]
 
 
 def _captum_tutorial_calls(llm_attr, tokenizer):
-    r"""The calls of Captum's LLM attribution tutorial and of
-    ``LLMAttribution.attribute``'s documented signature, as a user writes them
-    for ``LLMAttribution``."""
+    r"""Calls of ``LLMAttribution.attribute``'s documented signature, as a user
+    writes them for ``LLMAttribution`` (the tutorial's own cells, baselines
+    included, are in test_llm_captum_client_code.py)."""
     target = "big red"
     template = TextTemplateInput(TEMPLATE, values=VALUES)
     yield "template", llm_attr.attribute(template, target=target)
-    with_baselines = TextTemplateInput(
-        TEMPLATE, values=VALUES, baselines=["a dog", "the house", "i", "cat", "he"]
-    )
-    yield "baselines", llm_attr.attribute(with_baselines, target=target)
     grouped = TextTemplateInput(TEMPLATE, values=VALUES, mask=[0, 1, 1, 0, 2])
     yield "mask", llm_attr.attribute(grouped, target=target)
     yield "trials", llm_attr.attribute(template, target=target, num_trials=3)

@@ -10,6 +10,7 @@ def test_the_default_is_captums():
     assert DEFAULT_MAX_NEW_TOKENS == DEFAULT_GEN_ARGS["max_new_tokens"] == 25
 
 
-def test_gen_args_take_the_given_count_or_the_default():
-    assert continuation_gen_args(None) == {"max_new_tokens": DEFAULT_MAX_NEW_TOKENS}
-    assert continuation_gen_args(3) == {"max_new_tokens": 3}
+def test_gen_args_are_captums_greedy_defaults_with_the_given_count():
+    # Given gen_args replace Captum's defaults, so they are all written out.
+    assert continuation_gen_args(None) == DEFAULT_GEN_ARGS
+    assert continuation_gen_args(3) == {**DEFAULT_GEN_ARGS, "max_new_tokens": 3}

@@ -80,11 +80,10 @@ class AttCAT(CAT):
         \bar{A}^l = \frac{1}{H} \sum_{h=1}^{H} A^l_h
 
     ``alpha="row"`` reads the predicting position's own row of each block,
-    :math:`\alpha_{t,i}^l = \bar{A}^l[p_t, i]`; ``alpha="received"`` (the
-    default before the measurements of docs/generation.rst) the attention key
-    :math:`i` receives from the queries that both see it and take part in
-    predicting :math:`y_t`, averaged over heads and those :math:`p_t - i + 1`
-    queries:
+    :math:`\alpha_{t,i}^l = \bar{A}^l[p_t, i]`; ``alpha="received"`` the
+    attention key :math:`i` receives from the queries that both see it and
+    take part in predicting :math:`y_t`, averaged over heads and those
+    :math:`p_t - i + 1` queries:
 
     .. math::
         \alpha_{t,i}^l = \frac{1}{H\,(p_t - i + 1)} \sum_{h=1}^{H}
@@ -111,7 +110,7 @@ class AttCAT(CAT):
     and the authors' code: https://github.com/qiangyao1988/AttCAT
     """
 
-    _uses_attention = True
+    reads_attention = True
 
     def __init__(
         self,

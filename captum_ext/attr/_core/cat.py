@@ -20,26 +20,21 @@ from captum_ext._utils.teacher_forcing import (
     TeacherForcedBatch,
 )
 from captum_ext._utils.token_batch import TokenBatch
-from captum_ext.adapters import AttentionInputs, get_adapter
+from captum_ext.adapters import AttentionInputs
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
-from captum_ext.attr._utils.attribute_tokens import attribute_tokens
-from captum_ext.attr._utils.attribute_with_modules import (
-    attribute_with_modules,
-    forward_logits,
-    refuse_generation_options,
-)
+from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.layer_states import (
     as_modules,
     attention_maps,
     capture_states,
     hidden_states_of,
     read_states,
-    shortcut_model,
 )
 from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     target_gradients,
 )
+from captum_ext.attr._utils.token_attribution import TokenAttribution
 
 __all__ = ["CAT"]
 
@@ -48,7 +43,7 @@ _LAYERS = ("inputs", "outputs", "attention_inputs")
 OBJECTIVES = ("log_prob", "logit")
 
 
-class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
+class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
     r"""
     Class Activation Tokens (CAT) score token :math:`i` with the gradient of the
     target logit :math:`y^c` (before softmax) times the token's hidden state,
@@ -119,8 +114,8 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
     in :class:`AttCAT`.
     """
 
-    # Subclasses that weight tokens by attention need it in the forward pass.
-    _uses_attention = False
+    explains_generation = True
+    needs_gradients = True
 
     def __init__(
         self,
@@ -177,11 +172,10 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         self.objective = objective
         self.attribute_to_layer_input = attribute_to_layer_input
         self.layer = self._named_layers(layer, layers, attribute_to_layer_input)
-        if self.layer is not None:
+        self.built_from_modules = self.layer is not None
+        if self.built_from_modules:
             return
-        self.model = shortcut_model(forward_func, type(self).__name__)
-        self.adapter = get_adapter(self.model)
-        causal_lm = self.adapter.is_causal_lm
+        causal_lm = self._use_shortcut(forward_func).is_causal_lm
         self.layers = layers or ("attention_inputs" if causal_lm else "inputs")
 
     def _named_layers(
@@ -218,6 +212,7 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         inputs: Union[Tensor, Tuple[Tensor]],
         target: TargetType = None,
         additional_forward_args: Any = None,
+        *,
         return_layers: bool = False,
         internal_batch_size: Optional[int] = None,
         attribute_generated: bool = False,
@@ -227,17 +222,19 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         r"""
         Args:
 
-            inputs (Tensor): Token ids ``[batch, pos]``, padded as in
-                        :meth:`LogAt.attribute`.
+            inputs (Tensor): ``forward_func``'s first argument (built from
+                        modules), or token ids ``[batch, pos]`` (the
+                        shortcut), as in
+                        :meth:`TokenAttribution.attribute`.
             target (int, list, or Tensor, optional): Class whose logit (before
                         softmax) is differentiated: an int or 0-d tensor for every
                         example, or a list / 1-d tensor with one class per
-                        example.
-                        Default: None (the model's predicted class of each
-                        example)
-            additional_forward_args (Tensor or tuple, optional): The masks, as
-                        in :meth:`LogAt.attribute`.
-                        Default: None (every position is a real token)
+                        example; a causal LM's continuation ids ``[batch, T]``.
+                        Default: None (the predicted class of each example)
+            additional_forward_args (Any, optional): ``forward_func``'s
+                        arguments after ``inputs``, or the shortcut's masks, as
+                        in :meth:`TokenAttribution.attribute`.
+                        Default: None
             return_layers (bool, optional): Return the score of every layer,
                         ``[batch, L, pos]``, instead of their sum. Layer ``k``
                         is block ``k + 1`` (its input or output, see
@@ -286,45 +283,19 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
             ...     enc["input_ids"], additional_forward_args=(enc["attention_mask"],)
             ... )
         """
-        if self.layer is not None:
-            refuse_generation_options(
-                type(self).__name__,
-                attribute_generated=attribute_generated,
-                contrast_target=contrast_target,
-                targets_per_backward=targets_per_backward,
-            )
-            scores = attribute_with_modules(
-                self.forward_func,
-                inputs,
-                target,
-                additional_forward_args,
-                internal_batch_size,
-                self._module_scores,
-                type(self).__name__,
-            )  # [batch, L, pos]
-            return scores if return_layers else scores.sum(-2)
         check_positive_int(targets_per_backward, "targets_per_backward")
-        if targets_per_backward is not None:
-            self.adapter.require_causal_lm(
-                f"{type(self).__name__}'s targets_per_backward"
-            )
-        scores = attribute_tokens(
-            self.adapter,
+        scores = self._attribute(
             inputs,
             target,
             additional_forward_args,
-            internal_batch_size,
+            internal_batch_size=internal_batch_size,
             attribute_generated=attribute_generated,
             contrast_target=contrast_target,
-            chunk_scores=self._layer_scores,
-            generated_scores=partial(
-                self._generated_layer_scores, targets_per_backward=targets_per_backward
-            ),
-            method=type(self).__name__,
+            generation_options={"targets_per_backward": targets_per_backward},
         )  # [batch, L, pos]; causal LMs: [batch, T, L, width]
         return scores if return_layers else scores.sum(-2)
 
-    def _layer_scores(
+    def _chunk_scores(
         self, batch: TokenBatch, target: TargetType
     ) -> Tuple[Tensor, Tensor]:
         r"""Weighted gradient x hidden state per layer, ``[batch, L, pos]``
@@ -342,7 +313,7 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         modules given as ``layer`` (and the attention of those given as
         ``attention``) from one call of ``forward_func``."""
         name = type(self).__name__
-        assert self.layer is not None  # the explicit route
+        assert self.layer is not None  # built from modules
         with HookSet() as hooks, torch.enable_grad():
             stores = capture_states(
                 hooks, self.layer, self.attribute_to_layer_input, requires_grad=True
@@ -352,7 +323,7 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         hidden = hidden_states_of(read_states(stores, name), len(logits), name)
         weights = None
         if attention is not None:
-            maps = attention_maps(attention, hidden[0].shape[1], name)
+            maps = attention_maps(attention, name, hidden[0].shape[1])
             valid = torch.ones(hidden[0].shape[:2], dtype=torch.bool)
             with torch.no_grad():
                 weights = self._token_weights(valid.to(hidden[0].device), maps)
@@ -384,11 +355,11 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
             scores = scores if weights is None else scores * weights
         return scores, logits.detach()
 
-    def _generated_layer_scores(
+    def _generated_scores(
         self,
         forced: TeacherForcedBatch,
         contrast: Optional[Tensor],
-        targets_per_backward: Optional[int],
+        targets_per_backward: Optional[int] = None,
     ) -> Tensor:
         r"""Causal LMs: weighted gradient x hidden state per target and layer,
         ``[batch, T, L, P + T - 1]``, from one forward pass and backward passes
@@ -432,7 +403,7 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
         attention (when the method reads it)."""
         capture = (
             self.adapter.attention_capture(type(self).__name__)
-            if self._uses_attention
+            if self.reads_attention
             else None
         )
         with gradients_from(self.adapter.embedding_output_module()):

@@ -22,9 +22,8 @@ from captum_ext._utils.model_forward import (
 )
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
-from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
+from captum_ext.adapters import UnsupportedModelError
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
-from captum_ext.attr._utils.attribute_tokens import attribute_tokens
 from captum_ext.attr._utils.decoded_aggregation import (
     _with_relu,
     aggregate,
@@ -39,6 +38,7 @@ from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     TeacherForcedLogProbs,
 )
+from captum_ext.attr._utils.token_attribution import TokenAttribution
 
 __all__ = ["DecodedLayerAttribution"]
 
@@ -99,7 +99,7 @@ def _tensor_module(module: nn.Module, outputs: Dict[nn.Module, Any]) -> nn.Modul
     )
 
 
-class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untyped captum
+class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: ignore[misc]
     r"""
     Decoded layer attribution (Hou & Castanon, *Decoding Layer Saliency in
     Language Transformers*, ICML 2023,
@@ -148,6 +148,9 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
     backward passes. The result is ``[batch, T, P]``.
     """
 
+    explains_generation = True
+    needs_gradients = True
+
     def __init__(
         self,
         model: nn.Module,
@@ -183,7 +186,7 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
         is_class = isinstance(method, type)
         if method_kwargs and not is_class:
             raise ValueError("method_kwargs apply only when method is a class")
-        self.adapter: ModelAdapter = get_adapter(model)
+        self._use_shortcut(model)
         self.input_space = _input_space(method, input_space)
         module = self._layer_module(layer, method)
         embeddings = self.input_space == "embeddings"
@@ -200,7 +203,6 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
         else:
             forward = classifier_forward(model, embeddings)
         LayerAttribution.__init__(self, forward, module)
-        self.model = model
         self.decoder = self._own_decoder(module) if decoder is None else decoder
         self._method = method
         self._method_kwargs = dict(method_kwargs or {})
@@ -332,9 +334,10 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
     @log_usage()
     def attribute(
         self,
-        inputs: Tensor,
+        inputs: Union[Tensor, Tuple[Tensor]],
         target: TargetType = None,
         additional_forward_args: Any = None,
+        *,
         tau: Optional[int] = None,
         relu: Optional[str] = "outside",
         internal_batch_size: Optional[int] = None,
@@ -381,28 +384,18 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
             the score mask.
         """
         check_aggregation_options(tau, relu)
-        return attribute_tokens(
-            self.adapter,
+        return self._attribute(
             inputs,
             target,
             additional_forward_args,
-            internal_batch_size,
+            internal_batch_size=internal_batch_size,
             attribute_generated=attribute_generated,
             contrast_target=contrast_target,
-            chunk_scores=partial(
-                self._chunk_scores,
-                tau=tau,
-                relu=relu,
-                internal_batch_size=internal_batch_size,
-            ),
-            generated_scores=partial(
-                self._generated_scores,
-                tau=tau,
-                relu=relu,
-                internal_batch_size=internal_batch_size,
-                attribute_kwargs=attribute_kwargs,
-            ),
-            method=type(self).__name__,
+            options={
+                "tau": tau,
+                "relu": relu,
+                "internal_batch_size": internal_batch_size,
+            },
             per_example=attribute_kwargs,
         )
 
@@ -410,10 +403,10 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
         self,
         forced: TeacherForcedBatch,
         contrast: Optional[Tensor],
-        tau: Optional[int],
-        relu: Optional[str],
-        internal_batch_size: Optional[int],
-        attribute_kwargs: Dict[str, Any],
+        tau: Optional[int] = None,
+        relu: Optional[str] = "outside",
+        internal_batch_size: Optional[int] = None,
+        **attribute_kwargs: Any,
     ) -> Tensor:
         r"""Causal LMs: decoded scores ``[batch, T, P + T - 1]``: the wrapped
         method explains ``log p(y_t)`` once per step ``t`` (its own forward and
@@ -485,9 +478,9 @@ class DecodedLayerAttribution(LayerAttribution):  # type: ignore[misc]  # untype
         self,
         batch: TokenBatch,
         target: TargetType,
-        tau: Optional[int],
-        relu: Optional[str],
-        internal_batch_size: Optional[int],
+        tau: Optional[int] = None,
+        relu: Optional[str] = "outside",
+        internal_batch_size: Optional[int] = None,
         **attribute_kwargs: Any,
     ) -> Tuple[Tensor, Tensor]:
         r"""Token scores ``[batch, pos]`` and the logits ``[batch, C]``."""

@@ -4,7 +4,7 @@ https://proceedings.mlr.press/v202/hou23a.html): decoded layer attribution with
 gradient x activation, plus a sweep over every layer in one backward pass."""
 
 from functools import partial
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -18,7 +18,6 @@ from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForced
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.attr._core.decoded_layer_attribution import DecodedLayerAttribution
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
-from captum_ext.attr._utils.attribute_tokens import attribute_classes
 from captum_ext.attr._utils.decoded_aggregation import (
     aggregate,
     check_aggregation_options,
@@ -137,17 +136,17 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
         self,
         forced: TeacherForcedBatch,
         contrast: Optional[Tensor],
-        tau: Optional[int],
-        relu: Optional[str],
-        internal_batch_size: Optional[int],
-        attribute_kwargs: Dict[str, Any],
+        tau: Optional[int] = None,
+        relu: Optional[str] = "outside",
+        internal_batch_size: Optional[int] = None,
+        **attribute_kwargs: Any,
     ) -> Tensor:
         r"""Causal LMs: decoded scores ``[batch, T, P + T - 1]`` from one forward
         pass and the device's choice of backward passes (options for Captum's
         ``LayerGradientXActivation`` go through the generic path)."""
         if attribute_kwargs:
             return super()._generated_scores(
-                forced, contrast, tau, relu, internal_batch_size, attribute_kwargs
+                forced, contrast, tau, relu, internal_batch_size, **attribute_kwargs
             )
         with gradients_from(self.adapter.embedding_output_module()):
             hidden, out, _ = self._captured(
@@ -189,6 +188,7 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
         inputs: Tensor,
         target: TargetType = None,
         additional_forward_args: Any = None,
+        *,
         tau: Optional[int] = None,
         relu: Optional[str] = "outside",
         decoders: Optional[Sequence[Decoder]] = None,
@@ -224,14 +224,8 @@ class DecodedLayerGradCam(DecodedLayerAttribution):
             tau=tau,
             relu=relu,
         )
-        return attribute_classes(
-            self.adapter,
-            inputs,
-            target,
-            additional_forward_args,
-            internal_batch_size,
-            chunk,
-            type(self).__name__,
+        return self._attribute_classes(
+            inputs, target, additional_forward_args, internal_batch_size, chunk
         )
 
     def _all_layers_chunk(

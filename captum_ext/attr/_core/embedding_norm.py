@@ -2,20 +2,28 @@
 r"""Embedding norm: the L2 norm of each token's embedding-layer output (the
 NormXLogit paper's "Norm" baseline)."""
 
-from typing import Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from captum._utils.typing import TargetType
-from torch import Tensor
+from captum.attr._utils.attribution import Attribution
+from torch import nn, Tensor
 
+from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.token_batch import TokenBatch
-from captum_ext.attr._utils.attribute_in_chunks import result_dtype
-from captum_ext.attr._utils.forward_only_attribution import ForwardOnlyAttribution
+from captum_ext.attr._utils.attribute_in_chunks import token_norms
+from captum_ext.attr._utils.attribute_with_modules import forward_logits
+from captum_ext.attr._utils.layer_states import (
+    capture_states,
+    hidden_states_of,
+    read_states,
+)
+from captum_ext.attr._utils.token_attribution import TokenAttribution
 
 __all__ = ["EmbeddingNorm"]
 
 
-class EmbeddingNorm(ForwardOnlyAttribution):
+class EmbeddingNorm(TokenAttribution, Attribution):  # type: ignore[misc]
     r"""
     Scores token :math:`i` with the L2 norm of its representation after the
     embedding layer, ``hidden_states[0]``:
@@ -39,12 +47,42 @@ class EmbeddingNorm(ForwardOnlyAttribution):
     https://arxiv.org/abs/2411.16252)
     """
 
+    def __init__(
+        self, forward_func: Callable[..., Any], embedding: Optional[nn.Module] = None
+    ) -> None:
+        r"""
+        Args:
+
+            forward_func (Callable): With ``embedding``,
+                        ``forward_func(inputs, *additional_forward_args) ->
+                        [batch, C]`` (its outputs validate ``target``); else a
+                        Hugging Face model of a family supported by
+                        :func:`captum_ext.get_adapter` (the shortcut).
+            embedding (torch.nn.Module, optional): The module whose output is
+                        :math:`x^0` ``[batch, pos, d]``.
+                        Default: None (the shortcut: ``hidden_states[0]``)
+        """
+        Attribution.__init__(self, forward_func)
+        self.embedding = embedding
+        self.built_from_modules = embedding is not None
+        if embedding is None:
+            self._use_shortcut(forward_func)
+
     def _chunk_scores(
         self, batch: TokenBatch, target: TargetType
     ) -> Tuple[Tensor, Tensor]:
         out = run_model(self.adapter, batch, hidden_states=True)
         resolve_target(target, out.logits)  # validated only: class-agnostic
-        embedded = out.hidden_states[0]  # [batch, pos, d_model]
-        # norms in float32 at least: a bfloat16 sum of d squares is coarse
-        norms = embedded.to(result_dtype(embedded.dtype)).norm(dim=-1)
-        return norms, out.logits
+        return token_norms(out.hidden_states[0]), out.logits
+
+    def _module_scores(
+        self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]
+    ) -> Tuple[Tensor, Tensor]:
+        assert self.embedding is not None  # built from modules
+        with HookSet() as hooks:
+            stores = capture_states(hooks, [self.embedding], False, False)
+            logits = forward_logits(self.forward_func, inputs, args, "EmbeddingNorm")
+        resolve_target(target, logits)  # validated only: class-agnostic
+        states = read_states(stores, "EmbeddingNorm")
+        (embedded,) = hidden_states_of(states, len(logits), "EmbeddingNorm")
+        return token_norms(embedded), logits

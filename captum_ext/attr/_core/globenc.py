@@ -14,9 +14,8 @@ from captum_ext._utils.log import log_usage
 from captum_ext._utils.model_forward import resolve_target
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
-from captum_ext.adapters import BlockParts, get_adapter, NormParams, PreNormParts
+from captum_ext.adapters import BlockParts, NormParams, PreNormParts
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
-from captum_ext.attr._utils.attribute_tokens import attribute_tokens
 from captum_ext.attr._utils.decoder_decomposition import (
     capture_decoder,
     decoder_factors,
@@ -37,11 +36,12 @@ from captum_ext.attr._utils.rollout import (
     rollout_rows_in_blocks,
     RowBlocks,
 )
+from captum_ext.attr._utils.token_attribution import TokenAttribution
 
 __all__ = ["GlobEnc", "VARIANTS"]
 
 
-class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
+class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
     r"""
     GlobEnc (Modarressi et al., NAACL 2022) attributes a prediction to the input
     tokens by decomposing every post-LayerNorm encoder block into one vector per
@@ -118,8 +118,8 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
     own residual stream through every layer (for the first target the last
     prompt token, a recall prompt's queried key, which it would put first), so
     by default that column is left out (zero, as outside the score mask;
-    ``score_predicting_position=True`` keeps it, the default before the
-    measurements of docs/generation.rst); the consistency law holds either way.
+    ``score_predicting_position=True`` keeps it; the choice is measured in
+    docs/generation.rst); the consistency law holds either way.
 
     Supported families: BERT, RoBERTa (and XLM-R, CamemBERT), ELECTRA, DistilBERT
     classifiers; GPT-2, Llama, Mistral (sliding windows included), Qwen2, Qwen3
@@ -148,8 +148,11 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
     https://aclanthology.org/2022.naacl-main.19/
     """
 
+    explains_generation = True
+    reads_attention = True
+
     def __init__(
-        self, model: nn.Module, score_predicting_position: bool = False
+        self, model: nn.Module, *, score_predicting_position: bool = False
     ) -> None:
         r"""
         Args:
@@ -165,18 +168,16 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
                         leaves row ``t``'s predicting position out (zero);
                         True scores it.
                         Default: False (chosen by measurement,
-                        docs/generation.rst; True before)
+                        docs/generation.rst)
         """
-        adapter = get_adapter(model)
+        Attribution.__init__(self, model)
+        adapter = self._use_shortcut(model)
         # Raise UnsupportedModelError for families without the parts.
         if adapter.is_causal_lm:
             adapter.pre_norm_parts(1)
             adapter.final_norm()
         else:
             adapter.block_parts(1)
-        Attribution.__init__(self, model)
-        self.model = model
-        self.adapter = adapter
         self.score_predicting_position = score_predicting_position
 
     @log_usage()
@@ -185,6 +186,7 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
         inputs: Union[Tensor, Tuple[Tensor]],
         target: TargetType = None,
         additional_forward_args: Any = None,
+        *,
         variant: str = "N_enc",
         rollout: bool = True,
         attribute_generated: bool = False,
@@ -258,22 +260,16 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
         self._check_variant(variant)
         if not self.adapter.is_causal_lm:
             _check_classifier_call(attribute_generated, contrast_target)
-        with torch.no_grad():
-            return attribute_tokens(
-                self.adapter,
-                inputs,
-                target,
-                additional_forward_args,
-                internal_batch_size,
-                attribute_generated=attribute_generated,
-                # Checked like every method's; GlobEnc's rows do not read it.
-                contrast_target=contrast_target,
-                chunk_scores=partial(self._row, variant=variant, rollout=rollout),
-                generated_scores=partial(
-                    self._predicting_rows, variant=variant, rollout=rollout
-                ),
-                method="GlobEnc",
-            )
+        return self._attribute(
+            inputs,
+            target,
+            additional_forward_args,
+            internal_batch_size=internal_batch_size,
+            attribute_generated=attribute_generated,
+            # Checked like every method's; GlobEnc's rows do not read it.
+            contrast_target=contrast_target,
+            options={"variant": variant, "rollout": rollout},
+        )
 
     @log_usage()
     def attribute_matrices(
@@ -347,8 +343,12 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
                 **options,
             )
 
-    def _row(
-        self, batch: TokenBatch, target: TargetType, variant: str, rollout: bool
+    def _chunk_scores(
+        self,
+        batch: TokenBatch,
+        target: TargetType,
+        variant: str = "N_enc",
+        rollout: bool = True,
     ) -> Tuple[Tensor, Tensor]:
         r"""The classification position's row ``[batch, pos]`` and the logits."""
         layers, logits = self._norm_blocks(batch, target, variant)
@@ -357,12 +357,12 @@ class GlobEnc(Attribution):  # type: ignore[misc]  # untyped captum
         )
         return _rolled_out_rows(layers, position[:, None], rollout)[:, 0], logits
 
-    def _predicting_rows(
+    def _generated_scores(
         self,
         forced: TeacherForcedBatch,
-        _foils: Optional[Tensor],
-        variant: str,
-        rollout: bool,
+        contrast: Optional[Tensor],
+        variant: str = "N_enc",
+        rollout: bool = True,
     ) -> Tensor:
         r"""Rows :math:`p_t` of ``G^L`` over the teacher-forced chunk,
         ``[chunk, T, P + T - 1]``; without ``score_predicting_position`` the

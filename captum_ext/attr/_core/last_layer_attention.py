@@ -2,24 +2,33 @@
 r"""Last-layer attention: the classification position's row of the last layer's
 head-averaged attention (the AttCAT paper's "Attention" baseline)."""
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
-from captum._utils.typing import TargetType
+import torch
+from captum._utils.typing import ModuleOrModuleList, TargetType
+from captum.attr._utils.attribution import Attribution
 from torch import Tensor
 
+from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import AttentionInputs
 from captum_ext.attr._utils.attention_statistics import rolled_out_attention_rows
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
-from captum_ext.attr._utils.forward_only_attribution import ForwardOnlyAttribution
+from captum_ext.attr._utils.attribute_with_modules import forward_logits
+from captum_ext.attr._utils.layer_states import (
+    as_modules,
+    attention_maps,
+    capture_attention,
+)
 from captum_ext.attr._utils.teacher_forced_attribution import run_teacher_forced
+from captum_ext.attr._utils.token_attribution import TokenAttribution
 
 __all__ = ["LastLayerAttention"]
 
 
-class LastLayerAttention(ForwardOnlyAttribution):
+class LastLayerAttention(TokenAttribution, Attribution):  # type: ignore[misc]
     r"""
     Scores token :math:`i` with the attention the position the model classifies
     from, :math:`p` ([CLS] / <s> for encoders, the last real token for causal
@@ -56,7 +65,76 @@ class LastLayerAttention(ForwardOnlyAttribution):
     https://papers.nips.cc/paper_files/paper/2022/hash/20e45668fefa793bd9f2edf19be12c4b-Abstract-Conference.html
     """
 
-    _explains_generation = True
+    explains_generation = True
+    reads_attention = True
+
+    def __init__(
+        self,
+        forward_func: Callable[..., Any],
+        attention: Optional[ModuleOrModuleList] = None,
+        position: Optional[int] = None,
+    ) -> None:
+        r"""
+        Args:
+
+            forward_func (Callable): With ``attention``,
+                        ``forward_func(inputs, *additional_forward_args) ->
+                        [batch, C]`` (its outputs validate ``target``); else a
+                        Hugging Face model of a family supported by
+                        :func:`captum_ext.get_adapter` (the shortcut).
+            attention (torch.nn.Module or list of torch.nn.Module, optional):
+                        The modules, first layer first, whose outputs are the
+                        attention probabilities ``[batch, heads, pos, pos]``
+                        (or a tuple ``(output, probabilities)``, as a Hugging
+                        Face attention module returns in eager attention);
+                        the product reads the last one alone
+                        (:class:`LastLayerAttention`) or all of them
+                        (:class:`AttentionRollout`).
+                        Default: None (the shortcut)
+            position (int, optional): With ``attention``: the position the
+                        model classifies from, whose row is read (negative
+                        counts from the end: -1 for a causal classifier).
+                        Default: None (0, a class token; the shortcut reads
+                        the model's own classification position)
+        """
+        Attribution.__init__(self, forward_func)
+        name = type(self).__name__
+        self.position = 0 if position is None else position
+        self.attention = (
+            None if attention is None else as_modules(attention, "attention", name)
+        )
+        self.built_from_modules = attention is not None
+        if self.built_from_modules:
+            return
+        if position is not None:
+            raise ValueError(
+                f"{name}'s position goes with attention modules (and "
+                "forward_func); the shortcut reads the model's own "
+                "classification position"
+            )
+        self._use_shortcut(forward_func)
+
+    def _module_scores(
+        self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]
+    ) -> Tuple[Tensor, Tensor]:
+        r"""Built from modules: row ``position`` of the rolled-out layers,
+        ``[batch, pos]``, and ``forward_func``'s outputs ``[batch, C]``."""
+        name = type(self).__name__
+        assert self.attention is not None  # built from modules
+        with HookSet() as hooks:
+            stores = capture_attention(hooks, self.attention)
+            logits = forward_logits(self.forward_func, inputs, args, name)
+        resolve_target(target, logits)  # validated only: class-agnostic
+        layers = attention_maps(stores, name)
+        positions = layers[0].probabilities.shape[-1]  # type: ignore[union-attr]
+        if not -positions <= self.position < positions:
+            raise IndexError(
+                f"{name}'s position {self.position} is out of range for "
+                f"{positions} positions"
+            )
+        row = torch.full((len(logits), 1), self.position % positions)
+        rows = self._rows(layers, row.to(logits.device))  # [batch, 1, pos]
+        return rows[:, 0], logits
 
     def _chunk_scores(
         self, batch: TokenBatch, target: TargetType

@@ -9,6 +9,7 @@ from typing import (
     Optional,
     overload,
     Sequence,
+    Tuple,
     Union,
 )
 
@@ -22,9 +23,14 @@ from torch import Tensor
 
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext._utils.log import log_usage
-from captum_ext._utils.teacher_forcing import teacher_forced_batch
+from captum_ext._utils.teacher_forcing import teacher_forced_batch, TeacherForcedBatch
 from captum_ext._utils.token_batch import check_tokenizer_vocabulary
 from captum_ext.adapters import get_adapter
+from captum_ext.attr._utils.captum_llm_options import (
+    check_attr_target,
+    check_baselines,
+    check_keywords,
+)
 from captum_ext.attr._utils.continuations import (
     generate_continuations,
     left_padded,
@@ -63,6 +69,8 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
     its sum over the targets, as Captum's ``LLMGradientAttribution`` computes it
     (for a log-probability target the scores of the sequence
     :math:`\log p(y \mid \text{prompt}) = \sum_t \log p(y_t \mid \cdot)` add up).
+    With ``attr_target="prob"`` row ``t`` explains :math:`p(y_t \mid \cdot)`
+    and ``seq_attr`` :math:`p(y \mid \text{prompt})`, as in Captum.
     A feature made of several tokens (a ``TextTemplateInput`` segment) gets the
     sum of its tokens' scores.
 
@@ -93,8 +101,11 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
       template whose contents cannot be located exactly is refused.
     - **Captum's arguments**: ``num_trials``, ``use_cached_outputs``,
       ``_inspect_forward`` and ``forward_in_tokens`` in Captum's positions,
-      each with its meaning here (see ``attribute``), so a script written for
-      ``LLMAttribution`` runs unchanged.
+      each with its meaning here (see ``attribute``), Captum's ``gen_args``
+      rule, ``skip_tokens`` and ``attr_target``, so a script written for
+      ``LLMAttribution`` runs unchanged; an argument the method cannot honour
+      (an input's ``baselines``: the methods perturb nothing; a keyword of
+      another method, ``n_samples``) is an error naming it.
     - **Checks before generating**: the tokenizer's size, the prompt ids, the
       positions a generation needs and ``gen_args`` that would return several
       sequences are checked before ``generate()`` runs.
@@ -120,9 +131,22 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
                 its ``.model`` is the model that generates.
         tokenizer (PreTrainedTokenizerBase): the model's Hugging Face
                 tokenizer.
+        attr_target (str, optional): Captum's ``"log_prob"`` or ``"prob"``,
+                for a method whose ``objective`` is ``"log_prob"`` (``CAT``,
+                ``AttCAT``: scores linear in the gradient of
+                :math:`\log p(y_t)`). ``"prob"`` explains :math:`p(y_t \mid
+                \cdot)`: as :math:`\nabla p = p \, \nabla \log p`, row ``t``
+                is the ``"log_prob"`` row times :math:`p(y_t \mid
+                \text{prompt}, y_{<t})` and ``seq_attr`` explains
+                :math:`p(y \mid \text{prompt})`, as in Captum. Refused for
+                any other method (it explains another quantity), and with
+                ``contrast_target``. Default: None (the method's own
+                objective)
     """
 
-    def __init__(self, method: Any, tokenizer: Any) -> None:
+    def __init__(
+        self, method: Any, tokenizer: Any, attr_target: Optional[str] = None
+    ) -> None:
         model = getattr(method, "model", None)
         if model is None:
             raise TypeError(
@@ -132,11 +156,13 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
         adapter = get_adapter(model)
         adapter.require_causal_lm("LLMTokenAttribution")
         check_tokenizer_vocabulary(adapter, tokenizer)
+        check_attr_target(method, attr_target)
         self.model: Any = adapter.model  # a GenerationMixin
         self._adapter = adapter
         super().__init__(self.model)
         self.method = method
         self.tokenizer = tokenizer
+        self.attr_target = attr_target
 
     # One result for a prompt (a chat is one prompt), a list for a list of them.
     @overload
@@ -218,7 +244,9 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
         Args:
 
             inp (TextTokenInput, TextTemplateInput, str or list): the prompt:
-                        Captum's ``TextTokenInput`` or ``TextTemplateInput``,
+                        Captum's ``TextTokenInput`` or ``TextTemplateInput``
+                        (without ``baselines``: the methods perturb nothing, so
+                        an input with baselines is refused),
                         a string (tokenised as ``TextTokenInput(inp, tokenizer,
                         skip_tokens=skip_tokens)``), or a chat (a list of
                         ``{"role", "content"}`` messages); or a list of those
@@ -236,9 +264,12 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
                         addition); more trials only cost time. Must be a
                         positive int. Default: 1
             gen_args (dict, optional): keywords of ``model.generate`` when
-                        ``target`` is None, over Captum's defaults
-                        ``{"max_new_tokens": 25, "do_sample": False,
-                        "temperature": None, "top_p": None}`` (greedy). A
+                        ``target`` is None, with Captum's rule: None or empty
+                        means Captum's defaults ``{"max_new_tokens": 25,
+                        "do_sample": False, "temperature": None, "top_p":
+                        None}`` (greedy); a given dict is used as it is (what
+                        it leaves out comes from the model's generation
+                        config, as in Captum). A
                         generated continuation ends at its first EOS
                         (included). ``num_return_sequences`` > 1 (several
                         sequences per prompt) is refused before generating;
@@ -268,11 +299,19 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
             chat (bool, optional): a string prompt is one user message of a
                         chat. Default: False
             skip_tokens (list of int or str, optional): tokens of a string
-                        prompt that get no column (Captum's ``skip_tokens``).
-                        Default: None
+                        prompt or a chat that get no column (Captum's
+                        ``skip_tokens``). For a ``TextTokenInput`` or
+                        ``TextTemplateInput`` it is ignored, as Captum's
+                        ``LLMAttribution`` ignores it (the input's own
+                        arguments decide its columns), with a warning when it
+                        names a token that keeps a column. Default: None
             internal_batch_size (int, optional): prompts per chunk of the
                         method. Default: None (the whole batch)
-            **kwargs (Any, optional): further keywords of the method's ``attribute``.
+            **kwargs (Any, optional): further keywords of the method's
+                        ``attribute``; a keyword it does not take (e.g. Captum's
+                        ``n_samples``, ``n_steps``, ``show_progress``) is a
+                        ``TypeError`` naming the method and the Captum methods
+                        that take it.
 
         Returns:
             LLMAttributionResult or list: Captum's result (a list for a list of
@@ -284,10 +323,18 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
         _check_captum_options(
             num_trials, use_cached_outputs, _inspect_forward, forward_in_tokens
         )
+        check_keywords(self.method, kwargs)
+        if self.attr_target == "prob" and contrast_target is not None:
+            raise ValueError(
+                "attr_target='prob' with contrast_target: p(y) - p(y') is not a "
+                "scaling of the rows; use attr_target='log_prob' (or None)"
+            )
         batched = isinstance(inp, list) and not is_chat(inp)
         inputs = inp if batched else [inp]
         if batched and not inputs:
             raise ValueError("empty batch: inp is an empty list")
+        for one in inputs:
+            check_baselines(one, self.method)
         prompts = [prepare_prompt(i, self.tokenizer, chat, skip_tokens) for i in inputs]
         ids, mask = left_padded(
             [prompt.ids for prompt in prompts],
@@ -328,15 +375,49 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
             for _ in range(num_trials)
         ]
         scores = torch.stack(trials).mean(0)  # [batch, T, P] or [batch, T, P + T]
+        probs = (
+            self._log_probs(ids, mask, target_ids)[0].exp()  # [batch, T]
+            if self.attr_target == "prob"
+            else None
+        )
         if _inspect_forward is not None:
             self._inspect(_inspect_forward, ids, mask, target_ids)
         results = [
             self._result(
-                prompt, scores[row], targets[row], ids.shape[1], attribute_generated
+                prompt,
+                scores[row],
+                targets[row],
+                ids.shape[1],
+                attribute_generated,
+                None if probs is None else probs[row],
             )
             for row, prompt in enumerate(prompts)
         ]
         return results if batched else results[0]
+
+    def attribute_future(self) -> Callable[[], LLMAttributionResult]:
+        r"""
+        Not implemented, as for Captum's ``LLMAttribution``: call ``attribute``.
+        """
+        raise NotImplementedError(
+            "attribute_future is not implemented for LLMTokenAttribution; call "
+            "attribute()"
+        )
+
+    def _log_probs(
+        self, ids: Tensor, mask: Tensor, target: Tensor
+    ) -> Tuple[Tensor, TeacherForcedBatch]:
+        r"""``[batch, T]`` :math:`\log p(y_t \mid \text{prompt}, y_{<t})` of the
+        unperturbed teacher-forced pass, and that pass's batch."""
+        vocab_size = self._adapter.word_embeddings().num_embeddings
+        forced = teacher_forced_batch(
+            ids, mask, target, prompt_pad_id(self.tokenizer), vocab_size
+        )
+        with eval_semantics(self.model), torch.no_grad():
+            log_probs = TeacherForcedLogProbs(self.model)(
+                *forced.model_inputs(), forced.target
+            )  # [batch, T]
+        return log_probs, forced
 
     def _inspect(
         self,
@@ -347,14 +428,7 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
     ) -> None:
         r"""Captum's ``_inspect_forward`` on the unperturbed teacher-forced pass:
         ``(prompt, response, [p(y), p(y_1), ..., p(y_T)])`` per prompt."""
-        vocab_size = get_adapter(self.model).word_embeddings().num_embeddings
-        forced = teacher_forced_batch(
-            ids, mask, target, prompt_pad_id(self.tokenizer), vocab_size
-        )
-        with eval_semantics(self.model), torch.no_grad():
-            log_probs = TeacherForcedLogProbs(self.model)(
-                *forced.model_inputs(), forced.target
-            )  # [batch, T]
+        log_probs, forced = self._log_probs(ids, mask, target)
         for row in range(len(ids)):
             steps = log_probs[row][forced.target_mask[row]]  # [T_b]
             probs = torch.cat([steps.sum()[None], steps]).exp()
@@ -410,7 +484,12 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
         target: Tensor,
         prompt_width: int,
         attribute_generated: bool,
+        probs: Optional[Tensor],
     ) -> LLMAttributionResult:
+        r"""Captum's result of one prompt from its log-probability ``scores``
+        ``[T, width]``; with ``probs`` ``[T]`` (``attr_target="prob"``) row
+        ``t`` explains :math:`p(y_t)` and ``seq_attr``
+        :math:`p(y) = \prod_t p(y_t)`, by :math:`\nabla p = p \, \nabla \log p`."""
         n_targets, n_prompt = len(target), len(prompt.ids)
         rows = scores[:n_targets].detach()  # [T_b, P] or [T_b, P + T]
         columns = prompt.feature_scores(rows[:, prompt_width - n_prompt : prompt_width])
@@ -420,8 +499,12 @@ class LLMTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captum
             generated = rows[:, prompt_width : prompt_width + n_targets]
             columns = torch.cat([columns, generated], 1)
             input_tokens += output_tokens
+        seq_attr = columns.sum(0)  # explains log p(y) = sum_t log p(y_t)
+        if probs is not None:
+            probs = probs[:n_targets]
+            seq_attr, columns = seq_attr * probs.prod(), columns * probs[:, None]
         return LLMAttributionResult(
-            seq_attr=columns.sum(0),
+            seq_attr=seq_attr,
             token_attr=columns,
             input_tokens=input_tokens,
             output_tokens=output_tokens,

@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 r"""LogAt: the model's own head applied to every token's final hidden state."""
 
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
+from captum.attr._utils.attribution import Attribution
 from torch import nn, Tensor
 
+from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.model_forward import (
     check_decoder_vocabulary,
     resolve_target,
@@ -16,13 +18,19 @@ from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import check_head_reproduces
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
-from captum_ext.attr._utils.forward_only_attribution import ForwardOnlyAttribution
+from captum_ext.attr._utils.attribute_with_modules import forward_logits
+from captum_ext.attr._utils.layer_states import (
+    capture_states,
+    hidden_states_of,
+    read_states,
+)
 from captum_ext.attr._utils.teacher_forced_attribution import run_teacher_forced
+from captum_ext.attr._utils.token_attribution import TokenAttribution
 
 __all__ = ["LogAt"]
 
 
-class LogAt(ForwardOnlyAttribution):
+class LogAt(TokenAttribution, Attribution):  # type: ignore[misc]  # untyped captum
     r"""
     LogAt ("logit attribution") scores token :math:`i` with the logit the model's
     own head-on-top (HoT) gives when it reads token :math:`i`'s final hidden state
@@ -84,52 +92,120 @@ class LogAt(ForwardOnlyAttribution):
     logit the model actually outputs, and on a copy task it ranks first (the
     queried key of a recall prompt); so by default that own term is left out
     (zero, as outside the score mask) and row :math:`t` ranks the other
-    positions (``score_predicting_position=True`` scores it, the default
-    before the measurements of docs/generation.rst). Either way row :math:`t`
-    keeps the consistency law.
+    positions (``score_predicting_position=True`` scores it; the choice is
+    measured in docs/generation.rst). Either way row :math:`t` keeps the
+    consistency law.
 
     LogAt is defined in the NormXLogit paper: see :class:`NormXLogit` for the
     reference and the authors' code.
     """
 
-    _explains_generation = True
+    explains_generation = True
 
     def __init__(
         self,
-        model: nn.Module,
-        layer: Optional[int] = None,
+        forward_func: Callable[..., Any],
+        layer: Union[None, int, nn.Module] = None,
         decoder: Optional[nn.Module] = None,
+        head: Optional[nn.Module] = None,
+        *,
         score_predicting_position: bool = False,
     ) -> None:
         r"""
         Args:
 
-            model (torch.nn.Module): A Hugging Face transformer of a family
-                        supported by :func:`captum_ext.get_adapter`; a
-                        ``*ForSequenceClassification`` model unless a ``decoder``
-                        is given.
-            layer (int, optional): Index into ``hidden_states`` (0 = embedding
-                        output, L = last block; negative counts from L) the head
-                        or decoder reads.
-                        Default: None (L, the paper's setting)
-            decoder (torch.nn.Module, optional): Maps hidden states
-                        ``[batch, pos, d_model]`` to vocabulary logits
+            forward_func (Callable): With a ``layer`` module,
+                        ``forward_func(inputs, *additional_forward_args) ->
+                        [batch, C]`` (e.g. logits; a module runs in eval
+                        mode). Else a Hugging Face transformer of a family
+                        supported by :func:`captum_ext.get_adapter` (the
+                        shortcut), a ``*ForSequenceClassification`` model
+                        unless a ``decoder`` is given.
+            layer (int or torch.nn.Module, optional): A module whose output is
+                        the final hidden states ``[batch, pos, d]`` the
+                        ``head`` reads (built Captum's way); or, for the
+                        shortcut, the index into ``hidden_states`` (0 =
+                        embedding output, L = last block; negative counts
+                        from L) the head or decoder reads.
+                        Default: None (the shortcut, L: the paper's setting)
+            decoder (torch.nn.Module, optional): The shortcut: maps hidden
+                        states ``[batch, pos, d_model]`` to vocabulary logits
                         ``[batch, pos, V]`` and replaces the classification
                         head, e.g. ``get_adapter(mlm_model).mlm_head()``. Then
                         ``target`` is a vocabulary id and must be given.
                         Default: None (the model's classification head)
+            head (torch.nn.Module, optional): With a ``layer`` module: the
+                        model's own head applied to every position, ``[batch,
+                        pos, d] -> [batch, pos, C]``, ``C`` the outputs of
+                        ``forward_func``.
+                        Default: None (required with a ``layer`` module)
             score_predicting_position (bool, optional): Causal LMs: False
                         leaves row ``t``'s predicting position out (zero);
                         True scores it.
                         Default: False (chosen by measurement,
-                        docs/generation.rst; True before)
+                        docs/generation.rst)
         """
-        ForwardOnlyAttribution.__init__(self, model)
+        Attribution.__init__(self, forward_func)
         self.score_predicting_position = score_predicting_position
-        self.layer = self.adapter.num_layers
-        if layer is not None:
-            self.layer = self.adapter.check_layer(layer)
         self.decoder = decoder
+        self.head = head
+        self.layer_module = layer if isinstance(layer, nn.Module) else None
+        if isinstance(layer, nn.Module):
+            self._check_module_route()
+            self.built_from_modules = True
+            return
+        if head is not None:
+            raise ValueError(
+                f"{type(self).__name__}'s head goes with a layer module (and "
+                "forward_func); the shortcut applies the model's own head"
+            )
+        adapter = self._use_shortcut(forward_func)
+        self.layer = adapter.num_layers if layer is None else adapter.check_layer(layer)
+
+    def _check_module_route(self) -> None:
+        r"""Built Captum's way: a head, no decoder."""
+        name = type(self).__name__
+        if self.decoder is not None:
+            raise ValueError(
+                f"{name} built from a layer module applies head=; decoder= "
+                "belongs to the shortcut (pass a decoder as head= and a "
+                "vocabulary id as target)"
+            )
+        if self.head is None:
+            raise ValueError(
+                f"{name} built from a layer module needs head=: the model's "
+                "head applied to every position, [batch, pos, d] -> [batch, "
+                "pos, C]"
+            )
+
+    def _module_scores(
+        self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]
+    ) -> Tuple[Tensor, Tensor]:
+        r"""Built Captum's way: the head on every position of the ``layer``
+        module's output, at the target class, ``[batch, pos]``, and
+        ``forward_func``'s outputs ``[batch, C]``."""
+        name = type(self).__name__
+        with HookSet() as hooks:
+            stores = capture_states(hooks, self._read_modules(), False, False)
+            logits = forward_logits(self.forward_func, inputs, args, name)
+        states = hidden_states_of(read_states(stores, name), len(logits), name)
+        assert self.head is not None  # checked by the constructor
+        per_position = _head_outputs(self.head, states[0], logits, name)
+        scores = _at_target(per_position, resolve_target(target, logits))
+        scores = scores.to(result_dtype(scores.dtype))  # [batch, pos]
+        factor = self._module_factor(states)
+        return (scores if factor is None else factor * scores), logits
+
+    def _read_modules(self) -> List[nn.Module]:
+        r"""The modules whose outputs :meth:`_module_scores` reads: the final
+        states (NormXLogit adds the embedding output)."""
+        assert self.layer_module is not None  # the route built from modules
+        return [self.layer_module]
+
+    def _module_factor(self, states: Tuple[Tensor, ...]) -> Optional[Tensor]:
+        r"""A per-position factor ``[batch, pos]`` of the route built from
+        modules (NormXLogit's norms); LogAt has none."""
+        return None
 
     def _chunk_scores(
         self, batch: TokenBatch, target: TargetType
@@ -239,3 +315,21 @@ def _vocabulary_target(target: TargetType, logits: Tensor) -> Tensor:
         )
     # Only the shape [batch, V] matters for validating the ids.
     return resolve_target(target, logits[:, 0])
+
+
+def _head_outputs(
+    head: nn.Module, states: Tensor, logits: Tensor, method: str
+) -> Tensor:
+    r"""``head(states)`` ``[batch, pos, C]``, checked to give one output per
+    class of ``forward_func`` (``logits`` ``[batch, C]``, ``C > 1``: a
+    single-output model's LogAt reads the classification position, which only
+    the shortcut knows)."""
+    outputs: Tensor = head(states)
+    expected = (*states.shape[:2], logits.shape[1])
+    if tuple(outputs.shape) != expected or logits.shape[1] < 2:
+        raise ValueError(
+            f"{method}'s head must map the states {tuple(states.shape)} to one "
+            f"output per class of forward_func, {expected} with at least 2 "
+            f"classes, got {tuple(outputs.shape)}"
+        )
+    return outputs

@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 r"""NormXLogit: input-embedding norm times the LogAt logit of every token."""
 
-from typing import Any, Optional
+from typing import Any, Callable, List, Optional, Tuple, Union
 
 from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.attr._core.logat import LogAt
-from captum_ext.attr._utils.attribute_in_chunks import result_dtype
+from captum_ext.attr._utils.attribute_in_chunks import result_dtype, token_norms
 
 __all__ = ["NormXLogit"]
 
@@ -59,24 +59,40 @@ class NormXLogit(LogAt):
 
     def __init__(
         self,
-        model: nn.Module,
-        layer: Optional[int] = None,
+        forward_func: Callable[..., Any],
+        layer: Union[None, int, nn.Module] = None,
         decoder: Optional[nn.Module] = None,
+        head: Optional[nn.Module] = None,
+        embedding: Optional[nn.Module] = None,
+        *,
         norm: str = "embedding_output",
         score_predicting_position: bool = False,
     ) -> None:
         r"""
         Args:
 
-            model (torch.nn.Module): The model, as in :class:`LogAt`.
-            layer (int, optional): Index into ``hidden_states`` the head or
-                        decoder reads (see :class:`LogAt`).
-                        Default: None (L, the paper's setting)
-            decoder (torch.nn.Module, optional): Hidden states to vocabulary
-                        logits, replacing the classification head (see
-                        :class:`LogAt`); then ``target`` is a vocabulary id.
+            forward_func (Callable): ``forward_func(inputs,
+                        *additional_forward_args) -> [batch, C]`` with a
+                        ``layer`` module, else a Hugging Face model, as in
+                        :class:`LogAt`.
+            layer (int or torch.nn.Module, optional): The module whose output
+                        is the final hidden states the ``head`` reads, or the
+                        shortcut's index into ``hidden_states`` (see
+                        :class:`LogAt`).
+                        Default: None (the shortcut, L: the paper's setting)
+            decoder (torch.nn.Module, optional): The shortcut: hidden states
+                        to vocabulary logits, replacing the classification
+                        head (see :class:`LogAt`); then ``target`` is a
+                        vocabulary id.
                         Default: None
-            norm (str, optional): ``"embedding_output"`` for
+            head (torch.nn.Module, optional): With a ``layer`` module: the
+                        model's head on every position, as in :class:`LogAt`.
+                        Default: None (required with a ``layer`` module)
+            embedding (torch.nn.Module, optional): With a ``layer`` module:
+                        the module whose output is :math:`x^0` ``[batch, pos,
+                        d]``, whose norms multiply the logits.
+                        Default: None (required with a ``layer`` module)
+            norm (str, optional): The shortcut: ``"embedding_output"`` for
                         :math:`\lVert` ``hidden_states[0]`` :math:`_i\rVert_2`
                         (the authors' code) or ``"word_embedding"`` for
                         :math:`\lVert` ``word_embeddings(input_ids)`` :math:`_i
@@ -85,18 +101,45 @@ class NormXLogit(LogAt):
             score_predicting_position (bool, optional): Causal LMs: False
                         leaves row ``t``'s predicting position out (zero), as
                         in :class:`LogAt`; True scores it.
-                        Default: False (True before)
+                        Default: False
         """
         if norm not in _NORMS:
             raise ValueError(f"norm must be one of {_NORMS}, got {norm!r}")
+        self.norm = norm
+        self.embedding = embedding
         LogAt.__init__(
             self,
-            model,
-            layer=layer,
-            decoder=decoder,
+            forward_func,
+            layer,
+            decoder,
+            head,
             score_predicting_position=score_predicting_position,
         )
-        self.norm = norm
+        if embedding is not None and not self.built_from_modules:
+            raise ValueError(
+                "NormXLogit's embedding goes with a layer module (and "
+                "forward_func); the shortcut picks the embeddings with norm="
+            )
+
+    def _check_module_route(self) -> None:
+        LogAt._check_module_route(self)
+        if self.embedding is None:
+            raise ValueError(
+                "NormXLogit built from a layer module needs embedding=: the "
+                "module whose output is the input representation x^0"
+            )
+        if self.norm != "embedding_output":
+            raise ValueError(
+                "NormXLogit's norm picks the shortcut's embeddings; built from "
+                "modules, name the module whose output is normed as embedding="
+            )
+
+    def _read_modules(self) -> List[nn.Module]:
+        assert self.embedding is not None  # checked by the constructor
+        return [*LogAt._read_modules(self), self.embedding]
+
+    def _module_factor(self, states: Tuple[Tensor, ...]) -> Optional[Tensor]:
+        return token_norms(states[1])  # [batch, pos]
 
     def _scores(self, batch: TokenBatch, out: Any, target: TargetType) -> Tensor:
         logits = LogAt._scores(self, batch, out, target)  # [batch, pos]
@@ -112,5 +155,4 @@ class NormXLogit(LogAt):
             embedded: Tensor = self.adapter.word_embeddings()(batch.input_ids)
         else:
             embedded = out.hidden_states[0]  # [batch, pos, d_model]
-        norms: Tensor = embedded.to(result_dtype(embedded.dtype)).norm(dim=-1)
-        return norms
+        return token_norms(embedded)

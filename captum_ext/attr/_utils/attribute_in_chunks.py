@@ -17,7 +17,7 @@ from captum_ext._utils.row_chunks import batch_slices, take_rows
 from captum_ext._utils.token_batch import on_device, TokenBatch
 from captum_ext.adapters import get_adapter, UnsupportedModelError
 
-__all__ = ["attribute_in_chunks", "result_dtype", "target_rows"]
+__all__ = ["attribute_in_chunks", "result_dtype", "target_rows", "token_norms"]
 
 # (chunk of the batch, the chunk's target, **the chunk's per-example options)
 #   -> (attributions, the model's logits)
@@ -28,6 +28,13 @@ def result_dtype(model_dtype: torch.dtype) -> torch.dtype:
     r"""The precision policy's output dtype: float32, or the model's dtype when it
     is wider (float64 models keep float64)."""
     return torch.promote_types(model_dtype, torch.float32)
+
+
+def token_norms(states: Tensor) -> Tensor:
+    r"""The L2 norm of each token's state ``[batch, pos, d] -> [batch, pos]``,
+    in float32 or wider: a bfloat16 sum of d squares is coarse."""
+    norms: Tensor = states.to(result_dtype(states.dtype)).norm(dim=-1)
+    return norms
 
 
 def target_rows(target: TargetType, rows: slice, batch_size: int) -> TargetType:

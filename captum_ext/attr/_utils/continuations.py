@@ -69,8 +69,8 @@ def generate_continuations(
     gen_args: Optional[Dict[str, Any]] = None,
 ) -> List[Tensor]:
     r"""One continuation ``[T_i]`` per prompt of ``input_ids`` ``[batch, P]``
-    (left-padded), by ``model.generate`` with ``gen_args`` over Captum's
-    defaults (greedy, ``max_new_tokens=25``), each ending at its first EOS
+    (left-padded), by ``model.generate`` with ``gen_args``
+    (:func:`generation_args`), each ending at its first EOS
     (included); ``model`` is a Hugging Face model with ``generate``.
     ``ValueError`` when a prompt gets no token."""
     args = generation_args(model, tokenizer, input_ids, gen_args)
@@ -94,9 +94,11 @@ def generate_continuations(
 def generation_args(
     model: Any, tokenizer: Any, input_ids: Tensor, gen_args: Optional[Dict[str, Any]]
 ) -> Dict[str, Any]:
-    r"""The keywords of ``model.generate``: ``gen_args`` over Captum's defaults,
-    checked before anything is generated, so a bad input is one clear error
-    instead of an ``IndexError`` deep inside ``generate()``. Raises
+    r"""The keywords of ``model.generate``: ``gen_args``, or Captum's defaults
+    (greedy, ``max_new_tokens=25``) when it is None or empty, and the
+    tokenizer's pad id unless given; checked before anything is generated, so
+    a bad input is one clear error instead of an ``IndexError`` deep inside
+    ``generate()``. Raises
     ``ValueError`` when the tokenizer has more tokens than the model's
     vocabulary, a prompt id ``[batch, P]`` lies outside it, the prompt and the
     tokens to generate exceed the model's positions, or ``gen_args`` asks for
@@ -107,8 +109,10 @@ def generation_args(
             "gen_args must be a dict of model.generate keywords, got "
             f"{type(gen_args).__name__}"
         )
-    args = {**DEFAULT_GEN_ARGS, "pad_token_id": prompt_pad_id(tokenizer)}
-    args.update(gen_args or {})
+    # Captum's rule: its defaults only when gen_args is not given (None or
+    # empty); given, they are model.generate's keywords as they are.
+    args = dict(gen_args or DEFAULT_GEN_ARGS)
+    args.setdefault("pad_token_id", prompt_pad_id(tokenizer))
     adapter = get_adapter(model)
     check_tokenizer_vocabulary(adapter, tokenizer)
     check_vocabulary_ids(adapter, input_ids, "prompt token ids")
@@ -135,6 +139,8 @@ def _check_generation_positions(
         total, what = prompt_len + new_tokens, f"+ max_new_tokens ({new_tokens})"
     else:
         total = args.get("max_length") or config.max_length
+        if total is None:
+            return  # transformers' default: 20 new tokens, capped to the positions
         what = f"up to max_length ({total})"
     if limit is not None and total > limit:
         raise ValueError(

@@ -151,16 +151,19 @@ def capture_attention(hooks: HookSet, modules: Sequence[nn.Module]) -> List[List
 
 
 def attention_maps(
-    stores: Sequence[List[Any]], positions: int, method: str
+    stores: Sequence[List[Any]], method: str, positions: Optional[int] = None
 ) -> List[AttentionInputs]:
     r"""The attention probabilities ``[batch, heads, pos, pos]`` of each module's
     one call: its output, or the second element of a tuple (a Hugging Face
-    attention module's ``(output, weights)``)."""
+    attention module's ``(output, weights)``); ``pos`` is ``positions`` where
+    given (the states' length), else the maps' own."""
     maps = []
     for index, store in enumerate(stores):
         output = single_call(store, method, f"attention module {index}")
         found = output[1] if isinstance(output, (tuple, list)) else output
         shape = tuple(found.shape) if isinstance(found, Tensor) else None
+        if shape is not None and positions is None:
+            positions = shape[-1]
         if shape is None or len(shape) != 4 or shape[2:] != (positions, positions):
             raise ValueError(
                 f"{method} reads attention probabilities [batch, heads, "

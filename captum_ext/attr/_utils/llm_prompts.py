@@ -8,9 +8,16 @@ belongs to.
   ``skip_tokens``.
 - A plain string: ``TextTokenInput(text, tokenizer, skip_tokens=skip_tokens)``.
 - Captum's ``TextTemplateInput``: the completed text, tokenised as Captum does
-  (``tokenizer.encode``); a token belongs to the segment (value) its characters
-  overlap most, grouped by the input's ``mask``; tokens of the template's own
-  text belong to no feature.
+  (``tokenizer.encode``); a token belongs to the value whose occurrence its
+  characters overlap most (a value written twice owns the tokens of both
+  occurrences, as Captum's perturbation replaces both), grouped by the input's
+  ``mask``; tokens of the template's own text belong to no feature, and an
+  empty value has none (a zero column).
+- ``skip_tokens`` (ids, or tokens as Captum converts them): a plain string's
+  or a chat's tokens of those ids get no column. For Captum's inputs it is
+  ignored, as Captum's ``LLMAttribution`` ignores it (the input's own
+  arguments decide its columns), with a warning when it names a token that
+  keeps a column.
 - A chat (a list of ``{"role", "content"}`` messages): the text of
   ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``, tokenised
   without adding special tokens (the template writes its own); the tokens inside
@@ -25,6 +32,7 @@ Every prompt must hold a feature token that is not one of the tokenizer's
 special tokens (``all_special_ids``), and no lone surrogate character.
 """
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -99,22 +107,63 @@ def _prompt(
     if isinstance(inp, str) and chat:
         inp = [{"role": "user", "content": inp}]
     if is_chat(inp):
-        return _chat_prompt(inp, tokenizer)
+        return _skipping(_chat_prompt(inp, tokenizer), _ids(tokenizer, skip_tokens))
     if isinstance(inp, str):
         check_text(inp, "the prompt")
         inp = TextTokenInput(inp, tokenizer, skip_tokens=skip_tokens)
-    elif skip_tokens is not None:
-        raise ValueError(
-            "skip_tokens applies to plain-string prompts; give a TextTokenInput "
-            "its own skip_tokens"
-        )
-    if isinstance(inp, TextTokenInput):
         return _token_prompt(inp)
-    if isinstance(inp, TextTemplateInput):
-        return _template_prompt(inp, tokenizer)
-    raise TypeError(
-        "a prompt is a string, Captum's TextTokenInput or TextTemplateInput, or a "
-        f"chat (a list of {{'role', 'content'}} dicts); got {type(inp).__name__}"
+    if isinstance(inp, TextTokenInput):
+        prompt = _token_prompt(inp)
+    elif isinstance(inp, TextTemplateInput):
+        prompt = _template_prompt(inp, tokenizer)
+    else:
+        raise TypeError(
+            "a prompt is a string, Captum's TextTokenInput or TextTemplateInput, "
+            f"or a chat (a list of {{'role', 'content'}} dicts); got "
+            f"{type(inp).__name__}"
+        )
+    _warn_ignored_skip_tokens(prompt, tokenizer, skip_tokens)
+    return prompt
+
+
+def _ids(tokenizer: Any, tokens: Optional[Union[List[int], List[str]]]) -> Tensor:
+    r"""``[k]`` ids of ``skip_tokens`` given as ids or tokens (Captum's rule:
+    tokens when the first is a string)."""
+    given: List[Any] = list(tokens or [])
+    if given and isinstance(given[0], str):
+        given = tokenizer.convert_tokens_to_ids(given)
+    return torch.tensor(given, dtype=torch.long)
+
+
+def _skipping(prompt: Prompt, skipped: Tensor) -> Prompt:
+    r"""A chat ``prompt`` whose tokens of ``skipped`` ids get no column."""
+    kept = (prompt.feature_of >= 0) & ~torch.isin(prompt.ids, skipped)
+    feature_of = torch.where(kept, kept.long().cumsum(0) - 1, -1)
+    _check_features(feature_of)
+    names = [n for n, k in zip(prompt.names, kept[prompt.feature_of >= 0]) if k]
+    return Prompt(prompt.ids, feature_of, len(names), names, None)
+
+
+def _warn_ignored_skip_tokens(
+    prompt: Prompt, tokenizer: Any, skip_tokens: Optional[Union[List[int], List[str]]]
+) -> None:
+    r"""Captum's ``LLMAttribution`` ignores ``attribute(..., skip_tokens=...)``
+    for its inputs (their own arguments decide the columns), and so does this
+    prompt: a warning when that keeps a column of a token ``skip_tokens`` names."""
+    named = torch.isin(prompt.ids, _ids(tokenizer, skip_tokens))
+    kept = prompt.ids[named & (prompt.feature_of >= 0)]
+    if not len(kept):
+        return  # the input already skips them: the keyword changes nothing
+    how = (
+        "build TextTokenInput(text, tokenizer, skip_tokens=...)"
+        if isinstance(prompt.inp, TextTokenInput)
+        else "write them into the template's text instead of a value"
+    )
+    warnings.warn(
+        f"attribute(skip_tokens=...) is ignored for a {type(prompt.inp).__name__}, "
+        "as Captum's LLMAttribution ignores it: the input's own arguments decide "
+        f"its columns, so {tokenizer.convert_ids_to_tokens(kept.tolist())} keep "
+        f"theirs; to leave them out, {how}"
     )
 
 
@@ -145,9 +194,11 @@ def check_text(text: str, name: str) -> None:
 def _template_prompt(inp: TextTemplateInput, tokenizer: Any) -> Prompt:
     text = inp.to_model_input()
     check_text(text, "the completed template")
-    segment_spans = _template_spans(inp, text)
+    spans, value_of = _template_spans(inp, text)
     encoded = tokenizer(text, return_offsets_mapping=True)
-    segment = _owner(encoded["offset_mapping"], segment_spans)
+    # The value of each token's span (every occurrence of a value is its own
+    # span); -1 (the appended entry) for a token outside every span.
+    segment = torch.tensor(value_of + [-1])[_owner(encoded["offset_mapping"], spans)]
     if inp.mask is not None:
         groups = torch.tensor(inp.formatted_mask + [-1])
         segment = groups[segment]  # -1 stays -1 (the appended entry)
@@ -160,11 +211,14 @@ def _template_prompt(inp: TextTemplateInput, tokenizer: Any) -> Prompt:
 _OPEN, _CLOSE = "\ue000", "\ue001"
 
 
-def _template_spans(inp: TextTemplateInput, text: str) -> List[Span]:
-    r"""Character span of each value in the completed text, found by completing
-    the template with unique markers (so a template may repeat or reorder its
-    values, or be a function)."""
-    markers = [_marker(i) for i in range(len(inp.values))]
+def _template_spans(inp: TextTemplateInput, text: str) -> Tuple[List[Span], List[int]]:
+    r"""Character spans of every occurrence of every value in the completed
+    text, and the value of each span, found by completing the template with
+    unique markers (so a template may repeat or reorder its values, or be a
+    function). An empty value is passed as itself, not as a marker: it has no
+    characters, and a template function may drop its slot (Captum's tutorial's
+    ``prompt_fn`` does)."""
+    markers = [_marker(i) if value else "" for i, value in enumerate(inp.values)]
     marked = (
         inp.format_fn(**dict(zip(inp.dict_keys, markers)))
         if inp.dict_keys
@@ -176,7 +230,8 @@ def _template_spans(inp: TextTemplateInput, text: str) -> List[Span]:
             "TextTemplateInput's template changes its values instead of inserting "
             "them, so its tokens cannot be mapped to the segments"
         )
-    return [found[-1] if found else (0, 0) for found in filled[1]]
+    occurrences = [(span, i) for i, found in enumerate(filled[1]) for span in found]
+    return [span for span, _ in occurrences], [i for _, i in occurrences]
 
 
 def _marker(index: int) -> str:

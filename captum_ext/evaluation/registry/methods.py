@@ -28,7 +28,7 @@ seeded by each example's prompt and continuation.
 import zlib
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Type
 
 import torch
 from torch import nn, Tensor
@@ -45,6 +45,7 @@ from captum_ext.attr import (
     LogAt,
     NormXLogit,
 )
+from captum_ext.attr._utils.token_attribution import TokenAttribution
 from captum_ext.defaults.decoders import load_fitted_decoders
 from captum_ext.evaluation.names import GENERATION_METHOD_NAMES, VARIANT_METHOD_NAMES
 from captum_ext.evaluation.registry.call_convention import (
@@ -336,39 +337,48 @@ def _decoded_hidden_state(model: nn.Module) -> DecodedLayerGradCam:
     return DecodedLayerGradCam(model, decoded_layer(model))
 
 
-def _explains_generation(method: Callable[[nn.Module], Any], **options: Any) -> Any:
-    r"""The keywords of an entry that also explains generated text."""
-    return dict(causal_lm=True, generation=_captum_ext_generation(method, **options))
-
-
-for _name, _method in (("NormXLogit", NormXLogit), ("LogAt", LogAt)):
-    register_method(
-        _name, _captum_ext(_method), "captum_ext", **_explains_generation(_method)
+def _needs(
+    method: Type[TokenAttribution],
+    generation_method: Optional[Callable[[nn.Module], Any]] = None,
+    **options: Any,
+) -> Dict[str, Any]:
+    r"""The keywords of a captum_ext entry, read off the method's class: what
+    it needs, and whether it explains generated text (then through
+    ``generation_method``, by default the class itself, with ``options``)."""
+    needs: Dict[str, Any] = dict(
+        needs_gradients=method.needs_gradients,
+        needs_attention_weights=method.reads_attention,
     )
+    if method.explains_generation:
+        built = generation_method or method
+        needs.update(
+            causal_lm=True, generation=_captum_ext_generation(built, **options)
+        )
+    return needs
+
+
+_BASELINES: Dict[str, Type[TokenAttribution]] = {
+    "Attention": LastLayerAttention,
+    "Attention rollout": AttentionRollout,
+    "Embedding norm": EmbeddingNorm,
+}
+for _name, _logat in (("NormXLogit", NormXLogit), ("LogAt", LogAt)):
+    register_method(_name, _captum_ext(_logat), "captum_ext", **_needs(_logat))
 register_method(
     "AttCAT",
     _captum_ext(AttCAT),
     "captum_ext",
     layer_map=_captum_ext(AttCAT, return_layers=True),
-    needs_gradients=True,
-    needs_attention_weights=True,
-    **_explains_generation(AttCAT),
+    **_needs(AttCAT),
 )
-register_method(
-    "CAT",
-    _captum_ext(CAT),
-    "captum_ext",
-    needs_gradients=True,
-    **_explains_generation(CAT),
-)
+register_method("CAT", _captum_ext(CAT), "captum_ext", **_needs(CAT))
 for _name, _variant in _GLOBENC_VARIANTS.items():
     register_method(
         _name,
         _captum_ext(GlobEnc, variant=_variant),
         "captum_ext",
         class_agnostic=True,
-        needs_attention_weights=True,
-        **_explains_generation(GlobEnc, variant=_variant),
+        **_needs(GlobEnc, variant=_variant),
     )
 register_method(
     "Decoded Grad-CAM",
@@ -376,29 +386,13 @@ register_method(
     "captum_ext",
     needs_decoders=True,
     layer_map=_decoded(all_layers=True),
-    needs_gradients=True,
-    **_explains_generation(_decoded_own_head),
+    **_needs(DecodedLayerGradCam, _decoded_own_head),
 )
 # The simple baselines the papers beat, class-agnostic like GlobEnc.
-register_method(
-    "Attention",
-    _captum_ext(LastLayerAttention),
-    "baseline",
-    class_agnostic=True,
-    needs_attention_weights=True,
-    **_explains_generation(LastLayerAttention),
-)
-register_method(
-    "Attention rollout",
-    _captum_ext(AttentionRollout),
-    "baseline",
-    class_agnostic=True,
-    needs_attention_weights=True,
-    **_explains_generation(AttentionRollout),
-)
-register_method(
-    "Embedding norm", _captum_ext(EmbeddingNorm), "baseline", class_agnostic=True
-)
+for _name, _method in _BASELINES.items():
+    register_method(
+        _name, _captum_ext(_method), "baseline", class_agnostic=True, **_needs(_method)
+    )
 register_method("Saliency", _saliency, "captum", needs_gradients=True)
 register_method(
     "InputXGradient",
