@@ -148,3 +148,32 @@ def test_export_refuses_a_folder_without_captum(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "nothing written" in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_export_twice_changes_nothing(exported: Path) -> None:
+    files = _files(exported)
+    before = {name: (exported / name).read_text() for name in files}
+    result = _run(
+        [sys.executable, str(ROOT / "upstream/export.py"), str(exported)], ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    assert {name: (exported / name).read_text() for name in files} == before
+
+
+@pytest.mark.slow
+def test_export_refuses_to_replace_other_files(tmp_path: Path) -> None:
+    metrics = tmp_path / "captum" / "metrics"
+    (metrics / "_core").mkdir(parents=True)
+    shutil.copy(Path(captum.__file__).parent / "metrics/__init__.py", metrics)
+    (metrics / "_core" / "aopc.py").write_text("x = 1\n")
+    command = [sys.executable, str(ROOT / "upstream/export.py"), str(tmp_path)]
+    refused = _run(command, ROOT)
+    assert refused.returncode == 1
+    assert "would replace" in refused.stderr
+    assert "captum/metrics/_core/aopc.py" in refused.stderr
+    assert (metrics / "_core" / "aopc.py").read_text() == "x = 1\n"
+    assert sorted(p.name for p in metrics.iterdir()) == ["__init__.py", "_core"]
+    forced = _run(command[:2] + ["--force", str(tmp_path)], ROOT)
+    assert forced.returncode == 0, forced.stderr
+    assert "def aopc(" in (metrics / "_core" / "aopc.py").read_text()

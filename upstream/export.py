@@ -3,7 +3,7 @@ r"""Writes captum_ext's upstream pull request into a Captum source tree.
 
 Usage::
 
-    python upstream/export.py CAPTUM_ROOT
+    python upstream/export.py [--force] CAPTUM_ROOT
     python upstream/export.py --check-methods
 
 ``CAPTUM_ROOT`` is a Captum checkout (or any folder holding a ``captum``
@@ -18,7 +18,9 @@ and a suggested commit message, and writes nothing outside ``CAPTUM_ROOT``.
 
 It refuses, before writing anything, when an exported file imports anything
 but the standard library, torch, numpy, tqdm and captum (captum_ext's adapters
-and transformers included), or still names captum_ext after the rewrite.
+and transformers included), or still names captum_ext after the rewrite, and
+(unless ``--force``) when it would replace a file of the tree with other text.
+A second export into the same tree changes nothing.
 """
 
 import ast
@@ -314,7 +316,9 @@ def sphinx_output(captum_root: Path, public: Sequence[str]) -> List[Output]:
         + "\n\n\n"
         + "\n\n".join(entries)
     )
-    text = (captum_root / path).read_text().rstrip("\n") + section
+    text = (captum_root / path).read_text()
+    # A second export replaces the section of the first.
+    text = text.split(section[: section.index("^")])[0].rstrip("\n") + section
     return [Output(path, rewrite_text(text, path), "captum_ext/metrics/__init__.py")]
 
 
@@ -415,6 +419,20 @@ def python39_notes(outputs: Sequence[Output]) -> List[str]:
     return notes
 
 
+def collisions(captum_root: Path, outputs: Sequence[Output]) -> List[str]:
+    r"""Files of Captum's tree that the export would replace with other text:
+    any but the two it extends (``captum/metrics/__init__.py``, the Sphinx
+    page). A file an earlier export wrote, unchanged since, is no collision."""
+    extended = {"captum/metrics/__init__.py", "sphinx/source/metrics.rst"}
+    return [
+        output.path
+        for output in outputs
+        if output.path not in extended
+        and (captum_root / output.path).is_file()
+        and (captum_root / output.path).read_text() != output.text
+    ]
+
+
 def write(captum_root: Path, outputs: Sequence[Output]) -> None:
     r"""Writes ``outputs`` under ``captum_root`` (and nowhere else)."""
     root = captum_root.resolve()
@@ -447,12 +465,20 @@ def check_methods() -> int:
 def main(argv: Sequence[str]) -> int:
     if list(argv) == ["--check-methods"]:
         return check_methods()
-    if len(argv) != 1:
+    force = "--force" in argv
+    paths = [arg for arg in argv if arg != "--force"]
+    if len(paths) != 1 or paths[0].startswith("-"):
         print(__doc__.split("\n\n")[1].strip(), file=sys.stderr)
         return 2
-    captum_root = Path(argv[0])
+    captum_root = Path(paths[0])
     try:
         outputs = build(captum_root)
+        replaced = collisions(captum_root, outputs)
+        if replaced and not force:
+            raise ExportError(
+                f"it would replace files of the tree: {replaced}; pass --force "
+                "to overwrite them"
+            )
     except ExportError as error:
         print(f"export refused, nothing written: {error}", file=sys.stderr)
         return 1
