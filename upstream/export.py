@@ -49,10 +49,6 @@ METRICS = (
     "average_precision",
     "dot_product",
 )
-# captum_ext.metrics's public names whose modules are exported join
-# captum.metrics, but these: the generation metrics' result type stays in
-# captum_ext with them.
-NOT_PUBLIC = ("GenerationMetricResult",)
 
 # The methods of the pull request (modules of captum_ext.attr._core), with the
 # public names captum.attr gains. A method joins once its Captum route (built
@@ -332,8 +328,7 @@ def public_imports(modules: Sequence[str]) -> Dict[str, str]:
             continue
         source = f"from {captum_name(node.module or '')} import "
         for alias in node.names:
-            if alias.name not in NOT_PUBLIC:
-                public[alias.name] = source + alias.name
+            public[alias.name] = source + alias.name
     return public
 
 
