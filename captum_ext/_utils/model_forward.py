@@ -20,6 +20,7 @@ __all__ = [
     "check_decoder_vocabulary",
     "causal_lm_forward",
     "classifier_forward",
+    "ImageClassifierLogits",
     "resolve_target",
     "run_model",
 ]
@@ -168,3 +169,19 @@ def causal_lm_forward(model: nn.Module, inputs_embeds: bool = False) -> CausalLM
     (:func:`~captum_ext.metrics.generation_aopc`, ...).
     """
     return CausalLMLogits(model, inputs_embeds)
+
+
+class ImageClassifierLogits(nn.Module):
+    r"""A Hugging Face image classifier as a Captum ``forward_func``:
+    ``f(pixel_values [batch, channels, height, width]) -> logits [batch, C]``,
+    holding the model's lock for each forward pass (as
+    :class:`ClassifierLogits`)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, pixel_values: Tensor) -> Tensor:
+        with model_lock(self.model):
+            logits: Tensor = self.model(pixel_values=pixel_values).logits
+        return logits

@@ -18,6 +18,7 @@ from captum_ext.adapters.pre_norm import (
     _GPT2_PRE_NORM,
     _LLAMA_PRE_NORM,
     _PreNormPaths,
+    _VIT_PRE_NORM,
     NormParams,
 )
 from captum_ext.adapters.wrappers import _effective_layer, _typed
@@ -106,6 +107,12 @@ class _Family:
     # norm's output to next-token logits.
     lm_head: Optional[str] = None
     mlm_head_builders: Tuple[Callable[[nn.Module], nn.Module], ...] = ()
+    # Inside a block: the attention module, whose output is (output,
+    # probabilities) in eager attention (the methods built from modules).
+    attention: Optional[str] = None
+    # Vision transformers: pixel_values in, class token(s) then patches out.
+    images: bool = False
+    class_tokens: int = 0
 
 
 def _module(root: nn.Module, path: str) -> nn.Module:
@@ -288,6 +295,24 @@ _LLAMA = replace(
 )
 _register(_LLAMA, "llama", "mistral", "qwen2", "qwen3")
 _register(replace(_LLAMA, name="gemma", pre_norm=_GEMMA_PRE_NORM), "gemma")
+
+
+# Vision transformers (pre-LN encoders): their sequence is the class token(s),
+# then the patches. "layernorm" is the state the classifier reads (Hugging Face
+# reports the last block's output as hidden_states[L]).
+_VIT = _Family(
+    name="vit",
+    embedding_output=("embeddings",),
+    blocks="layers",
+    final_output="layernorm",
+    pre_norm=_VIT_PRE_NORM,
+    head=_classifier,
+    attention="attention",
+    images=True,
+    class_tokens=1,
+)
+_register(_VIT, "vit")
+_register(replace(_VIT, name="deit", class_tokens=2), "deit")
 
 
 def supported_families() -> List[str]:

@@ -114,7 +114,7 @@ class TokenLayout:
 def _token_layout(config: Any, family: _Family) -> TokenLayout:
     return TokenLayout(
         causal=family.causal,
-        pad_token_id=config.pad_token_id,
+        pad_token_id=getattr(config, "pad_token_id", None),  # none for images
         config_special_ids=tuple(_config_special_ids(config)),
         framed_by_specials=family.framed_by_specials,
         position_ids_from_mask=family.position_ids_from_mask,

@@ -118,6 +118,9 @@ class ModelAdapter:
         self.tokens = _token_layout(cfg, family)
         # Decided from the modules the model has, never from its class.
         self.is_classifier = _has_classifier(model, family)
+        # A vision transformer: pixel_values in, class token(s) then patches out.
+        self.reads_images = family.images
+        self.class_tokens = family.class_tokens
         # A next-token model: an LM head and no sequence-classification head.
         self.is_causal_lm = (
             family.causal
@@ -159,6 +162,24 @@ class ModelAdapter:
         to the block output (``hidden_states[l]`` but for a causal model's
         last block, whose output passes the final norm first)."""
         return _blocks(self.base_model, self._family_record)
+
+    def attention_modules(self) -> List[nn.Module]:
+        r"""Per block 1..L, its attention module, whose output is ``(output,
+        probabilities)`` in eager attention; :class:`UnsupportedModelError`
+        where the family table does not name it."""
+        path = self._family_record.attention
+        if path is None:
+            raise UnsupportedModelError(
+                f"{self.family_name}'s adapter does not name its attention "
+                "modules; build the method from forward_func and its modules"
+            )
+        return [_module(block, path) for block in self.blocks()]
+
+    def classifier_module(self) -> nn.Module:
+        r"""The classification head's module on the full model (a vision
+        transformer's applies to every position as it is)."""
+        _require_classifier(self.model, self._family_record)
+        return _module(self.model, self._family_record.classifier)
 
     def block_parts(self, layer: int) -> BlockParts:
         r"""The :class:`BlockParts` of block ``layer`` (1..L: block ``l`` maps

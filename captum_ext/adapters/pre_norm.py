@@ -158,6 +158,14 @@ _LLAMA_PRE_NORM = _PreNormPaths(
     norm=_rms_norm,
 )
 _GEMMA_PRE_NORM = replace(_LLAMA_PRE_NORM, norm=_gemma_rms_norm)
+_VIT_PRE_NORM = _PreNormPaths(
+    norm1="layernorm_before",
+    value="attention.v_proj",
+    attention_output="attention.o_proj",
+    norm2="layernorm_after",
+    mlp="mlp",
+    norm=_layer_norm,
+)
 
 
 def _named_part(root: nn.Module, path: str, what: str) -> nn.Module:

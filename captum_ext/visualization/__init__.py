@@ -35,6 +35,7 @@ importable from this package.
 
 from captum_ext.visualization.captum_records import to_records, visualization_records
 from captum_ext.visualization.escaping import html_safe, terminal_safe
+from captum_ext.visualization.patches import patch_grid, patch_pixels
 from captum_ext.visualization.records import Explanation, GenerationExplanation
 from captum_ext.visualization.render_html import (
     explanation_caption,
@@ -53,7 +54,6 @@ from captum_ext.visualization.render_terminal import (
     NO_POSITIVE_EVIDENCE,
     supports_color,
 )
-from captum_ext.visualization.patches import patch_grid, patch_pixels
 from captum_ext.visualization.tokens import (
     display_texts,
     normalize,

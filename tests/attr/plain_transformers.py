@@ -6,7 +6,8 @@ method reads is the output of a named module: ``blocks[l]`` (the hidden state
 after block l), ``blocks[l].ln1`` (what a pre-LN block's attention reads),
 ``blocks[l].attention.probabilities`` (the attention probabilities, an
 ``nn.Identity`` they pass through), ``embeddings`` (the embedding output) and
-``final`` (the state the head reads)."""
+``final`` (the state the head reads); a post-LN block's ``attention.value``,
+``attention.out``, ``ln1`` and ``ln2`` are GlobEnc's parts."""
 
 import math
 from typing import Tuple
@@ -29,15 +30,17 @@ class SelfAttention(nn.Module):
     def __init__(self, d_model: int, heads: int, causal: bool) -> None:
         super().__init__()
         self.heads, self.causal = heads, causal
-        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.query = nn.Linear(d_model, d_model)
+        self.key = nn.Linear(d_model, d_model)
+        self.value = nn.Linear(d_model, d_model)
         self.out = nn.Linear(d_model, d_model)
         self.probabilities = nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
         batch, pos, d_model = x.shape
         q, k, v = (
-            part.reshape(batch, pos, self.heads, -1).transpose(1, 2)
-            for part in self.qkv(x).chunk(3, dim=-1)
+            project(x).reshape(batch, pos, self.heads, -1).transpose(1, 2)
+            for project in (self.query, self.key, self.value)
         )  # [batch, heads, pos, head_dim]
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
         if self.causal:

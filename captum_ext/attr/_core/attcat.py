@@ -5,11 +5,11 @@ from typing import Any, Callable, List, Optional
 
 import torch
 from captum._utils.typing import ModuleOrModuleList
-from torch import nn, Tensor
+from torch import Tensor
 
 from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
-from captum_ext.adapters import AttentionInputs
+from captum_ext.adapters import AttentionInputs, ModelAdapter
 from captum_ext.attr._core.cat import CAT
 from captum_ext.attr._utils.attention_statistics import (
     attention_received,
@@ -162,6 +162,10 @@ class AttCAT(CAT):
         """
         if alpha not in ALPHAS:
             raise ValueError(f"alpha must be one of {ALPHAS}, got {alpha!r}")
+        self.alpha = alpha
+        self.attention = None
+        if attention is not None:
+            self.attention = as_modules(attention, "attention", "AttCAT")
         CAT.__init__(
             self,
             forward_func,
@@ -170,33 +174,37 @@ class AttCAT(CAT):
             layers=layers,
             objective=objective,
         )
-        self.alpha = alpha
-        self.attention = self._attention_modules(attention)
+        self._check_attention()
 
-    def _attention_modules(
-        self, attention: Optional[ModuleOrModuleList]
-    ) -> Optional[List[nn.Module]]:
-        r"""The explicit route's attention modules, one per layer module."""
+    def _image_modules(self, adapter: ModelAdapter) -> None:
+        self._refuse_shortcut_attention()
+        CAT._image_modules(self, adapter)
+        self.attention = adapter.attention_modules()
+
+    def _refuse_shortcut_attention(self) -> None:
+        if self.attention is not None:
+            raise ValueError(
+                "AttCAT's attention modules go with layer modules (and "
+                "forward_func); the shortcut finds a Hugging Face model's "
+                "attention itself"
+            )
+
+    def _check_attention(self) -> None:
+        r"""One attention module per layer module where the method reads
+        modules; none given to the shortcut."""
         if self.layer is None:
-            if attention is not None:
-                raise ValueError(
-                    "AttCAT's attention modules go with layer modules (and "
-                    "forward_func); the shortcut finds a Hugging Face model's "
-                    "attention itself"
-                )
-            return None
-        if attention is None:
+            self._refuse_shortcut_attention()
+            return
+        if self.attention is None:
             raise ValueError(
                 "AttCAT built from layer modules needs attention=: the modules "
                 "whose outputs are each layer's attention probabilities"
             )
-        modules = as_modules(attention, "attention", "AttCAT")
-        if len(modules) != len(self.layer):
+        if len(self.attention) != len(self.layer):
             raise ValueError(
                 f"AttCAT pairs each layer with its attention: got {len(self.layer)} "
-                f"layer modules and {len(modules)} attention modules"
+                f"layer modules and {len(self.attention)} attention modules"
             )
-        return modules
 
     def _attention_stores(self, hooks: HookSet) -> Optional[List[List[Any]]]:
         assert self.attention is not None  # the explicit route

@@ -20,7 +20,7 @@ from captum_ext._utils.teacher_forcing import (
     TeacherForcedBatch,
 )
 from captum_ext._utils.token_batch import TokenBatch
-from captum_ext.adapters import AttentionInputs
+from captum_ext.adapters import AttentionInputs, ModelAdapter
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.layer_states import (
@@ -154,8 +154,9 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
                         block's attention reads (a pre-LN decoder's first
                         norm's output; a post-LN encoder's block input).
                         Default: None (``"attention_inputs"`` on a causal
-                        LM, chosen by measurement, docs/generation.rst;
-                        ``"inputs"`` on a classifier, the authors' code)
+                        LM, chosen by measurement, docs/generation.rst, and
+                        on a vision transformer, pre-LN as well;
+                        ``"inputs"`` on a text classifier, the authors' code)
             objective (str, optional): Causal LMs: ``"log_prob"`` to
                         differentiate ``log p(y_t)`` or ``"logit"`` for the
                         logit of ``y_t`` at its predicting position; a
@@ -175,8 +176,21 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
         self.built_from_modules = self.layer is not None
         if self.built_from_modules:
             return
-        causal_lm = self._use_shortcut(forward_func).is_causal_lm
-        self.layers = layers or ("attention_inputs" if causal_lm else "inputs")
+        adapter = self._use_shortcut(forward_func, images=True)
+        pre_ln = adapter.is_causal_lm or adapter.reads_images
+        self.layers = layers or ("attention_inputs" if pre_ln else "inputs")
+        self._fill_image_modules()
+
+    def _image_modules(self, adapter: ModelAdapter) -> None:
+        r"""A vision transformer's states for ``layers``: its blocks' inputs or
+        outputs, or what each block's attention reads (its first norm's
+        output)."""
+        reads = adapter.attention_input_modules()
+        if self.layers == "attention_inputs" and reads is not None:
+            self.layer = reads
+        else:
+            self.layer = adapter.blocks()
+            self.attribute_to_layer_input = self.layers != "outputs"
 
     def _named_layers(
         self,

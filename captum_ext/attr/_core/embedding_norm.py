@@ -11,6 +11,7 @@ from torch import nn, Tensor
 from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.token_batch import TokenBatch
+from captum_ext.adapters import ModelAdapter
 from captum_ext.attr._utils.attribute_in_chunks import token_norms
 from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.layer_states import (
@@ -66,7 +67,11 @@ class EmbeddingNorm(TokenAttribution, Attribution):  # type: ignore[misc]
         self.embedding = embedding
         self.built_from_modules = embedding is not None
         if embedding is None:
-            self._use_shortcut(forward_func)
+            self._use_shortcut(forward_func, images=True)
+            self._fill_image_modules()
+
+    def _image_modules(self, adapter: ModelAdapter) -> None:
+        self.embedding = adapter.hidden_state_module(0)
 
     def _chunk_scores(
         self, batch: TokenBatch, target: TargetType

@@ -3,19 +3,21 @@ r"""GlobEnc: global token attribution from norms of the decomposed transformer
 blocks (post-LN encoders; pre-LN decoders explaining generated tokens)."""
 
 from functools import partial
-from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
-from captum._utils.typing import TargetType
+from captum._utils.typing import ModuleOrModuleList, TargetType
 from captum.attr._utils.attribution import Attribution
 from torch import nn, Tensor
 
+from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.model_forward import resolve_target
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
 from captum_ext.adapters import BlockParts, NormParams, PreNormParts
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.decoder_decomposition import (
     capture_decoder,
     decoder_factors,
@@ -25,10 +27,21 @@ from captum_ext.attr._utils.decoder_decomposition import (
 )
 from captum_ext.attr._utils.encoder_decomposition import (
     capture_encoder,
+    capture_parts,
     encoder_factors,
+    encoder_layers,
     EncoderLayer,
     in_work_dtype,
     VARIANTS,
+)
+from captum_ext.attr._utils.layer_states import (
+    as_modules,
+    attention_maps,
+    capture_attention,
+    capture_states,
+    hidden_states_of,
+    read_states,
+    row_index,
 )
 from captum_ext.attr._utils.norm_decomposition import Factors
 from captum_ext.attr._utils.rollout import (
@@ -152,33 +165,75 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
     reads_attention = True
 
     def __init__(
-        self, model: nn.Module, *, score_predicting_position: bool = False
+        self,
+        forward_func: Callable[..., Any],
+        layer: Optional[ModuleOrModuleList] = None,
+        attention: Optional[ModuleOrModuleList] = None,
+        parts: Optional[Sequence[BlockParts]] = None,
+        position: Optional[int] = None,
+        *,
+        score_predicting_position: bool = False,
     ) -> None:
         r"""
         Args:
 
-            model (torch.nn.Module): A Hugging Face post-LayerNorm encoder
-                        (``*ForSequenceClassification`` of the BERT, RoBERTa,
-                        ELECTRA or DistilBERT family) or a pre-LayerNorm causal
-                        LM (``*ForCausalLM`` of GPT-2, Llama, Mistral, Qwen2,
-                        Qwen3, Gemma), with any attention implementation.
-                        Other families raise
-                        :class:`~captum_ext.UnsupportedModelError`.
+            forward_func (Callable): With ``layer``, ``forward_func(inputs,
+                        *additional_forward_args) -> [batch, C]`` of a
+                        post-LayerNorm encoder (its outputs validate
+                        ``target``). Else a Hugging Face post-LayerNorm
+                        encoder (``*ForSequenceClassification`` of the BERT,
+                        RoBERTa, ELECTRA or DistilBERT family) or a
+                        pre-LayerNorm causal LM (``*ForCausalLM`` of GPT-2,
+                        Llama, Mistral, Qwen2, Qwen3, Gemma), with any
+                        attention implementation (the shortcut); other
+                        families raise :class:`~captum_ext.UnsupportedModelError`.
+            layer (torch.nn.Module or list of torch.nn.Module, optional): The
+                        L blocks, whose inputs ``x`` ``[batch, pos, d]`` are
+                        decomposed.
+                        Default: None (the shortcut)
+            attention (torch.nn.Module or list of torch.nn.Module, optional):
+                        With ``layer``: each block's module whose output is
+                        its attention probabilities ``[batch, heads, pos,
+                        pos]`` (or ``(output, probabilities)``).
+                        Default: None (required with ``layer``)
+            parts (sequence of BlockParts, optional): With ``layer``: each
+                        block's :class:`~captum_ext.adapters.BlockParts`
+                        (value projection, output projection, LN1, LN2).
+                        Default: None (required with ``layer``)
+            position (int, optional): With ``layer``: the position the model
+                        classifies from, whose row is read.
+                        Default: None (0)
             score_predicting_position (bool, optional): Causal LMs: False
                         leaves row ``t``'s predicting position out (zero);
                         True scores it.
                         Default: False (chosen by measurement,
                         docs/generation.rst)
         """
-        Attribution.__init__(self, model)
-        adapter = self._use_shortcut(model)
+        Attribution.__init__(self, forward_func)
+        self.score_predicting_position = score_predicting_position
+        self.position = 0 if position is None else position
+        self.layer: Optional[List[nn.Module]] = None
+        if layer is not None:
+            self.layer = as_modules(layer, "layer", "GlobEnc")
+            self.attention = as_modules(
+                _required(attention, "attention"), "attention", "GlobEnc"
+            )
+            self.parts = list(_required(parts, "parts"))
+            _check_one_per_block(len(self.layer), len(self.attention), len(self.parts))
+            self.built_from_modules = True
+            return
+        if (attention, parts, position) != (None, None, None):
+            raise ValueError(
+                "GlobEnc's attention, parts and position go with layer modules "
+                "(and forward_func); the shortcut finds a Hugging Face model's"
+            )
+        adapter = self._use_shortcut(forward_func)
         # Raise UnsupportedModelError for families without the parts.
         if adapter.is_causal_lm:
             adapter.pre_norm_parts(1)
             adapter.final_norm()
         else:
             adapter.block_parts(1)
-        self.score_predicting_position = score_predicting_position
 
     @log_usage()
     def attribute(
@@ -258,7 +313,7 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
             ...     additional_forward_args=(enc["attention_mask"],))  # [batch, T, P]
         """
         self._check_variant(variant)
-        if not self.adapter.is_causal_lm:
+        if self.built_from_modules or not self.adapter.is_causal_lm:
             _check_classifier_call(attribute_generated, contrast_target)
         return self._attribute(
             inputs,
@@ -315,14 +370,51 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
         self, inputs: Any, additional_forward_args: Any, variant: str
     ) -> TokenBatch:
         self._check_variant(variant)
+        if self.built_from_modules:
+            raise ValueError(
+                "GlobEnc.attribute_matrices reads a Hugging Face model's token "
+                "batch: build GlobEnc from the model (the shortcut)"
+            )
         return parse_token_batch(self.adapter, inputs, additional_forward_args)
 
     def _check_variant(self, variant: str) -> None:
         r"""``variant`` among the decompositions defined for this kind of model
         (a pre-LN decoder has no ``"N_resln"``)."""
-        _check_variant(
-            variant, DECODER_VARIANTS if self.adapter.is_causal_lm else VARIANTS
+        causal = not self.built_from_modules and self.adapter.is_causal_lm
+        _check_variant(variant, DECODER_VARIANTS if causal else VARIANTS)
+
+    def _module_scores(
+        self,
+        inputs: Tensor,
+        target: TargetType,
+        args: Tuple[Any, ...],
+        variant: str = "N_enc",
+        rollout: bool = True,
+    ) -> Tuple[Tensor, Tensor]:
+        r"""Built from modules: row ``position`` of ``G^L`` (``N^L`` without
+        ``rollout``), ``[batch, pos]``, and ``forward_func``'s outputs."""
+        assert self.layer is not None  # built from modules
+        with HookSet() as hooks:
+            inputs_of = capture_states(hooks, self.layer, True, False)
+            attention = capture_attention(hooks, self.attention)
+            captures = capture_parts(hooks, self.parts)
+            logits = forward_logits(self.forward_func, inputs, args, "GlobEnc")
+        resolve_target(target, logits)  # validated only: GlobEnc is class-agnostic
+        hidden = read_states(inputs_of, "GlobEnc")
+        hidden = hidden_states_of(hidden, len(logits), "GlobEnc")
+        positions = hidden[0].shape[1]
+        maps = attention_maps(attention, "GlobEnc", positions)
+        valid = torch.ones(hidden[0].shape[:2], dtype=torch.bool, device=logits.device)
+        layers: List[RowBlocks] = [
+            partial(
+                _masked_blocks, partial(_work_factors, layer, parts, variant), valid
+            )
+            for layer, parts in zip(encoder_layers(hidden, maps, captures), self.parts)
+        ]
+        row = torch.full(
+            (len(logits), 1), row_index(self.position, positions, "GlobEnc")
         )
+        return _rolled_out_rows(layers, row, rollout)[:, 0], logits
 
     def _in_chunks(
         self,
@@ -467,6 +559,28 @@ def _rolled_out_rows(
     without ``rollout``), ``[batch, rows, pos]``: the top layer's rows, then
     every lower layer multiplied in a block at a time."""
     return rollout_rows_in_blocks(layers if rollout else layers[-1:], positions)
+
+
+def _required(value: Any, name: str) -> Any:
+    if value is None:
+        raise ValueError(
+            f"GlobEnc built from layer modules needs {name}=: "
+            + (
+                "each block's attention probabilities module"
+                if name == "attention"
+                else "each block's BlockParts (value, attention_output, "
+                "layernorm1, layernorm2)"
+            )
+        )
+    return value
+
+
+def _check_one_per_block(blocks: int, attention: int, parts: int) -> None:
+    if not blocks == attention == parts:
+        raise ValueError(
+            f"GlobEnc needs one attention module and one BlockParts per block: "
+            f"got {blocks} blocks, {attention} attention modules, {parts} parts"
+        )
 
 
 def _check_variant(variant: str, variants: Tuple[str, ...]) -> None:

@@ -13,7 +13,7 @@ from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
-from captum_ext.adapters import AttentionInputs
+from captum_ext.adapters import AttentionInputs, ModelAdapter
 from captum_ext.attr._utils.attention_statistics import rolled_out_attention_rows
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.attribute_with_modules import forward_logits
@@ -21,6 +21,7 @@ from captum_ext.attr._utils.layer_states import (
     as_modules,
     attention_maps,
     capture_attention,
+    row_index,
 )
 from captum_ext.attr._utils.teacher_forced_attribution import run_teacher_forced
 from captum_ext.attr._utils.token_attribution import TokenAttribution
@@ -112,7 +113,13 @@ class LastLayerAttention(TokenAttribution, Attribution):  # type: ignore[misc]
                 "forward_func); the shortcut reads the model's own "
                 "classification position"
             )
-        self._use_shortcut(forward_func)
+        self._use_shortcut(forward_func, images=True)
+        self._fill_image_modules()
+
+    def _image_modules(self, adapter: ModelAdapter) -> None:
+        r"""A vision transformer: every block's attention, read at its class
+        token (position 0)."""
+        self.attention = adapter.attention_modules()
 
     def _module_scores(
         self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]
@@ -127,12 +134,7 @@ class LastLayerAttention(TokenAttribution, Attribution):  # type: ignore[misc]
         resolve_target(target, logits)  # validated only: class-agnostic
         layers = attention_maps(stores, name)
         positions = layers[0].probabilities.shape[-1]  # type: ignore[union-attr]
-        if not -positions <= self.position < positions:
-            raise IndexError(
-                f"{name}'s position {self.position} is out of range for "
-                f"{positions} positions"
-            )
-        row = torch.full((len(logits), 1), self.position % positions)
+        row = torch.full((len(logits), 1), row_index(self.position, positions, name))
         rows = self._rows(layers, row.to(logits.device))  # [batch, 1, pos]
         return rows[:, 0], logits
 

@@ -16,7 +16,7 @@ from captum_ext._utils.model_forward import (
 )
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
-from captum_ext.adapters import check_head_reproduces
+from captum_ext.adapters import check_head_reproduces, ModelAdapter
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.layer_states import (
@@ -159,8 +159,23 @@ class LogAt(TokenAttribution, Attribution):  # type: ignore[misc]  # untyped cap
                 f"{type(self).__name__}'s head goes with a layer module (and "
                 "forward_func); the shortcut applies the model's own head"
             )
-        adapter = self._use_shortcut(forward_func)
+        adapter = self._use_shortcut(forward_func, images=True)
         self.layer = adapter.num_layers if layer is None else adapter.check_layer(layer)
+        self._fill_image_modules()
+
+    def _image_modules(self, adapter: ModelAdapter) -> None:
+        r"""A vision transformer: the classifier on every position of
+        ``hidden_states[layer]``, after the final norm for an earlier layer."""
+        if self.decoder is not None:
+            raise ValueError(
+                f"{type(self).__name__}'s decoder maps hidden states to a "
+                "vocabulary; a vision transformer has none"
+            )
+        last, classifier = adapter.num_layers, adapter.classifier_module()
+        self.layer_module = adapter.hidden_state_module(self.layer)
+        self.head = classifier
+        if self.layer < last:
+            self.head = nn.Sequential(adapter.hidden_state_module(last), classifier)
 
     def _check_module_route(self) -> None:
         r"""Built Captum's way: a head, no decoder."""

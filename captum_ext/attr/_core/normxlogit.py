@@ -7,6 +7,7 @@ from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
 from captum_ext._utils.token_batch import TokenBatch
+from captum_ext.adapters import ModelAdapter
 from captum_ext.attr._core.logat import LogAt
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype, token_norms
 
@@ -115,11 +116,21 @@ class NormXLogit(LogAt):
             head,
             score_predicting_position=score_predicting_position,
         )
-        if embedding is not None and not self.built_from_modules:
+        if embedding is not None and self.layer_module is None:
             raise ValueError(
                 "NormXLogit's embedding goes with a layer module (and "
                 "forward_func); the shortcut picks the embeddings with norm="
             )
+
+    def _image_modules(self, adapter: ModelAdapter) -> None:
+        if self.embedding is not None or self.norm != "embedding_output":
+            raise ValueError(
+                "NormXLogit's embedding and norm belong to the route built from "
+                "modules and to text models; a vision transformer's norms are "
+                "those of its embedding output"
+            )
+        LogAt._image_modules(self, adapter)
+        self.embedding = adapter.hidden_state_module(0)
 
     def _check_module_route(self) -> None:
         LogAt._check_module_route(self)

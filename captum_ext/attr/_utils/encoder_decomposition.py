@@ -5,7 +5,7 @@ equations are in :class:`~captum_ext.attr.GlobEnc` (pre-LayerNorm decoders:
 :mod:`captum_ext.attr._utils.decoder_decomposition`)."""
 
 from dataclasses import dataclass, fields, replace
-from typing import List, Tuple
+from typing import List, NamedTuple, Sequence, Tuple
 
 from torch import Tensor
 
@@ -18,8 +18,11 @@ from captum_ext.attr._utils.norm_decomposition import Factors, through_norm
 
 __all__ = [
     "EncoderLayer",
+    "PartCaptures",
     "VARIANTS",
     "capture_encoder",
+    "capture_parts",
+    "encoder_layers",
     "encoder_factors",
     "in_work_dtype",
 ]
@@ -39,17 +42,52 @@ class EncoderLayer:
     pre_ln2: Tensor  # [batch, pos, d]  real LN2 input: FFN(out1) + out1
 
 
+class PartCaptures(NamedTuple):
+    r"""Per block, what the hooks of :func:`capture_parts` store."""
+
+    values: List[List[Tensor]]
+    pre_ln1: List[List[Tensor]]
+    pre_ln2: List[List[Tensor]]
+
+
+def capture_parts(hooks: HookSet, parts: Sequence[BlockParts]) -> PartCaptures:
+    r"""Hooks that store each block's value projection output and both
+    LayerNorms' inputs during one forward pass."""
+    return PartCaptures(
+        [hooks.capture_output(p.value) for p in parts],
+        [hooks.capture_input(p.layernorm1) for p in parts],
+        [hooks.capture_input(p.layernorm2) for p in parts],
+    )
+
+
+def encoder_layers(
+    hidden: Sequence[Tensor],
+    attention: Sequence[AttentionInputs],
+    captures: PartCaptures,
+) -> List[EncoderLayer]:
+    r"""Every block's :class:`EncoderLayer` from its input ``hidden[k]``, its
+    attention and what :func:`capture_parts` stored, in the model's dtype
+    (each layer goes to float32 only when it is decomposed)."""
+    return [
+        EncoderLayer(
+            hidden[k],
+            attention[k],
+            single_call(values, "GlobEnc", f"block {k + 1}'s value projection"),
+            single_call(pre_ln1, "GlobEnc", f"block {k + 1}'s first LayerNorm"),
+            single_call(pre_ln2, "GlobEnc", f"block {k + 1}'s second LayerNorm"),
+        )
+        for k, (values, pre_ln1, pre_ln2) in enumerate(zip(*captures))
+    ]
+
+
 def capture_encoder(
     adapter: ModelAdapter, batch: TokenBatch
 ) -> Tuple[Tensor, List[EncoderLayer]]:
     r"""One forward pass; returns the logits and every block's inputs."""
-    blocks = range(1, adapter.num_layers + 1)
-    parts = [adapter.block_parts(layer) for layer in blocks]
+    parts = [adapter.block_parts(layer) for layer in range(1, adapter.num_layers + 1)]
     capture = adapter.attention_capture("GlobEnc")
     with HookSet() as hooks, capture:
-        values = [hooks.capture_output(p.value) for p in parts]
-        pre_ln1 = [hooks.capture_input(p.layernorm1) for p in parts]
-        pre_ln2 = [hooks.capture_input(p.layernorm2) for p in parts]
+        captures = capture_parts(hooks, parts)
         output = run_model(
             adapter,
             batch,
@@ -57,18 +95,7 @@ def capture_encoder(
             attentions=capture.output_attentions,
         )
     attention = capture.layers(output)
-    # In the model's dtype: each layer goes to float32 only when it is decomposed.
-    layers = [
-        EncoderLayer(
-            output.hidden_states[k],
-            attention[k],
-            single_call(values[k], "GlobEnc", f"block {layer}'s value projection"),
-            single_call(pre_ln1[k], "GlobEnc", f"block {layer}'s first LayerNorm"),
-            single_call(pre_ln2[k], "GlobEnc", f"block {layer}'s second LayerNorm"),
-        )
-        for k, layer in enumerate(blocks)
-    ]
-    return output.logits, layers
+    return output.logits, encoder_layers(output.hidden_states, attention, captures)
 
 
 def in_work_dtype(layer: EncoderLayer) -> EncoderLayer:

@@ -19,6 +19,7 @@ __all__ = [
     "hidden_states_of",
     "one_tensor",
     "read_states",
+    "row_index",
     "shortcut_model",
 ]
 
@@ -121,6 +122,17 @@ def read_states(stores: Sequence[List[Tensor]], method: str) -> Tuple[Tensor, ..
         single_call(store, method, f"layer {index}")
         for index, store in enumerate(stores)
     )
+
+
+def row_index(position: int, positions: int, method: str) -> int:
+    r"""``position`` (negative counts from the end) as an index into
+    ``positions`` rows; a clear error when out of range."""
+    if not -positions <= position < positions:
+        raise IndexError(
+            f"{method}'s position {position} is out of range for {positions} "
+            "positions"
+        )
+    return position % positions
 
 
 def hidden_states_of(

@@ -28,9 +28,10 @@ from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
 from captum_ext._utils.log import log_usage
+from captum_ext._utils.model_forward import ImageClassifierLogits
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
-from captum_ext.adapters import get_adapter, ModelAdapter
+from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
 from captum_ext.attr._utils.attribute_with_modules import (
     attribute_with_modules,
@@ -39,7 +40,18 @@ from captum_ext.attr._utils.attribute_with_modules import (
 from captum_ext.attr._utils.layer_states import shortcut_model
 from captum_ext.attr._utils.teacher_forced_attribution import attribute_generation
 
-__all__ = ["TokenAttribution"]
+__all__ = ["IMAGE_METHODS", "TokenAttribution"]
+
+# The methods that explain a vision transformer through the shortcut.
+IMAGE_METHODS = (
+    "CAT",
+    "AttCAT",
+    "LogAt",
+    "NormXLogit",
+    "EmbeddingNorm",
+    "LastLayerAttention",
+    "AttentionRollout",
+)
 
 
 class TokenAttribution:
@@ -146,12 +158,32 @@ class TokenAttribution:
             contrast_target=contrast_target,
         )
 
-    def _use_shortcut(self, forward_func: Any) -> ModelAdapter:
+    def _use_shortcut(self, forward_func: Any, images: bool = False) -> ModelAdapter:
         r"""Sets ``self.model`` and ``self.adapter`` from the Hugging Face model
-        ``forward_func`` (a clear error for anything else)."""
-        self.model: nn.Module = shortcut_model(forward_func, type(self).__name__)
+        ``forward_func`` (a clear error for anything else, and for a vision
+        transformer unless the method explains ``images``)."""
+        name = type(self).__name__
+        self.model: nn.Module = shortcut_model(forward_func, name)
         self.adapter = get_adapter(self.model)
+        if self.adapter.reads_images and not images:
+            raise UnsupportedModelError(
+                f"{name} reads token ids, and {self.adapter.family_name} is a "
+                "vision transformer; explain it with " + ", ".join(IMAGE_METHODS)
+            )
         return self.adapter
+
+    def _fill_image_modules(self) -> None:
+        r"""The shortcut of a vision transformer: the method runs built from
+        the modules its adapter names (:meth:`_image_modules`), on
+        ``pixel_values``."""
+        if self.adapter.reads_images:
+            self.forward_func = ImageClassifierLogits(self.model)
+            self.built_from_modules = True
+            self._image_modules(self.adapter)
+
+    def _image_modules(self, adapter: ModelAdapter) -> None:
+        r"""Sets the modules the method reads from a vision transformer."""
+        raise NotImplementedError
 
     def _attribute(
         self,
