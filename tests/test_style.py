@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ["captum_ext", "tests", "benchmarks", "docs"]
+TARGETS = ["captum_ext", "tests", "benchmarks", "docs", "upstream"]
 
 
 @pytest.mark.parametrize(

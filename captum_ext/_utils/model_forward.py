@@ -1,17 +1,16 @@
 #!/usr/bin/env python3
-r"""Calling the model, shared by all methods and metrics: target resolution, the
-one forward pass of a method (:func:`run_model`) and its output checks, and the
-Captum ``forward_func`` of a Hugging Face classifier or causal LM
+r"""Calling the model, shared by all methods and metrics: the one forward pass
+of a method (:func:`run_model`) and its output checks, and the Captum
+``forward_func`` of a Hugging Face classifier or causal LM
 (:func:`classifier_forward`, :func:`causal_lm_forward`).
 """
 
 from typing import Any, Callable, Dict, Optional
 
-import torch
-from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
 from captum_ext._utils.hooks import model_lock
+from captum_ext._utils.target import resolve_target
 from captum_ext._utils.token_batch import check_vocabulary_ids, TokenBatch
 from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
 
@@ -25,43 +24,6 @@ __all__ = [
     "resolve_target",
     "run_model",
 ]
-
-
-def resolve_target(target: TargetType, logits: Tensor) -> Tensor:
-    r"""Turns Captum's ``target`` into one class index per example, ``[batch]``.
-
-    ``None`` means each example's predicted class (argmax of ``logits``); an int or
-    a 0-d tensor applies to every example; a list or 1-d tensor gives one class per
-    example. Raises on a class out of range or a length that is not the batch size.
-    """
-    batch, num_classes = logits.shape
-    if target is None:
-        return logits.argmax(-1)
-    if isinstance(target, tuple):
-        raise ValueError(
-            "target as a tuple indexes a multi-dimensional output; a classifier's "
-            "output is [batch, classes], so pass an int, a list or a 1-d tensor"
-        )
-    index = torch.as_tensor(target, device=logits.device)
-    if index.dtype.is_floating_point or index.dtype == torch.bool:
-        raise ValueError(f"target must be integer class indices, got {target!r}")
-    if index.dim() > 1:
-        raise ValueError(
-            "target must be an int or a 1-d list / tensor with one class per "
-            f"example, got shape {tuple(index.shape)}; continuation ids "
-            "[batch, T] need a causal LM (AutoModelForCausalLM)"
-        )
-    index = index.long().expand(batch) if index.dim() == 0 else index.long()
-    if index.shape[0] != batch:
-        raise ValueError(
-            f"target has {index.shape[0]} entries but the batch has {batch} examples"
-        )
-    if bool(((index < 0) | (index >= num_classes)).any()):
-        raise IndexError(
-            f"target {index.tolist()} out of range for a model with {num_classes} "
-            "output(s)"
-        )
-    return index
 
 
 def run_model(

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Any, Callable, Optional, TextIO
 
-__all__ = ["EVERY_FRACTION", "EVERY_SECONDS", "Progress", "quiet_library_bars"]
+__all__ = ["EVERY_FRACTION", "EVERY_SECONDS", "Progress", "is_terminal"]
 
 EVERY_SECONDS = 30.0
 EVERY_FRACTION = 0.05
@@ -33,7 +33,8 @@ def duration(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
-def _is_terminal(stream: TextIO) -> bool:
+def is_terminal(stream: TextIO) -> bool:
+    r"""Whether ``stream`` is a terminal (a bar may redraw its line there)."""
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
 
@@ -74,7 +75,7 @@ class Progress:
         self.bar: Any = None
         if not enabled:
             return
-        if _is_terminal(self.stream):
+        if is_terminal(self.stream):
             from tqdm.auto import tqdm
 
             self.bar = tqdm(total=total, desc=desc, unit=unit, file=self.stream)
@@ -155,14 +156,3 @@ class Progress:
 
     def _line(self, text: str) -> None:
         print(text, file=self.stream, flush=True)
-
-
-def quiet_library_bars(stream: Optional[TextIO] = None) -> None:
-    r"""Turns off transformers' own progress bars ("Loading weights", "Writing
-    model shards") when ``stream`` (default ``sys.stderr``) is not a terminal:
-    a tqdm bar writes carriage returns into a log."""
-    if _is_terminal(sys.stderr if stream is None else stream):
-        return
-    from transformers.utils import logging
-
-    logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # no annotation

@@ -23,7 +23,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from captum_ext._utils.progress import duration, Progress, quiet_library_bars
+from captum_ext._utils.progress import duration, Progress
 from captum_ext.defaults.batching import length_sorted_batches
 from captum_ext.defaults.cache import cached_directory
 from captum_ext.defaults.data import (
@@ -33,6 +33,7 @@ from captum_ext.defaults.data import (
     TASKS,
     verify_sha256,
 )
+from captum_ext.defaults.library_bars import quiet_library_bars
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -17,9 +17,9 @@ from typing import Any, Dict, Optional, Tuple, TYPE_CHECKING, Union
 import torch
 from torch import nn
 
-from captum_ext._utils.progress import quiet_library_bars
 from captum_ext._utils.token_batch import check_tokenizer_vocabulary
 from captum_ext.adapters import get_adapter, UnsupportedModelError
+from captum_ext.defaults.library_bars import quiet_library_bars
 from captum_ext.defaults.models import quiet_transformers
 from captum_ext.evaluation.hub import cache_only_unless_reachable, is_hub_id
 from captum_ext.evaluation.model_files import read_model_config

@@ -186,6 +186,7 @@ from captum_ext.metrics._core.kendall_tau import kendall_tau
 from captum_ext.metrics._core.log_odds import log_odds
 from captum_ext.metrics._core.sufficiency import sufficiency
 from captum_ext.metrics._core.token_overlap import token_overlap
+from captum_ext.metrics._utils.generation_results import GenerationMetricResult
 from captum_ext.metrics._utils.inputs import TokenOptions
 from captum_ext.metrics._utils.protocols import (
     get_protocol,
@@ -193,7 +194,6 @@ from captum_ext.metrics._utils.protocols import (
     PerturbationProtocol,
 )
 from captum_ext.metrics._utils.results import (
-    GenerationMetricResult,
     HidingRevealingResult,
     MetricResult,
     TokenOverlapResult,

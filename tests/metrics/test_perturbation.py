@@ -170,7 +170,7 @@ def test_input_errors_are_clear():
         aopc(forward, ids, scores, None, mask * 2)
     with pytest.raises(ValueError, match="no attended token"):
         aopc(forward, ids, scores, None, mask * torch.tensor([[1], [0]]))
-    with pytest.raises(ValueError, match="one input tensor"):
+    with pytest.raises(ValueError, match="one tensor of token ids"):
         aopc(forward, (ids, ids), scores, None, mask)
     with pytest.raises(ValueError, match="NaN"):
         aopc(forward, ids, scores.masked_fill(mask.bool(), float("nan")), None, mask)

@@ -7,8 +7,8 @@ from torch import Tensor
 
 from captum_ext._utils.log import log_usage
 from captum_ext.metrics._utils.generated_text_inputs import GenerationCall
+from captum_ext.metrics._utils.generation_results import GenerationMetricResult
 from captum_ext.metrics._utils.inputs import MetricCall, TokenOptions
-from captum_ext.metrics._utils.results import GenerationMetricResult
 from captum_ext.metrics._utils.soft_erasure import evaluate_soft_erasure
 
 

@@ -7,10 +7,10 @@ from torch import Tensor
 
 from captum_ext._utils.log import log_usage
 from captum_ext.metrics._utils.generated_text_inputs import GenerationCall
+from captum_ext.metrics._utils.generation_results import GenerationMetricResult
 from captum_ext.metrics._utils.hard_curves import evaluate_hard_curves
 from captum_ext.metrics._utils.inputs import MetricCall, TokenOptions
 from captum_ext.metrics._utils.protocols import PerturbationProtocol, resolve_protocol
-from captum_ext.metrics._utils.results import GenerationMetricResult
 
 
 @log_usage()

@@ -8,7 +8,7 @@ from typing import Sequence, Tuple
 import torch
 from torch import Tensor
 
-from captum_ext._utils.model_forward import resolve_target
+from captum_ext._utils.target import resolve_target
 from captum_ext.metrics._utils.forward_runner import progress_bar, Runner
 from captum_ext.metrics._utils.inputs import (
     check_attributions,

@@ -14,6 +14,10 @@ from captum_ext.metrics._utils.generated_text_inputs import (
     GenerationInputs,
     parse_generation,
 )
+from captum_ext.metrics._utils.generation_results import (
+    GenerationMetricResult,
+    per_target_result,
+)
 from captum_ext.metrics._utils.inputs import MetricCall, TokenOptions
 from captum_ext.metrics._utils.perturbation import (
     check_token_ids,
@@ -22,7 +26,6 @@ from captum_ext.metrics._utils.perturbation import (
     plan_perturbations,
 )
 from captum_ext.metrics._utils.protocols import PerturbationProtocol
-from captum_ext.metrics._utils.results import GenerationMetricResult, per_target_result
 from captum_ext.metrics._utils.teacher_forced_runner import (
     probe_vocab_size,
     TeacherForcedRunner,

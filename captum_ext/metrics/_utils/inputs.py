@@ -9,13 +9,13 @@ are passed on to ``forward_func`` unchanged.
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 from captum._utils.typing import TargetType
 from torch import Tensor
 
-from captum_ext._utils.token_batch import check_same_shape, parse_token_ids, TokenBatch
+from captum_ext._utils.token_ids import check_same_shape, parse_token_ids, TokenBatch
 
 __all__ = [
     "MetricCall",
@@ -92,9 +92,9 @@ class MetricOptions(NamedTuple):
     show_progress: bool
 
 
-@dataclass(kw_only=True)
+@dataclass(init=False)
 class TokenInputs(TokenBatch):
-    r"""A :class:`~captum_ext._utils.token_batch.TokenBatch` checked for a metric:
+    r"""A :class:`~captum_ext._utils.token_ids.TokenBatch` checked for a metric:
     ``extra_args`` are the forward function's arguments after the mask, passed
     on unchanged; ``special`` marks the real tokens that are never perturbed,
     ranked or counted (special tokens, plus any position the caller excludes
@@ -104,8 +104,24 @@ class TokenInputs(TokenBatch):
     padding.
     """
 
-    special: Tensor
+    special: Tensor  # type: ignore[misc]  # __init__ written out below
     prompts_of_causal_lm: bool = False
+
+    def __init__(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        extra_args: Tuple[Any, ...] = (),
+        *,
+        special: Tensor,
+        prompts_of_causal_lm: bool = False,
+    ) -> None:
+        # Written out: Python 3.9's dataclasses (Captum's floor) have no
+        # kw_only, so a generated __init__ could not take the required
+        # ``special`` after TokenBatch's defaulted ``extra_args``.
+        super().__init__(input_ids, attention_mask, extra_args)
+        self.special = special
+        self.prompts_of_causal_lm = prompts_of_causal_lm
 
     @property
     def batch_size(self) -> int:
@@ -134,7 +150,7 @@ def parse_inputs(
     tokens: Optional[TokenOptions] = None,
 ) -> TokenInputs:
     r"""Checks the ids and mask as the methods do
-    (:func:`captum_ext._utils.token_batch.parse_token_ids`) and marks the special
+    (:func:`captum_ext._utils.token_ids.parse_token_ids`) and marks the special
     positions of ``tokens`` (a :class:`TokenOptions`; None: no special position).
     Further items of ``additional_forward_args`` go to ``forward_func`` unchanged.
     """

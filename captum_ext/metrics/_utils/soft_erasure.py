@@ -16,8 +16,11 @@ from captum_ext.metrics._utils.generated_text_inputs import (
     GenerationInputs,
     parse_generation,
 )
+from captum_ext.metrics._utils.generation_results import (
+    GenerationMetricResult,
+    per_target_result,
+)
 from captum_ext.metrics._utils.inputs import MetricCall, TokenInputs, TokenOptions
-from captum_ext.metrics._utils.results import GenerationMetricResult, per_target_result
 from captum_ext.metrics._utils.teacher_forced_runner import (
     probe_vocab_size,
     TeacherForcedRunner,
