@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+r"""Captum's own metrics in the benchmark, beside the added ones:
+:func:`captum.metrics.infidelity` (column ``Infidelity``) and
+:func:`captum.metrics.sensitivity_max` (column ``SensMax``), registered in
+``METRICS`` (classifiers) and ``GENERATION_METRICS`` (causal LMs). Both are
+Captum's functions, called with a token ``perturb_func``,
+:class:`~captum_ext.metrics.TokenSubsetPerturbation`: Captum's default
+perturbations add noise to the inputs, which for token ids means other,
+unrelated tokens. The replacement token is [MASK] where the tokenizer has
+one, else what Captum's LLM baselines put in place of a token (the unknown
+token, else the pad token; :func:`baseline_token_id`); special tokens and
+padding are never replaced, the attention mask is kept.
+
+**Infidelity** (lower is better): :math:`\mathbb{E}_I[(\beta\,\Phi^T I -
+(f(x) - f(\tilde x)))^2]` over :data:`INFIDELITY_SAMPLES` draws of a random
+subset :math:`I` of the non-special tokens (each replaced with probability
+1/2: every subset equally likely), Captum's ``normalize=True`` (:math:`\beta`
+the least-squares scale, so methods whose scores differ only in scale tie).
+Classifiers: :math:`f` is the explained class's probability. Causal LMs:
+:math:`f` is the continuation's teacher-forced log-probability
+:math:`\sum_t \log p(y_t \mid x, y_{<t})` and :math:`\Phi` the scores summed
+over target tokens (Captum's ``seq_attr`` of ``LLMAttribution``).
+
+**Sensitivity-max** (lower is better): :math:`\max_j \|\Phi(\tilde x_j) -
+\Phi(x)\|_F / \|\Phi(x)\|_F` over :data:`SENSITIVITY_SAMPLES` draws, each
+replacing one random non-special token (the smallest change to a token
+input); the method re-runs on every draw for the explained class
+(classifiers) or the same continuation (causal LMs, the whole ``[T, P]``
+scores compared). Each draw costs a run of the method, so it is measured on
+one example in :data:`SENSITIVITY_SHARE`, chosen by a BLAKE2b hash of its
+attended token ids (the same examples whatever the batches and ranks); the others are
+NaN, left out of the mean.
+"""
+
+import math
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import torch
+from captum.metrics import infidelity, sensitivity_max
+from torch import Tensor
+
+from captum_ext._utils.teacher_forcing import teacher_forced_batch
+from captum_ext.attr._utils.continuations import prompt_pad_id
+from captum_ext.evaluation.registry.captum_baselines import baseline_token_id
+from captum_ext.evaluation.registry.metrics import (
+    GenerationMetricContext,
+    METRIC_ROWS,
+    MetricContext,
+    MetricValue,
+    register_generation_metric,
+    register_metric,
+)
+from captum_ext.metrics import TokenOptions, TokenSubsetPerturbation
+from captum_ext.metrics._utils.teacher_forced_runner import probe_vocab_size
+
+__all__ = [
+    "INFIDELITY_SAMPLES",
+    "SENSITIVITY_SAMPLES",
+    "SENSITIVITY_SHARE",
+    "replacement_id",
+]
+
+# Draws per example: infidelity costs one forward pass each, sensitivity-max
+# one run of the method each, on one example in SENSITIVITY_SHARE.
+INFIDELITY_SAMPLES = 10
+SENSITIVITY_SAMPLES = 4
+SENSITIVITY_SHARE = 8
+
+
+def replacement_id(tokenizer: Any) -> int:
+    r"""The id the perturbations put in place of a token: [MASK], else
+    :func:`baseline_token_id`."""
+    mask = tokenizer.mask_token_id
+    return int(mask) if mask is not None else baseline_token_id(tokenizer)
+
+
+@dataclass(frozen=True)
+class _Perturbed:
+    r"""What both metrics read from a batch, classifier or causal LM."""
+
+    input_ids: Tensor  # [batch, pos]
+    forward_args: Tuple[Any, ...]  # (attention_mask, ...), expanded by Captum
+    tokens: TokenOptions  # the replacement id as mask_token_id
+
+    def perturbation(self, **options: Any) -> TokenSubsetPerturbation:
+        assert self.tokens.mask_token_id is not None
+        return TokenSubsetPerturbation(
+            self.tokens.mask_token_id, tokens=self.tokens, **options
+        )
+
+    def rows_per_pass(self, samples: int) -> int:
+        r"""Captum's ``max_examples_per_batch``: at most :data:`METRIC_ROWS`
+        perturbed rows, at least one draw of every example."""
+        batch = len(self.input_ids)
+        return min(max(METRIC_ROWS, batch), batch * samples)
+
+    def sampled_rows(self) -> Tensor:
+        r"""``[k]`` the examples sensitivity-max measures (module docstring)."""
+        mask = self.forward_args[0].bool()
+        keys = [
+            _digest(ids[kept].cpu().numpy().tobytes())
+            for ids, kept in zip(self.input_ids, mask)
+        ]
+        return torch.tensor(
+            [r for r, k in enumerate(keys) if k % SENSITIVITY_SHARE == 0]
+        )
+
+
+def _digest(data: bytes) -> int:
+    r"""A BLAKE2b hash as an integer (its low bits are as random as its high
+    ones, unlike a CRC's)."""
+    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+
+
+def _infidelity(
+    batch: _Perturbed,
+    forward: Callable[..., Tensor],
+    attributions: Tensor,
+    target: Optional[Tensor],
+) -> MetricValue:
+    value = infidelity(
+        forward,
+        batch.perturbation(),
+        batch.input_ids,
+        attributions,
+        additional_forward_args=batch.forward_args,
+        target=target,
+        n_perturb_samples=INFIDELITY_SAMPLES,
+        max_examples_per_batch=batch.rows_per_pass(INFIDELITY_SAMPLES),
+        normalize=True,
+    )
+    return MetricValue(value.double())
+
+
+def _sensitivity(
+    batch: _Perturbed,
+    method: Callable[..., Tensor],
+    scores: Tensor,
+    target: Optional[Tensor],
+) -> MetricValue:
+    r"""Sensitivity-max of the sampled rows, NaN elsewhere; ``method(input_ids,
+    *forward_args_and_target)`` explains a batch."""
+    out = torch.full((len(scores),), math.nan, dtype=torch.float64)
+    rows = batch.sampled_rows().to(scores.device)
+    if not len(rows):
+        return MetricValue(out)
+    input_ids = batch.input_ids[rows]
+
+    def explanation(inputs: Any, additional_forward_args: Any, target: Any) -> Any:
+        ids = inputs[0] if isinstance(inputs, tuple) else inputs
+        if isinstance(target, Tensor) and target.numel() == 1:
+            target = target.reshape(1).expand(len(ids))  # Captum leaves it as one
+        if ids.shape == input_ids.shape and torch.equal(ids, input_ids):
+            result = scores[rows]  # the unperturbed inputs: scores already known
+        else:
+            result = method(ids, additional_forward_args, target).to(scores.dtype)
+        return (result,) if isinstance(inputs, tuple) else result
+
+    value = sensitivity_max(
+        explanation,
+        input_ids,
+        batch.perturbation(size=1, indicator=False),
+        n_perturb_samples=SENSITIVITY_SAMPLES,
+        max_examples_per_batch=len(rows) * SENSITIVITY_SAMPLES,
+        additional_forward_args=tuple(arg[rows] for arg in batch.forward_args),
+        target=None if target is None else target[rows],
+    )
+    out[rows.cpu()] = value.double().cpu()
+    return MetricValue(out)
+
+
+# ---------------------------------------------------------------- classifiers
+def _classifier_batch(context: MetricContext) -> _Perturbed:
+    tokens = TokenOptions.from_tokenizer(context.tokenizer)
+    return _Perturbed(
+        context.input_ids,
+        context.batch.forward_args(),
+        TokenOptions(
+            replacement_id(context.tokenizer),
+            tokens.pad_token_id,
+            tokens.special_token_ids,
+        ),
+    )
+
+
+def _classifier_infidelity(
+    context: MetricContext, scores: Tensor
+) -> Dict[str, MetricValue]:
+    def probability(*inputs: Tensor) -> Tensor:
+        return context.forward(*inputs).float().softmax(-1)  # [rows, C]
+
+    batch = _classifier_batch(context)
+    return {"Infidelity": _infidelity(batch, probability, scores, context.target)}
+
+
+def _classifier_sensitivity(
+    context: MetricContext, scores: Tensor
+) -> Dict[str, MetricValue]:
+    method = context.method
+    if method is None:
+        raise ValueError("sensitivity_max re-runs the method: context.method is None")
+
+    def explain(input_ids: Tensor, forward_args: Tuple[Any, ...], target: Tensor):
+        return method(input_ids, forward_args[0], target, *forward_args[1:])
+
+    batch = _classifier_batch(context)
+    return {"SensMax": _sensitivity(batch, explain, scores, context.target)}
+
+
+register_metric("infidelity", _classifier_infidelity, {"Infidelity": False})
+register_metric("sensitivity_max", _classifier_sensitivity, {"SensMax": False})
+
+
+# ------------------------------------------------------ metrics of generated text
+def _generation_batch(context: GenerationMetricContext) -> _Perturbed:
+    r"""The prompts, with the continuation as a forward argument (Captum
+    repeats it with its prompt)."""
+    tokenizer = context.tokenizer
+    return _Perturbed(
+        context.input_ids,
+        (context.attention_mask, context.target),
+        TokenOptions(
+            replacement_id(tokenizer),
+            prompt_pad_id(tokenizer),
+            context.tokens.special_token_ids,
+        ),
+    )
+
+
+def _generation_infidelity(
+    context: GenerationMetricContext, scores: Tensor
+) -> Dict[str, MetricValue]:
+    pad_id = prompt_pad_id(context.tokenizer)
+    vocab_size = probe_vocab_size(context.forward, context.input_ids)
+
+    def log_likelihood(prompt_ids: Tensor, mask: Tensor, target: Tensor) -> Tensor:
+        joined = teacher_forced_batch(prompt_ids, mask, target, pad_id, vocab_size)
+        logits = context.forward(*joined.model_inputs())  # [rows, P + T - 1, V]
+        return joined.target_log_probs(logits).sum(1)  # [rows]
+
+    batch = _generation_batch(context)
+    # [batch, T, P] -> [batch, P]: one ranking for the whole continuation.
+    attributions = scores.sum(1)
+    return {"Infidelity": _infidelity(batch, log_likelihood, attributions, None)}
+
+
+def _generation_sensitivity(
+    context: GenerationMetricContext, scores: Tensor
+) -> Dict[str, MetricValue]:
+    method = context.method
+    if method is None:
+        raise ValueError("sensitivity_max re-runs the method: context.method is None")
+
+    def explain(prompt_ids: Tensor, forward_args: Tuple[Any, ...], _: Any) -> Tensor:
+        return method(prompt_ids, *forward_args)  # [rows, T, P]
+
+    batch = _generation_batch(context)
+    return {"SensMax": _sensitivity(batch, explain, scores, None)}
+
+
+register_generation_metric("infidelity", _generation_infidelity, {"Infidelity": False})
+register_generation_metric(
+    "sensitivity_max", _generation_sensitivity, {"SensMax": False}
+)

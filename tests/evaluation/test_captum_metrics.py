@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+r"""Captum's infidelity and sensitivity_max in the benchmark: each example's
+value equals Captum's function called on that example alone with the
+documented perturbation (classifiers and causal LMs), whatever the batches;
+sensitivity-max is measured on the examples the hash picks, NaN
+elsewhere."""
+
+import math
+import hashlib
+from typing import Any, Dict, List
+
+import pytest
+import torch
+from captum.metrics import infidelity, sensitivity_max
+from captum_ext import classifier_forward
+from captum_ext.evaluation.engine import benchmark
+from captum_ext.evaluation.registry import captum_metrics, METHODS, method_spec
+from captum_ext.evaluation.results import BenchmarkResult
+from captum_ext.metrics import TokenOptions, TokenSubsetPerturbation
+from torch import Tensor
+
+from tests.attr.llm_fixtures import tiny_lm_tokenizer
+from tests.evaluation.engine.test_causal_lm import LM, one_example, prompts, run
+from tests.helpers import tiny_causal_lm, tiny_data, tiny_labelled_bert, tiny_tokenizer
+
+METHOD_SET = ["NormXLogit", "AttCAT"]
+METRIC_SET = ["infidelity", "sensitivity_max"]
+TOLERANCE = dict(rel=1e-4, abs=1e-12)  # float32 methods, other batch shapes
+
+
+def _classifier_run(batch_size: int, n: int = 6) -> BenchmarkResult:
+    return benchmark(
+        tiny_labelled_bert(),
+        tiny_tokenizer(),
+        tiny_data(n),
+        METHOD_SET,
+        METRIC_SET,
+        task="tiny",
+        batch_size=batch_size,
+        max_length=16,
+        progress=False,
+    )
+
+
+def _alone(tokenizer: Any, text: str) -> Dict[str, Tensor]:
+    return tokenizer(text, return_tensors="pt", truncation=True, max_length=16)
+
+
+def _classifier_reference(name: str, text: str) -> Dict[str, float]:
+    r"""Captum's metrics on one example alone, the perturbation spelled out:
+    [MASK] in place of tokens, the tokenizer's special ids kept."""
+    model, tokenizer = tiny_labelled_bert(), tiny_tokenizer()
+    encoded = _alone(tokenizer, text)
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    forward = classifier_forward(model)
+    with torch.no_grad():
+        target = forward(ids, mask).argmax(-1)
+    explain = METHODS[name].build(model, tokenizer, None)
+    scores = explain(ids, mask, target).float()
+    tokens = TokenOptions.from_tokenizer(tokenizer)
+    infid = infidelity(
+        lambda i, m: forward(i, m).float().softmax(-1),
+        TokenSubsetPerturbation(tokenizer.mask_token_id, tokens=tokens),
+        ids,
+        scores,
+        additional_forward_args=(mask,),
+        target=target,
+        n_perturb_samples=10,
+        normalize=True,
+    )
+
+    def explanation(inputs, additional_forward_args, target):
+        (rows_mask,) = additional_forward_args
+        rows = inputs[0] if isinstance(inputs, tuple) else inputs
+        result = explain(rows, rows_mask, target.expand(len(rows))).float()
+        return (result,) if isinstance(inputs, tuple) else result
+
+    sens = sensitivity_max(
+        explanation,
+        ids,
+        TokenSubsetPerturbation(
+            tokenizer.mask_token_id, tokens=tokens, size=1, indicator=False
+        ),
+        n_perturb_samples=4,
+        additional_forward_args=(mask,),
+        target=target,
+    )
+    return {"Infidelity": float(infid), "SensMax": float(sens)}
+
+
+def _values(result: BenchmarkResult, column: str) -> Dict[str, List[float]]:
+    return {row.method: row.per_example[column] for row in result.rows}
+
+
+@pytest.mark.parametrize("batch_size", [6, 4])
+def test_classifier_values_are_captums_on_each_example_alone(
+    monkeypatch: pytest.MonkeyPatch, batch_size: int
+) -> None:
+    monkeypatch.setattr(captum_metrics, "SENSITIVITY_SHARE", 1)
+    result = _classifier_run(batch_size)
+    assert list(result.metrics) == ["Infidelity", "SensMax"]
+    assert result.metrics == {"Infidelity": False, "SensMax": False}
+    texts = tiny_data(6).texts
+    for row in result.rows:
+        for b, text in enumerate(texts):
+            expected = _classifier_reference(row.method, text)
+            for column, value in expected.items():
+                got = row.per_example[column][b]
+                assert got == pytest.approx(value, **TOLERANCE), (row.method, b)
+        assert all(v > 0 for v in row.per_example["SensMax"])
+
+
+def test_sensitivity_max_runs_on_the_examples_the_hash_picks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(captum_metrics, "SENSITIVITY_SHARE", 2)
+    result = _classifier_run(4)
+    tokenizer = tiny_tokenizer()
+    picked = [
+        hashlib.blake2b(
+            _alone(tokenizer, text)["input_ids"][0].numpy().tobytes(), digest_size=8
+        ).digest()[0]
+        % 2
+        == 0
+        for text in tiny_data(6).texts
+    ]
+    assert 0 < sum(picked) < len(picked)  # the test sees both kinds
+    for values in _values(result, "SensMax").values():
+        assert [not math.isnan(v) for v in values] == picked
+    for values in _values(result, "Infidelity").values():
+        assert all(math.isfinite(v) for v in values)
+
+
+# ------------------------------------------------------------------ causal LMs
+@pytest.fixture(scope="module")
+def lm() -> LM:
+    return tiny_causal_lm("gpt2", dtype=torch.float64), tiny_lm_tokenizer()
+
+
+def _log_likelihood(model: Any) -> Any:
+    r"""``sum_t log p(y_t | prompt, y_<t)`` by a plain forward pass over the
+    prompt and the whole continuation, one row at a time."""
+
+    def f(prompt_ids: Tensor, mask: Tensor, target: Tensor) -> Tensor:
+        values = []
+        for ids, attended, steps in zip(prompt_ids, mask, target):
+            joined = torch.cat([ids[attended.bool()], steps])[None]
+            logits = model(input_ids=joined).logits[0]  # [P + T, V]
+            start = int(attended.sum()) - 1
+            log_probs = logits[start : start + len(steps)].log_softmax(-1)
+            values.append(log_probs.gather(1, steps[:, None]).sum())
+        return torch.stack(values)
+
+    return f
+
+
+def _generation_reference(lm: LM, name: str, row: int) -> Dict[str, float]:
+    model, tokenizer = lm
+    ids, mask, target = one_example(tokenizer, row)
+    explain = method_spec(name).build_generation(model, tokenizer)
+    scores = explain(ids, mask, target)  # [1, T, P]
+    # <unk> in place of tokens (no [MASK]); <s> and padding kept.
+    tokens = TokenOptions(pad_token_id=0, special_token_ids=tokenizer.all_special_ids)
+    infid = infidelity(
+        _log_likelihood(model),
+        TokenSubsetPerturbation(tokenizer.unk_token_id, tokens=tokens),
+        ids,
+        scores.sum(1),
+        additional_forward_args=(mask, target),
+        n_perturb_samples=10,
+        normalize=True,
+    )
+
+    def explanation(inputs, additional_forward_args):
+        rows = inputs[0] if isinstance(inputs, tuple) else inputs
+        result = explain(rows, *additional_forward_args)
+        return (result,) if isinstance(inputs, tuple) else result
+
+    sens = sensitivity_max(
+        explanation,
+        ids,
+        TokenSubsetPerturbation(
+            tokenizer.unk_token_id, tokens=tokens, size=1, indicator=False
+        ),
+        n_perturb_samples=4,
+        additional_forward_args=(mask, target),
+    )
+    return {"Infidelity": float(infid), "SensMax": float(sens)}
+
+
+@pytest.mark.parametrize("batch_size", [4, 3])
+def test_causal_lm_values_are_captums_on_each_example_alone(
+    monkeypatch: pytest.MonkeyPatch, lm: LM, batch_size: int
+) -> None:
+    monkeypatch.setattr(captum_metrics, "SENSITIVITY_SHARE", 1)
+    methods = ["LogAt", "AttCAT"]
+    result = run(
+        lm, prompts(), methods=methods, metrics=METRIC_SET, batch_size=batch_size
+    )
+    for row in result.rows:
+        for b in range(4):
+            expected = _generation_reference(lm, row.method, b)
+            for column, value in expected.items():
+                got = row.per_example[column][b]
+                assert got == pytest.approx(value, rel=1e-9, abs=1e-12), (
+                    row.method,
+                    b,
+                    column,
+                )
+        assert all(v > 0 for v in row.per_example["SensMax"])
+        assert any(v > 0 for v in row.per_example["Infidelity"])
