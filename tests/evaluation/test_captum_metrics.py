@@ -14,7 +14,15 @@ import torch
 from captum.metrics import infidelity, sensitivity_max
 from captum_ext import classifier_forward
 from captum_ext.evaluation.engine import benchmark
-from captum_ext.evaluation.registry import captum_metrics, METHODS, method_spec
+from captum_ext.evaluation.registry import (
+    captum_metrics,
+    INFIDELITY_SAMPLES,
+    method_spec,
+    METHODS,
+    SENSITIVITY_SAMPLES,
+    SENSITIVITY_SHARE,
+)
+from captum_ext.evaluation.report import DEFINITIONS, GENERATION_DEFINITIONS
 from captum_ext.evaluation.results import BenchmarkResult
 from captum_ext.metrics import TokenOptions, TokenSubsetPerturbation
 from torch import Tensor
@@ -65,7 +73,7 @@ def _classifier_reference(name: str, text: str) -> Dict[str, float]:
         scores,
         additional_forward_args=(mask,),
         target=target,
-        n_perturb_samples=10,
+        n_perturb_samples=INFIDELITY_SAMPLES,
         normalize=True,
     )
 
@@ -81,7 +89,7 @@ def _classifier_reference(name: str, text: str) -> Dict[str, float]:
         TokenSubsetPerturbation(
             tokenizer.mask_token_id, tokens=tokens, size=1, indicator=False
         ),
-        n_perturb_samples=4,
+        n_perturb_samples=SENSITIVITY_SAMPLES,
         additional_forward_args=(mask,),
         target=target,
     )
@@ -167,7 +175,7 @@ def _generation_reference(lm: LM, name: str, row: int) -> Dict[str, float]:
         ids,
         scores.sum(1),
         additional_forward_args=(mask, target),
-        n_perturb_samples=10,
+        n_perturb_samples=INFIDELITY_SAMPLES,
         normalize=True,
     )
 
@@ -182,7 +190,7 @@ def _generation_reference(lm: LM, name: str, row: int) -> Dict[str, float]:
         TokenSubsetPerturbation(
             tokenizer.unk_token_id, tokens=tokens, size=1, indicator=False
         ),
-        n_perturb_samples=4,
+        n_perturb_samples=SENSITIVITY_SAMPLES,
         additional_forward_args=(mask, target),
     )
     return {"Infidelity": float(infid), "SensMax": float(sens)}
@@ -209,3 +217,11 @@ def test_causal_lm_values_are_captums_on_each_example_alone(
                 )
         assert all(v > 0 for v in row.per_example["SensMax"])
         assert any(v > 0 for v in row.per_example["Infidelity"])
+
+
+def test_report_definitions_state_the_sample_counts() -> None:
+    for definitions in (DEFINITIONS, GENERATION_DEFINITIONS):
+        assert f"; {INFIDELITY_SAMPLES} subsets per" in definitions["Infidelity"]
+        sensitivity = definitions["SensMax"]
+        assert f" over {SENSITIVITY_SAMPLES} " in sensitivity
+        assert f"one example in {SENSITIVITY_SHARE}," in sensitivity
