@@ -84,7 +84,8 @@ DEFINITIONS = {
     "non-special tokens (each with probability 1/2, replaced by [MASK], else "
     "the unknown token), "
     "best scaled, and the drop in the explained class's probability when "
-    "that subset is replaced; 10 subsets per example.",
+    "that subset is replaced; 10 subsets per example, measured on one "
+    "example in 4, the others left out.",
     "SensMax": "Captum's sensitivity_max: the largest relative change "
     "||scores(x') - scores(x)|| / ||scores(x)|| over 4 inputs x' with one "
     "random non-special token replaced (as for Infidelity; the method re-run "
@@ -125,7 +126,7 @@ GENERATION_DEFINITIONS = {
     "continuation's log-probability sum_t log p(y_t | prompt, y_<t) when a "
     "random subset of the non-special prompt tokens (each with probability "
     "1/2) is replaced by [MASK], else the unknown token; 10 subsets per "
-    "example.",
+    "example, measured on one example in 4, the others left out.",
     "SensMax": "Captum's sensitivity_max: the largest relative change of the "
     "[T, P] scores (Frobenius norm) over 4 prompts with one random "
     "non-special token replaced (as for Infidelity; the method re-run each "

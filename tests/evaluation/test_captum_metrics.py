@@ -17,6 +17,7 @@ from captum_ext.evaluation.engine import benchmark
 from captum_ext.evaluation.registry import (
     captum_metrics,
     INFIDELITY_SAMPLES,
+    INFIDELITY_SHARE,
     method_spec,
     METHODS,
     SENSITIVITY_SAMPLES,
@@ -105,6 +106,7 @@ def test_classifier_values_are_captums_on_each_example_alone(
     monkeypatch: pytest.MonkeyPatch, batch_size: int
 ) -> None:
     monkeypatch.setattr(captum_metrics, "SENSITIVITY_SHARE", 1)
+    monkeypatch.setattr(captum_metrics, "INFIDELITY_SHARE", 1)
     result = _classifier_run(batch_size)
     assert list(result.metrics) == ["Infidelity", "SensMax"]
     assert result.metrics == {"Infidelity": False, "SensMax": False}
@@ -118,25 +120,29 @@ def test_classifier_values_are_captums_on_each_example_alone(
         assert all(v > 0 for v in row.per_example["SensMax"])
 
 
-def test_sensitivity_max_runs_on_the_examples_the_hash_picks(
+def _picked(share: int) -> List[bool]:
+    r"""The tiny texts whose attended ids have a BLAKE2b hash (8 bytes, little
+    endian) divisible by ``share``."""
+    tokenizer = tiny_tokenizer()
+    picked = []
+    for text in tiny_data(6).texts:
+        ids = _alone(tokenizer, text)["input_ids"][0].numpy().tobytes()
+        digest = hashlib.blake2b(ids, digest_size=8).digest()
+        picked.append(int.from_bytes(digest, "little") % share == 0)
+    return picked
+
+
+def test_each_metric_runs_on_the_examples_the_hash_picks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(captum_metrics, "SENSITIVITY_SHARE", 2)
+    monkeypatch.setattr(captum_metrics, "INFIDELITY_SHARE", 4)
     result = _classifier_run(4)
-    tokenizer = tiny_tokenizer()
-    picked = [
-        hashlib.blake2b(
-            _alone(tokenizer, text)["input_ids"][0].numpy().tobytes(), digest_size=8
-        ).digest()[0]
-        % 2
-        == 0
-        for text in tiny_data(6).texts
-    ]
-    assert 0 < sum(picked) < len(picked)  # the test sees both kinds
-    for values in _values(result, "SensMax").values():
-        assert [not math.isnan(v) for v in values] == picked
-    for values in _values(result, "Infidelity").values():
-        assert all(math.isfinite(v) for v in values)
+    for column, share in (("SensMax", 2), ("Infidelity", 4)):
+        picked = _picked(share)
+        assert 0 < sum(picked) < len(picked)  # the test sees both kinds
+        for values in _values(result, column).values():
+            assert [not math.isnan(v) for v in values] == picked
 
 
 # ------------------------------------------------------------------ causal LMs
@@ -201,6 +207,7 @@ def test_causal_lm_values_are_captums_on_each_example_alone(
     monkeypatch: pytest.MonkeyPatch, lm: LM, batch_size: int
 ) -> None:
     monkeypatch.setattr(captum_metrics, "SENSITIVITY_SHARE", 1)
+    monkeypatch.setattr(captum_metrics, "INFIDELITY_SHARE", 1)
     methods = ["LogAt", "AttCAT"]
     result = run(
         lm, prompts(), methods=methods, metrics=METRIC_SET, batch_size=batch_size
@@ -221,7 +228,9 @@ def test_causal_lm_values_are_captums_on_each_example_alone(
 
 def test_report_definitions_state_the_sample_counts() -> None:
     for definitions in (DEFINITIONS, GENERATION_DEFINITIONS):
-        assert f"; {INFIDELITY_SAMPLES} subsets per" in definitions["Infidelity"]
+        infid = definitions["Infidelity"]
+        assert f"; {INFIDELITY_SAMPLES} subsets per" in infid
+        assert f"one example in {INFIDELITY_SHARE}," in infid
         sensitivity = definitions["SensMax"]
         assert f" over {SENSITIVITY_SAMPLES} " in sensitivity
         assert f"one example in {SENSITIVITY_SHARE}," in sensitivity

@@ -41,6 +41,7 @@ from captum_ext.evaluation.registry.captum_baselines import (
 )
 from captum_ext.evaluation.registry.captum_metrics import (
     INFIDELITY_SAMPLES,
+    INFIDELITY_SHARE,
     SENSITIVITY_SAMPLES,
     SENSITIVITY_SHARE,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "ABLATION_ROWS",
     "GENERATION_METRICS",
     "INFIDELITY_SAMPLES",
+    "INFIDELITY_SHARE",
     "SENSITIVITY_SAMPLES",
     "SENSITIVITY_SHARE",
     "GenerationFn",

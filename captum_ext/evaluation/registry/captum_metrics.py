@@ -26,10 +26,14 @@ over target tokens (Captum's ``seq_attr`` of ``LLMAttribution``).
 replacing one random non-special token (the smallest change to a token
 input); the method re-runs on every draw for the explained class
 (classifiers) or the same continuation (causal LMs, the whole ``[T, P]``
-scores compared). Each draw costs a run of the method, so it is measured on
-one example in :data:`SENSITIVITY_SHARE`, chosen by a BLAKE2b hash of its
-attended token ids (the same examples whatever the batches and ranks); the others are
-NaN, left out of the mean.
+scores compared).
+
+Each draw costs a forward pass (infidelity) or a run of the method
+(sensitivity-max), so each metric is measured on a share of the examples:
+one in :data:`INFIDELITY_SHARE` and one in :data:`SENSITIVITY_SHARE`, those
+whose attended token ids have a BLAKE2b hash divisible by it (the same
+examples whatever the batches and ranks); the others are NaN, left out of
+the mean.
 """
 
 import math
@@ -57,14 +61,17 @@ from captum_ext.metrics._utils.teacher_forced_runner import probe_vocab_size
 
 __all__ = [
     "INFIDELITY_SAMPLES",
+    "INFIDELITY_SHARE",
     "SENSITIVITY_SAMPLES",
     "SENSITIVITY_SHARE",
     "replacement_id",
 ]
 
-# Draws per example: infidelity costs one forward pass each, sensitivity-max
-# one run of the method each, on one example in SENSITIVITY_SHARE.
+# Draws per example and the share of examples measured (one in SHARE, module
+# docstring): infidelity costs a forward pass per draw, sensitivity-max a run
+# of the method.
 INFIDELITY_SAMPLES = 10
+INFIDELITY_SHARE = 4
 SENSITIVITY_SAMPLES = 4
 SENSITIVITY_SHARE = 8
 
@@ -83,6 +90,8 @@ class _Perturbed:
     input_ids: Tensor  # [batch, pos]
     forward_args: Tuple[Any, ...]  # (attention_mask, ...), expanded by Captum
     tokens: TokenOptions  # the replacement id as mask_token_id
+    scores: Tensor  # [batch, pos] ([batch, T, P]: sensitivity of a causal LM)
+    target: Optional[Tensor] = None  # [batch] explained classes
 
     def perturbation(self, **options: Any) -> TokenSubsetPerturbation:
         assert self.tokens.mask_token_id is not None
@@ -90,21 +99,22 @@ class _Perturbed:
             self.tokens.mask_token_id, tokens=self.tokens, **options
         )
 
-    def rows_per_pass(self, samples: int) -> int:
-        r"""Captum's ``max_examples_per_batch``: at most :data:`METRIC_ROWS`
-        perturbed rows, at least one draw of every example."""
-        batch = len(self.input_ids)
-        return min(max(METRIC_ROWS, batch), batch * samples)
-
-    def sampled_rows(self) -> Tensor:
-        r"""``[k]`` the examples sensitivity-max measures (module docstring)."""
+    def sampled(self, share: int) -> Tuple[Tensor, "_Perturbed"]:
+        r"""The rows ``[k]`` whose attended ids hash to 0 modulo ``share``,
+        and the batch of those rows."""
         mask = self.forward_args[0].bool()
         keys = [
             _digest(ids[kept].cpu().numpy().tobytes())
             for ids, kept in zip(self.input_ids, mask)
         ]
-        return torch.tensor(
-            [r for r, k in enumerate(keys) if k % SENSITIVITY_SHARE == 0]
+        rows = [r for r, key in enumerate(keys) if key % share == 0]
+        index = torch.tensor(rows, dtype=torch.long, device=self.input_ids.device)
+        return index, _Perturbed(
+            self.input_ids[index],
+            tuple(arg[index] for arg in self.forward_args),
+            self.tokens,
+            self.scores[index],
+            None if self.target is None else self.target[index],
         )
 
 
@@ -114,74 +124,79 @@ def _digest(data: bytes) -> int:
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
-def _infidelity(
-    batch: _Perturbed,
-    forward: Callable[..., Tensor],
-    attributions: Tensor,
-    target: Optional[Tensor],
+def _on_sampled(
+    batch: _Perturbed, share: int, measure: Callable[[_Perturbed], Tensor]
 ) -> MetricValue:
-    value = infidelity(
+    r"""``measure`` on the rows :meth:`_Perturbed.sampled` picks, NaN on the
+    others (left out of the mean)."""
+    out = torch.full((len(batch.input_ids),), math.nan, dtype=torch.float64)
+    rows, sampled = batch.sampled(share)
+    if len(rows):
+        out[rows.cpu()] = measure(sampled).double().cpu()
+    return MetricValue(out)
+
+
+def _infidelity(batch: _Perturbed, forward: Callable[..., Tensor]) -> Tensor:
+    rows = len(batch.input_ids)
+    return infidelity(
         forward,
         batch.perturbation(),
         batch.input_ids,
-        attributions,
+        batch.scores,
         additional_forward_args=batch.forward_args,
-        target=target,
+        target=batch.target,
         n_perturb_samples=INFIDELITY_SAMPLES,
-        max_examples_per_batch=batch.rows_per_pass(INFIDELITY_SAMPLES),
+        # At most METRIC_ROWS perturbed rows a pass, one draw of each row.
+        max_examples_per_batch=min(max(METRIC_ROWS, rows), rows * INFIDELITY_SAMPLES),
         normalize=True,
     )
-    return MetricValue(value.double())
 
 
-def _sensitivity(
-    batch: _Perturbed,
-    method: Callable[..., Tensor],
-    scores: Tensor,
-    target: Optional[Tensor],
-) -> MetricValue:
-    r"""Sensitivity-max of the sampled rows, NaN elsewhere; ``method(input_ids,
-    *forward_args_and_target)`` explains a batch."""
-    out = torch.full((len(scores),), math.nan, dtype=torch.float64)
-    rows = batch.sampled_rows().to(scores.device)
-    if not len(rows):
-        return MetricValue(out)
-    input_ids = batch.input_ids[rows]
+def _sensitivity(batch: _Perturbed, method: Callable[..., Tensor]) -> Tensor:
+    r"""``method(input_ids, forward_args, target)`` explains a batch."""
+    input_ids, scores = batch.input_ids, batch.scores
 
     def explanation(inputs: Any, additional_forward_args: Any, target: Any) -> Any:
         ids = inputs[0] if isinstance(inputs, tuple) else inputs
         if isinstance(target, Tensor) and target.numel() == 1:
             target = target.reshape(1).expand(len(ids))  # Captum leaves it as one
         if ids.shape == input_ids.shape and torch.equal(ids, input_ids):
-            result = scores[rows]  # the unperturbed inputs: scores already known
+            result = scores  # the unperturbed inputs: scores already known
         else:
             result = method(ids, additional_forward_args, target).to(scores.dtype)
         return (result,) if isinstance(inputs, tuple) else result
 
-    value = sensitivity_max(
+    return sensitivity_max(
         explanation,
         input_ids,
         batch.perturbation(size=1, indicator=False),
         n_perturb_samples=SENSITIVITY_SAMPLES,
-        max_examples_per_batch=len(rows) * SENSITIVITY_SAMPLES,
-        additional_forward_args=tuple(arg[rows] for arg in batch.forward_args),
-        target=None if target is None else target[rows],
+        max_examples_per_batch=len(input_ids) * SENSITIVITY_SAMPLES,
+        additional_forward_args=batch.forward_args,
+        target=batch.target,
     )
-    out[rows.cpu()] = value.double().cpu()
-    return MetricValue(out)
+
+
+def _method(context: Any) -> Callable[..., Tensor]:
+    if context.method is None:
+        raise ValueError("sensitivity_max re-runs the method: context.method is None")
+    method: Callable[..., Tensor] = context.method
+    return method
 
 
 # ---------------------------------------------------------------- classifiers
-def _classifier_batch(context: MetricContext) -> _Perturbed:
-    tokens = TokenOptions.from_tokenizer(context.tokenizer)
+def _classifier_batch(context: MetricContext, scores: Tensor) -> _Perturbed:
+    tokenizer = context.tokenizer
     return _Perturbed(
         context.input_ids,
         context.batch.forward_args(),
         TokenOptions(
-            replacement_id(context.tokenizer),
-            tokens.pad_token_id,
-            tokens.special_token_ids,
+            replacement_id(tokenizer),
+            tokenizer.pad_token_id,
+            tuple(tokenizer.all_special_ids),
         ),
+        scores,
+        context.target,
     )
 
 
@@ -191,22 +206,26 @@ def _classifier_infidelity(
     def probability(*inputs: Tensor) -> Tensor:
         return context.forward(*inputs).float().softmax(-1)  # [rows, C]
 
-    batch = _classifier_batch(context)
-    return {"Infidelity": _infidelity(batch, probability, scores, context.target)}
+    batch = _classifier_batch(context, scores)
+    value = _on_sampled(
+        batch, INFIDELITY_SHARE, lambda rows: _infidelity(rows, probability)
+    )
+    return {"Infidelity": value}
 
 
 def _classifier_sensitivity(
     context: MetricContext, scores: Tensor
 ) -> Dict[str, MetricValue]:
-    method = context.method
-    if method is None:
-        raise ValueError("sensitivity_max re-runs the method: context.method is None")
+    method = _method(context)
 
     def explain(input_ids: Tensor, forward_args: Tuple[Any, ...], target: Tensor):
         return method(input_ids, forward_args[0], target, *forward_args[1:])
 
-    batch = _classifier_batch(context)
-    return {"SensMax": _sensitivity(batch, explain, scores, context.target)}
+    batch = _classifier_batch(context, scores)
+    value = _on_sampled(
+        batch, SENSITIVITY_SHARE, lambda rows: _sensitivity(rows, explain)
+    )
+    return {"SensMax": value}
 
 
 register_metric("infidelity", _classifier_infidelity, {"Infidelity": False})
@@ -214,7 +233,7 @@ register_metric("sensitivity_max", _classifier_sensitivity, {"SensMax": False})
 
 
 # ------------------------------------------------------ metrics of generated text
-def _generation_batch(context: GenerationMetricContext) -> _Perturbed:
+def _generation_batch(context: GenerationMetricContext, scores: Tensor) -> _Perturbed:
     r"""The prompts, with the continuation as a forward argument (Captum
     repeats it with its prompt)."""
     tokenizer = context.tokenizer
@@ -226,6 +245,7 @@ def _generation_batch(context: GenerationMetricContext) -> _Perturbed:
             prompt_pad_id(tokenizer),
             context.tokens.special_token_ids,
         ),
+        scores,
     )
 
 
@@ -240,24 +260,27 @@ def _generation_infidelity(
         logits = context.forward(*joined.model_inputs())  # [rows, P + T - 1, V]
         return joined.target_log_probs(logits).sum(1)  # [rows]
 
-    batch = _generation_batch(context)
     # [batch, T, P] -> [batch, P]: one ranking for the whole continuation.
-    attributions = scores.sum(1)
-    return {"Infidelity": _infidelity(batch, log_likelihood, attributions, None)}
+    batch = _generation_batch(context, scores.sum(1))
+    value = _on_sampled(
+        batch, INFIDELITY_SHARE, lambda rows: _infidelity(rows, log_likelihood)
+    )
+    return {"Infidelity": value}
 
 
 def _generation_sensitivity(
     context: GenerationMetricContext, scores: Tensor
 ) -> Dict[str, MetricValue]:
-    method = context.method
-    if method is None:
-        raise ValueError("sensitivity_max re-runs the method: context.method is None")
+    method = _method(context)
 
     def explain(prompt_ids: Tensor, forward_args: Tuple[Any, ...], _: Any) -> Tensor:
         return method(prompt_ids, *forward_args)  # [rows, T, P]
 
-    batch = _generation_batch(context)
-    return {"SensMax": _sensitivity(batch, explain, scores, None)}
+    batch = _generation_batch(context, scores)
+    value = _on_sampled(
+        batch, SENSITIVITY_SHARE, lambda rows: _sensitivity(rows, explain)
+    )
+    return {"SensMax": value}
 
 
 register_generation_metric("infidelity", _generation_infidelity, {"Infidelity": False})

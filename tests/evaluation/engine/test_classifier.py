@@ -51,6 +51,7 @@ def full_result():
     # module scope: no function fixture; sensitivity-max on every example
     with embedding_decoders_in_registry(), pytest.MonkeyPatch.context() as patch:
         patch.setattr(captum_metrics, "SENSITIVITY_SHARE", 1)
+        patch.setattr(captum_metrics, "INFIDELITY_SHARE", 1)
         return run(batch_size=4)
 
 
