@@ -3,7 +3,7 @@ r"""TokenSubsetPerturbation: which tokens a draw replaces, draws that follow the
 row (not its padding, batch or chunk), and Captum's infidelity and
 sensitivity_max with it equal to naive loops over examples and draws."""
 
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 import pytest
 import torch
@@ -19,6 +19,13 @@ LENGTHS = (7, 3, 9, 5)
 
 def _perturb(**options) -> TokenSubsetPerturbation:
     return TokenSubsetPerturbation(MASK_ID, tokens=TOKENS, **options)
+
+
+def _perturbed(perturb: TokenSubsetPerturbation, input_ids: Tensor) -> Tensor:
+    r"""The perturbed ids alone (``indicator=False``)."""
+    perturbed = perturb(input_ids)
+    assert isinstance(perturbed, Tensor)
+    return perturbed
 
 
 def _content(input_ids: Tensor) -> Tensor:
@@ -53,9 +60,9 @@ def test_draws_follow_the_row_not_its_padding_or_batch() -> None:
     right = token_batch(LENGTHS)["input_ids"]
     left = token_batch(LENGTHS, pad_side="left")["input_ids"]
     alone = [right[b : b + 1, : LENGTHS[b]] for b in range(len(LENGTHS))]
-    by_batch = [_perturb(indicator=False)(ids) for ids in (right, left)]
+    by_batch = [_perturbed(_perturb(indicator=False), ids) for ids in (right, left)]
     for b, row in enumerate(alone):
-        single = _replaced(row[0], _perturb(indicator=False)(row)[0])
+        single = _replaced(row[0], _perturbed(_perturb(indicator=False), row)[0])
         assert single == _replaced(right[b], by_batch[0][b])
         assert single == _replaced(left[b], by_batch[1][b])
 
@@ -63,8 +70,8 @@ def test_draws_follow_the_row_not_its_padding_or_batch() -> None:
 def test_draws_continue_across_calls() -> None:
     row = token_batch((12,))["input_ids"]
     perturb = _perturb(indicator=False)
-    one_call = _perturb(indicator=False)(row.repeat(6, 1))
-    calls = torch.cat([perturb(row.repeat(n, 1)) for n in (1, 2, 3)])
+    one_call = _perturbed(_perturb(indicator=False), row.repeat(6, 1))
+    calls = torch.cat([_perturbed(perturb, row.repeat(n, 1)) for n in (1, 2, 3)])
     assert torch.equal(one_call, calls)
     assert len({tuple(r.tolist()) for r in one_call}) > 3  # draws differ
 
@@ -128,7 +135,7 @@ def test_infidelity_equals_naive_loop(
     assert bool((expected[[0, 2, 3]] > 0).all())
 
 
-def _explanation(inputs, additional_forward_args, target) -> Tensor:
+def _explanation(inputs, additional_forward_args, target) -> Any:
     r"""A context-dependent toy explanation: each token's weight for the
     target class minus the row's mean weight (padding 0); a tuple for a tuple
     of inputs, as Captum's methods answer."""

@@ -36,8 +36,8 @@ examples whatever the batches and ranks); the others are NaN, left out of
 the mean.
 """
 
-import math
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple
 

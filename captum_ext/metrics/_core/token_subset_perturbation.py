@@ -4,7 +4,6 @@ import zlib
 from typing import Dict, Optional, Tuple, Union
 
 import torch
-from captum._utils.typing import TensorOrTupleOfTensorsGeneric
 from torch import Tensor
 
 from captum_ext.metrics._utils.inputs import TokenOptions
@@ -106,9 +105,10 @@ class TokenSubsetPerturbation:
         self.draws: Dict[bytes, int] = {}  # row key -> draws made so far
 
     def __call__(
-        self, inputs: TensorOrTupleOfTensorsGeneric
+        self, inputs: Union[Tensor, Tuple[Tensor, ...]]
     ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-        input_ids = inputs[0] if isinstance(inputs, tuple) else inputs  # [rows, pos]
+        # [rows, pos]: each example repeated n_perturb_samples times
+        input_ids: Tensor = inputs[0] if isinstance(inputs, tuple) else inputs
         real = self._real(input_ids)
         perturbable = real & ~self._special_positions(input_ids)
         chosen = self._chosen(self._keys(input_ids, real), perturbable)
