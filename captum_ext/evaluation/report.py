@@ -84,12 +84,12 @@ DEFINITIONS = {
     "non-special tokens (each with probability 1/2, replaced by [MASK], else "
     "the unknown token), "
     "best scaled, and the drop in the explained class's probability when "
-    "that subset is replaced; 10 subsets per example, measured on one "
+    "that subset is replaced; 8 subsets per example, measured on one "
     "example in 4, the others left out.",
     "SensMax": "Captum's sensitivity_max: the largest relative change "
-    "||scores(x') - scores(x)|| / ||scores(x)|| over 4 inputs x' with one "
+    "||scores(x') - scores(x)|| / ||scores(x)|| over 3 inputs x' with one "
     "random non-special token replaced (as for Infidelity; the method re-run "
-    "each time); measured on one example in 8, the others left out.",
+    "each time); measured on one example in 16, the others left out.",
 }
 # The columns of a generation task (a causal LM explaining its continuation):
 # every metric is the mean over each example's target tokens y_t.
@@ -125,12 +125,12 @@ GENERATION_DEFINITIONS = {
     "the scores summed over target tokens against the drop in the "
     "continuation's log-probability sum_t log p(y_t | prompt, y_<t) when a "
     "random subset of the non-special prompt tokens (each with probability "
-    "1/2) is replaced by [MASK], else the unknown token; 10 subsets per "
+    "1/2) is replaced by [MASK], else the unknown token; 8 subsets per "
     "example, measured on one example in 4, the others left out.",
     "SensMax": "Captum's sensitivity_max: the largest relative change of the "
-    "[T, P] scores (Frobenius norm) over 4 prompts with one random "
+    "[T, P] scores (Frobenius norm) over 3 prompts with one random "
     "non-special token replaced (as for Infidelity; the method re-run each "
-    "time); measured on one example in 8, the others left out.",
+    "time); measured on one example in 16, the others left out.",
 }
 # The y axis of each metric's per-level curve, and its x axis.
 CURVE_AXES = {

@@ -7,6 +7,7 @@ elsewhere."""
 
 import hashlib
 import math
+from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
@@ -32,6 +33,7 @@ from tests.attr.llm_fixtures import tiny_lm_tokenizer
 from tests.evaluation.engine.test_causal_lm import LM, one_example, prompts, run
 from tests.helpers import tiny_causal_lm, tiny_data, tiny_labelled_bert, tiny_tokenizer
 
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 METHOD_SET = ["NormXLogit", "AttCAT"]
 METRIC_SET = ["infidelity", "sensitivity_max"]
 
@@ -226,7 +228,7 @@ def test_causal_lm_values_are_captums_on_each_example_alone(
         assert any(v > 0 for v in row.per_example["Infidelity"])
 
 
-def test_report_definitions_state_the_sample_counts() -> None:
+def test_report_definitions_and_docs_state_the_sample_counts() -> None:
     for definitions in (DEFINITIONS, GENERATION_DEFINITIONS):
         infid = definitions["Infidelity"]
         assert f"; {INFIDELITY_SAMPLES} subsets per" in infid
@@ -234,3 +236,8 @@ def test_report_definitions_state_the_sample_counts() -> None:
         sensitivity = definitions["SensMax"]
         assert f" over {SENSITIVITY_SAMPLES} " in sensitivity
         assert f"one example in {SENSITIVITY_SHARE}," in sensitivity
+    docs = " ".join((DOCS / "generation_metrics.rst").read_text().split())
+    assert f"kept; {INFIDELITY_SAMPLES} subsets per example" in docs
+    assert f"over {SENSITIVITY_SAMPLES} prompts" in docs
+    assert f"one example in {INFIDELITY_SHARE} and" in docs
+    assert f"on one in {SENSITIVITY_SHARE}:" in docs

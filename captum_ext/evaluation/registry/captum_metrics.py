@@ -70,10 +70,10 @@ __all__ = [
 # Draws per example and the share of examples measured (one in SHARE, module
 # docstring): infidelity costs a forward pass per draw, sensitivity-max a run
 # of the method.
-INFIDELITY_SAMPLES = 10
+INFIDELITY_SAMPLES = 8
 INFIDELITY_SHARE = 4
-SENSITIVITY_SAMPLES = 4
-SENSITIVITY_SHARE = 8
+SENSITIVITY_SAMPLES = 3
+SENSITIVITY_SHARE = 16
 
 
 def replacement_id(tokenizer: Any) -> int:
