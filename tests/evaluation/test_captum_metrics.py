@@ -8,7 +8,7 @@ elsewhere."""
 import hashlib
 import math
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 import torch
@@ -68,32 +68,50 @@ def _classifier_reference(name: str, text: str) -> Dict[str, float]:
     explain = METHODS[name].build(model, tokenizer, None)
     scores = explain(ids, mask, target).float()
     tokens = TokenOptions.from_tokenizer(tokenizer)
+
+    def explanation(rows: Tensor, rows_mask: Tensor, target: Tensor) -> Tensor:
+        return explain(rows, rows_mask, target.expand(len(rows))).float()
+
+    probability = lambda i, m: forward(i, m).float().softmax(-1)  # noqa: E731
+    return _reference(probability, explanation, ids, scores, (mask,), target, tokens)
+
+
+def _reference(
+    function: Callable[..., Tensor],
+    explain: Callable[..., Tensor],
+    ids: Tensor,
+    attributions: Tensor,
+    forward_args: Tuple[Tensor, ...],
+    target: Optional[Tensor],
+    tokens: TokenOptions,
+) -> Dict[str, float]:
+    r"""Captum's two metrics on one example, ``tokens.mask_token_id`` in place
+    of tokens; ``explain(ids, *forward_args[, target])`` re-runs the method."""
+    replacement = tokens.mask_token_id
+    assert replacement is not None
     infid = infidelity(
-        lambda i, m: forward(i, m).float().softmax(-1),
-        TokenSubsetPerturbation(tokenizer.mask_token_id, tokens=tokens),
+        function,
+        TokenSubsetPerturbation(replacement, tokens=tokens),
         ids,
-        scores,
-        additional_forward_args=(mask,),
+        attributions,
+        additional_forward_args=forward_args,
         target=target,
         n_perturb_samples=INFIDELITY_SAMPLES,
         normalize=True,
     )
+    known = (target,) if target is not None else ()
 
-    def explanation(inputs, additional_forward_args, target):
-        (rows_mask,) = additional_forward_args
+    def explanation(inputs: Any, additional_forward_args: Any, **_: Any) -> Any:
         rows = inputs[0] if isinstance(inputs, tuple) else inputs
-        result = explain(rows, rows_mask, target.expand(len(rows))).float()
+        result = explain(rows, *additional_forward_args, *known)
         return (result,) if isinstance(inputs, tuple) else result
 
     sens = sensitivity_max(
         explanation,
         ids,
-        TokenSubsetPerturbation(
-            tokenizer.mask_token_id, tokens=tokens, size=1, indicator=False
-        ),
+        TokenSubsetPerturbation(replacement, tokens=tokens, size=1, indicator=False),
         n_perturb_samples=SENSITIVITY_SAMPLES,
-        additional_forward_args=(mask,),
-        target=target,
+        additional_forward_args=forward_args,
     )
     return {"Infidelity": float(infid), "SensMax": float(sens)}
 
@@ -176,32 +194,18 @@ def _generation_reference(lm: LM, name: str, row: int) -> Dict[str, float]:
     explain = method_spec(name).build_generation(model, tokenizer)
     scores = explain(ids, mask, target)  # [1, T, P]
     # <unk> in place of tokens (no [MASK]); <s> and padding kept.
-    tokens = TokenOptions(pad_token_id=0, special_token_ids=tokenizer.all_special_ids)
-    infid = infidelity(
+    tokens = TokenOptions(
+        tokenizer.unk_token_id, 0, special_token_ids=tokenizer.all_special_ids
+    )
+    return _reference(
         _log_likelihood(model),
-        TokenSubsetPerturbation(tokenizer.unk_token_id, tokens=tokens),
+        explain,
         ids,
         scores.sum(1),
-        additional_forward_args=(mask, target),
-        n_perturb_samples=INFIDELITY_SAMPLES,
-        normalize=True,
+        (mask, target),
+        None,
+        tokens,
     )
-
-    def explanation(inputs, additional_forward_args):
-        rows = inputs[0] if isinstance(inputs, tuple) else inputs
-        result = explain(rows, *additional_forward_args)
-        return (result,) if isinstance(inputs, tuple) else result
-
-    sens = sensitivity_max(
-        explanation,
-        ids,
-        TokenSubsetPerturbation(
-            tokenizer.unk_token_id, tokens=tokens, size=1, indicator=False
-        ),
-        n_perturb_samples=SENSITIVITY_SAMPLES,
-        additional_forward_args=(mask, target),
-    )
-    return {"Infidelity": float(infid), "SensMax": float(sens)}
 
 
 @pytest.mark.parametrize("batch_size", [4, 3])

@@ -39,6 +39,7 @@ the mean.
 import hashlib
 import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
@@ -184,6 +185,38 @@ def _method(context: Any) -> Callable[..., Tensor]:
     return method
 
 
+@dataclass(frozen=True)
+class _Kind:
+    r"""What the two metrics need to know of a kind of model."""
+
+    # (context, scores) -> the batch
+    batch: Callable[[Any, Tensor], _Perturbed]
+    # context -> infidelity's f(inputs, *forward_args) -> [rows] or [rows, C]
+    function: Callable[[Any], Callable[..., Tensor]]
+    # scores -> infidelity's attributions [batch, pos]
+    attributions: Callable[[Tensor], Tensor]
+    # method -> explain(input_ids, forward_args, target)
+    explain: Callable[[Callable[..., Tensor]], Callable[..., Tensor]]
+
+
+def _infidelity_metric(kind: _Kind) -> Callable[[Any, Tensor], Dict[str, MetricValue]]:
+    def compute(context: Any, scores: Tensor) -> Dict[str, MetricValue]:
+        batch = kind.batch(context, kind.attributions(scores))
+        measure = partial(_infidelity, forward=kind.function(context))
+        return {"Infidelity": _on_sampled(batch, INFIDELITY_SHARE, measure)}
+
+    return compute
+
+
+def _sensitivity_metric(kind: _Kind) -> Callable[[Any, Tensor], Dict[str, MetricValue]]:
+    def compute(context: Any, scores: Tensor) -> Dict[str, MetricValue]:
+        batch = kind.batch(context, scores)
+        measure = partial(_sensitivity, method=kind.explain(_method(context)))
+        return {"SensMax": _on_sampled(batch, SENSITIVITY_SHARE, measure)}
+
+    return compute
+
+
 # ---------------------------------------------------------------- classifiers
 def _classifier_batch(context: MetricContext, scores: Tensor) -> _Perturbed:
     tokenizer = context.tokenizer
@@ -200,36 +233,18 @@ def _classifier_batch(context: MetricContext, scores: Tensor) -> _Perturbed:
     )
 
 
-def _classifier_infidelity(
-    context: MetricContext, scores: Tensor
-) -> Dict[str, MetricValue]:
+def _probability(context: MetricContext) -> Callable[..., Tensor]:
     def probability(*inputs: Tensor) -> Tensor:
         return context.forward(*inputs).float().softmax(-1)  # [rows, C]
 
-    batch = _classifier_batch(context, scores)
-    value = _on_sampled(
-        batch, INFIDELITY_SHARE, lambda rows: _infidelity(rows, probability)
-    )
-    return {"Infidelity": value}
+    return probability
 
 
-def _classifier_sensitivity(
-    context: MetricContext, scores: Tensor
-) -> Dict[str, MetricValue]:
-    method = _method(context)
-
+def _classifier_explain(method: Callable[..., Tensor]) -> Callable[..., Tensor]:
     def explain(input_ids: Tensor, forward_args: Tuple[Any, ...], target: Tensor):
         return method(input_ids, forward_args[0], target, *forward_args[1:])
 
-    batch = _classifier_batch(context, scores)
-    value = _on_sampled(
-        batch, SENSITIVITY_SHARE, lambda rows: _sensitivity(rows, explain)
-    )
-    return {"SensMax": value}
-
-
-register_metric("infidelity", _classifier_infidelity, {"Infidelity": False})
-register_metric("sensitivity_max", _classifier_sensitivity, {"SensMax": False})
+    return explain
 
 
 # ------------------------------------------------------ metrics of generated text
@@ -249,9 +264,7 @@ def _generation_batch(context: GenerationMetricContext, scores: Tensor) -> _Pert
     )
 
 
-def _generation_infidelity(
-    context: GenerationMetricContext, scores: Tensor
-) -> Dict[str, MetricValue]:
+def _log_likelihood(context: GenerationMetricContext) -> Callable[..., Tensor]:
     pad_id = prompt_pad_id(context.tokenizer)
     vocab_size = probe_vocab_size(context.forward, context.input_ids)
 
@@ -260,30 +273,29 @@ def _generation_infidelity(
         logits = context.forward(*joined.model_inputs())  # [rows, P + T - 1, V]
         return joined.target_log_probs(logits).sum(1)  # [rows]
 
-    # [batch, T, P] -> [batch, P]: one ranking for the whole continuation.
-    batch = _generation_batch(context, scores.sum(1))
-    value = _on_sampled(
-        batch, INFIDELITY_SHARE, lambda rows: _infidelity(rows, log_likelihood)
-    )
-    return {"Infidelity": value}
+    return log_likelihood
 
 
-def _generation_sensitivity(
-    context: GenerationMetricContext, scores: Tensor
-) -> Dict[str, MetricValue]:
-    method = _method(context)
-
+def _generation_explain(method: Callable[..., Tensor]) -> Callable[..., Tensor]:
     def explain(prompt_ids: Tensor, forward_args: Tuple[Any, ...], _: Any) -> Tensor:
         return method(prompt_ids, *forward_args)  # [rows, T, P]
 
-    batch = _generation_batch(context, scores)
-    value = _on_sampled(
-        batch, SENSITIVITY_SHARE, lambda rows: _sensitivity(rows, explain)
-    )
-    return {"SensMax": value}
+    return explain
 
 
-register_generation_metric("infidelity", _generation_infidelity, {"Infidelity": False})
-register_generation_metric(
-    "sensitivity_max", _generation_sensitivity, {"SensMax": False}
+_CLASSIFIER = _Kind(
+    _classifier_batch, _probability, lambda scores: scores, _classifier_explain
 )
+# [batch, T, P] -> [batch, P]: one ranking for the whole continuation.
+_GENERATION = _Kind(
+    _generation_batch,
+    _log_likelihood,
+    lambda scores: scores.sum(1),
+    _generation_explain,
+)
+for _kind, _register in (
+    (_CLASSIFIER, register_metric),
+    (_GENERATION, register_generation_metric),
+):
+    _register("infidelity", _infidelity_metric(_kind), {"Infidelity": False})
+    _register("sensitivity_max", _sensitivity_metric(_kind), {"SensMax": False})
