@@ -89,7 +89,7 @@ DEFINITIONS = {
     "SensMax": "Captum's sensitivity_max: the largest relative change "
     "||scores(x') - scores(x)|| / ||scores(x)|| over 3 inputs x' with one "
     "random non-special token replaced (as for Infidelity; the method re-run "
-    "each time); measured on one example in 16, the others left out.",
+    "each time); measured on one example in 32, the others left out.",
 }
 # The columns of a generation task (a causal LM explaining its continuation):
 # every metric is the mean over each example's target tokens y_t.
@@ -130,7 +130,7 @@ GENERATION_DEFINITIONS = {
     "SensMax": "Captum's sensitivity_max: the largest relative change of the "
     "[T, P] scores (Frobenius norm) over 3 prompts with one random "
     "non-special token replaced (as for Infidelity; the method re-run each "
-    "time); measured on one example in 16, the others left out.",
+    "time); measured on one example in 32, the others left out.",
 }
 # The y axis of each metric's per-level curve, and its x axis.
 CURVE_AXES = {

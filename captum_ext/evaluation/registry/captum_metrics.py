@@ -74,7 +74,7 @@ __all__ = [
 INFIDELITY_SAMPLES = 8
 INFIDELITY_SHARE = 4
 SENSITIVITY_SAMPLES = 3
-SENSITIVITY_SHARE = 16
+SENSITIVITY_SHARE = 32
 
 
 def replacement_id(tokenizer: Any) -> int:
