@@ -85,9 +85,9 @@ DEFINITIONS = {
     "the unknown token), "
     "best scaled, and the drop in the explained class's probability when "
     "that subset is replaced; 8 subsets per example, measured on one "
-    "example in 4, the others left out.",
+    "example in 8, the others left out.",
     "SensMax": "Captum's sensitivity_max: the largest relative change "
-    "||scores(x') - scores(x)|| / ||scores(x)|| over 3 inputs x' with one "
+    "||scores(x') - scores(x)|| / ||scores(x)|| over 2 inputs x' with one "
     "random non-special token replaced (as for Infidelity; the method re-run "
     "each time); measured on one example in 32, the others left out.",
 }
@@ -126,9 +126,9 @@ GENERATION_DEFINITIONS = {
     "continuation's log-probability sum_t log p(y_t | prompt, y_<t) when a "
     "random subset of the non-special prompt tokens (each with probability "
     "1/2) is replaced by [MASK], else the unknown token; 8 subsets per "
-    "example, measured on one example in 4, the others left out.",
+    "example, measured on one example in 8, the others left out.",
     "SensMax": "Captum's sensitivity_max: the largest relative change of the "
-    "[T, P] scores (Frobenius norm) over 3 prompts with one random "
+    "[T, P] scores (Frobenius norm) over 2 prompts with one random "
     "non-special token replaced (as for Infidelity; the method re-run each "
     "time); measured on one example in 32, the others left out.",
 }

@@ -72,8 +72,8 @@ __all__ = [
 # docstring): infidelity costs a forward pass per draw, sensitivity-max a run
 # of the method.
 INFIDELITY_SAMPLES = 8
-INFIDELITY_SHARE = 4
-SENSITIVITY_SAMPLES = 3
+INFIDELITY_SHARE = 8
+SENSITIVITY_SAMPLES = 2
 SENSITIVITY_SHARE = 32
 
 

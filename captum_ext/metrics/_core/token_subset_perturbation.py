@@ -28,8 +28,8 @@ class TokenSubsetPerturbation:
     compares :math:`\sum_i \Phi_i I_i`, the attributions of the replaced
     tokens, with :math:`f(x) - f(\tilde{x})` (Yeh et al., "On the (In)fidelity
     and Sensitivity of Explanations", NeurIPS 2019,
-    https://arxiv.org/abs/1901.09392, Sec. 2.3: binary perturbations for
-    attributions that factor in the input); sensitivity_max compares the
+    https://arxiv.org/abs/1901.09392: binary perturbations for attributions
+    that factor in the input); sensitivity_max compares the
     explanations of :math:`x` and :math:`\tilde{x}`.
 
     A token is perturbable unless it is ``tokens.pad_token_id`` or one of
@@ -44,8 +44,9 @@ class TokenSubsetPerturbation:
     its padding and batch. :math:`j` counts the calls in which this object
     met the row (Captum's metrics call ``perturb_func`` on each example
     repeated ``n_perturb_samples`` times, in chunks of
-    ``max_examples_per_batch``): use one object per metric call for values
-    that do not depend on earlier calls.
+    ``max_examples_per_batch``; identical rows take successive draws): use
+    one object per metric call for values that do not depend on earlier
+    calls.
 
     Args:
 
