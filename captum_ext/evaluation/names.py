@@ -7,6 +7,7 @@ import when its entries and these names differ."""
 from typing import Collection, List, Optional, Sequence
 
 __all__ = [
+    "CAPTUM_METRIC_NAMES",
     "GENERATION_METHOD_CHOICES",
     "GENERATION_METHOD_NAMES",
     "GENERATION_METRIC_NAMES",
@@ -73,9 +74,23 @@ VARIANT_METHOD_NAMES = (
 # What --methods accepts: every method, and for generated text the variants.
 METHOD_CHOICES = METHOD_NAMES + VARIANT_METHOD_NAMES
 GENERATION_METHOD_CHOICES = GENERATION_METHOD_NAMES + VARIANT_METHOD_NAMES
-METRIC_NAMES = ("aopc", "log_odds", "kendall_tau", "hiding_revealing", "sufficiency")
+# Captum's own metrics (captum.metrics) come last, in both lists.
+CAPTUM_METRIC_NAMES = ("infidelity", "sensitivity_max")
+METRIC_NAMES = (
+    "aopc",
+    "log_odds",
+    "kendall_tau",
+    "hiding_revealing",
+    "sufficiency",
+) + CAPTUM_METRIC_NAMES
 # The metrics of explanations of generated text (the generation benchmark).
-GENERATION_METRIC_NAMES = ("aopc", "sufficiency", "log_odds", "soft_nc", "soft_ns")
+GENERATION_METRIC_NAMES = (
+    "aopc",
+    "sufficiency",
+    "log_odds",
+    "soft_nc",
+    "soft_ns",
+) + CAPTUM_METRIC_NAMES
 
 
 def check_names(

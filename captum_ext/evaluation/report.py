@@ -79,6 +79,17 @@ DEFINITIONS = {
     "Sufficiency": "the drop in the explained class's probability when only "
     "the top-ranked tokens are kept, averaged over keeping 10 %, ..., 100 % "
     "of the real tokens.",
+    "Infidelity": "Captum's infidelity (Yeh et al. 2019, normalize=True): the "
+    "mean squared error between the scores of a random subset of the "
+    "non-special tokens (each with probability 1/2, replaced by [MASK], else "
+    "the unknown token), "
+    "best scaled, and the drop in the explained class's probability when "
+    "that subset is replaced; 8 subsets per example, measured on one "
+    "example in 8, the others left out.",
+    "SensMax": "Captum's sensitivity_max: the largest relative change "
+    "||scores(x') - scores(x)|| / ||scores(x)|| over 2 inputs x' with one "
+    "random non-special token replaced (as for Infidelity; the method re-run "
+    "each time); measured on one example in 32, the others left out.",
 }
 # The columns of a generation task (a causal LM explaining its continuation):
 # every metric is the mean over each example's target tokens y_t.
@@ -110,6 +121,16 @@ GENERATION_DEFINITIONS = {
     "Soft-NS": "normalised soft sufficiency (Zhao & Aletras 2023): elements "
     "kept with probability the token's normalised score, 1 - the drop in "
     "p(y_t), normalised by the empty prompt's sufficiency.",
+    "Infidelity": "Captum's infidelity (Yeh et al. 2019, normalize=True) of "
+    "the scores summed over target tokens against the drop in the "
+    "continuation's log-probability sum_t log p(y_t | prompt, y_<t) when a "
+    "random subset of the non-special prompt tokens (each with probability "
+    "1/2) is replaced by [MASK], else the unknown token; 8 subsets per "
+    "example, measured on one example in 8, the others left out.",
+    "SensMax": "Captum's sensitivity_max: the largest relative change of the "
+    "[T, P] scores (Frobenius norm) over 2 prompts with one random "
+    "non-special token replaced (as for Infidelity; the method re-run each "
+    "time); measured on one example in 32, the others left out.",
 }
 # The y axis of each metric's per-level curve, and its x axis.
 CURVE_AXES = {

@@ -8,7 +8,10 @@ text: :func:`generation_aopc`, :func:`generation_sufficiency`,
 :func:`generation_log_odds`, :func:`generation_soft_nc`,
 :func:`generation_soft_ns`. Class sensitivity:
 :func:`kendall_tau`, :func:`token_overlap`. Plausibility against known evidence:
-:func:`average_precision`, :func:`dot_product`. Each has one clean default,
+:func:`average_precision`, :func:`dot_product`. Captum's own
+:func:`captum.metrics.infidelity` and :func:`captum.metrics.sensitivity_max`
+run on token ids with :class:`TokenSubsetPerturbation` as their
+``perturb_func``. Each has one clean default,
 documented in its docstring, and presets reproducing the papers' protocols
 (``preset="attcat"``, ``"normxlogit"``, ``"decoded"``, ``"ferret"``), all in
 one typed table (:func:`get_protocol`). The tokenizer's ids go in one
@@ -186,6 +189,7 @@ from captum_ext.metrics._core.kendall_tau import kendall_tau
 from captum_ext.metrics._core.log_odds import log_odds
 from captum_ext.metrics._core.sufficiency import sufficiency
 from captum_ext.metrics._core.token_overlap import token_overlap
+from captum_ext.metrics._core.token_subset_perturbation import TokenSubsetPerturbation
 from captum_ext.metrics._utils.generation_results import GenerationMetricResult
 from captum_ext.metrics._utils.inputs import TokenOptions
 from captum_ext.metrics._utils.protocols import (
@@ -207,6 +211,7 @@ __all__ = [
     "PerturbationProtocol",
     "TokenOptions",
     "TokenOverlapResult",
+    "TokenSubsetPerturbation",
     "aopc",
     "average_precision",
     "dot_product",

@@ -25,9 +25,19 @@ def test_registries_hold_the_new_methods_and_captum_baselines():
         assert METHODS[name].family == "baseline"
     assert [n for n, s in METHODS.items() if s.needs_decoders] == ["Decoded Grad-CAM"]
     names = ["aopc", "log_odds", "kendall_tau", "hiding_revealing", "sufficiency"]
+    names += ["infidelity", "sensitivity_max"]  # Captum's own
     assert list(METRICS) == names
     columns = [c for name in names for c in METRICS[name].columns]
-    assert columns == ["AOPC", "LOdds", "Kendall-tau", "Hide", "Reveal", "Sufficiency"]
+    assert columns == [
+        "AOPC",
+        "LOdds",
+        "Kendall-tau",
+        "Hide",
+        "Reveal",
+        "Sufficiency",
+        "Infidelity",
+        "SensMax",
+    ]
 
 
 @pytest.mark.usefixtures("no_decoder_fitting")

@@ -301,6 +301,8 @@ def _score_batch(
         batch.attention_mask,
         batch.target,
         TokenOptions.from_tokenizer(run.tokenizer),
+        explain,
+        run.tokenizer,
     )
     # Special tokens (BOS, ...) compete for no place, as no metric ranks them.
     special = context.tokens.special_token_ids or ()

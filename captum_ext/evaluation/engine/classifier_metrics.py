@@ -127,6 +127,7 @@ def metric_values(
         other_classes,
         batch.token_type_ids,
         labels,
+        explain,
     )
     for metric in metrics:
         yield from metric.compute(context, scores).items()

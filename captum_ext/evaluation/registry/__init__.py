@@ -39,6 +39,12 @@ from captum_ext.evaluation.registry.captum_baselines import (
     IG_ROWS,
     IG_STEPS,
 )
+from captum_ext.evaluation.registry.captum_metrics import (
+    INFIDELITY_SAMPLES,
+    INFIDELITY_SHARE,
+    SENSITIVITY_SAMPLES,
+    SENSITIVITY_SHARE,
+)
 from captum_ext.evaluation.registry.methods import (
     decoded_layer,
     decoders_for,
@@ -65,6 +71,10 @@ from captum_ext.evaluation.registry.metrics import (
 __all__ = [
     "ABLATION_ROWS",
     "GENERATION_METRICS",
+    "INFIDELITY_SAMPLES",
+    "INFIDELITY_SHARE",
+    "SENSITIVITY_SAMPLES",
+    "SENSITIVITY_SHARE",
     "GenerationFn",
     "GenerationMetricContext",
     "GenerationMetricSpec",

@@ -52,8 +52,10 @@ METRIC_ROWS = 128
 # ---------------------------------------------------------------- classifiers
 @dataclass
 class MetricContext:
-    r"""What a metric gets besides the scores: one padded batch and a way to
-    explain other classes (Kendall-tau needs them)."""
+    r"""What a metric gets besides the scores: one padded batch, a way to
+    explain other classes (Kendall-tau needs them) and the method itself
+    (``method(input_ids, attention_mask, target, token_type_ids)``, which
+    sensitivity_max re-runs on perturbed inputs)."""
 
     forward: Callable[..., Tensor]
     input_ids: Tensor  # [batch, pos]
@@ -63,6 +65,7 @@ class MetricContext:
     explain: Callable[[Tensor], Tensor]
     token_type_ids: Optional[Tensor] = None  # [batch, pos], text pairs only
     labels: Optional[Tensor] = None  # [batch] gold labels, when the data has them
+    method: Optional[Callable[..., Tensor]] = None
 
     @property
     def batch(self) -> TokenBatch:
@@ -181,13 +184,17 @@ register_metric(
 @dataclass
 class GenerationMetricContext:
     r"""What a metric of generated text gets besides the scores ``[batch, T,
-    P]``: the prompts, their continuations and the causal LM's forward pass."""
+    P]``: the prompts, their continuations, the causal LM's forward pass and
+    the method itself (``method(prompt_ids, attention_mask, target_ids)``,
+    which sensitivity_max re-runs on perturbed prompts) and the tokenizer."""
 
     forward: Callable[..., Tensor]  # causal_lm_forward(model)
     input_ids: Tensor  # [batch, P], left-padded prompts
     attention_mask: Tensor  # [batch, P]
     target: Tensor  # [batch, T], right-padded with -100
     tokens: TokenOptions  # the special ids: never perturbed
+    method: Optional[Callable[..., Tensor]] = None
+    tokenizer: Any = None
 
 
 GenerationMetricCompute = Callable[

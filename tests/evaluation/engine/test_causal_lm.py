@@ -184,6 +184,8 @@ def test_columns_directions_and_ranking(result: BenchmarkResult) -> None:
         "LOdds": False,
         "Soft-NC": True,
         "Soft-NS": True,
+        "Infidelity": False,
+        "SensMax": False,
     }
     assert result.task_columns("tiny") == list(result.metrics)
     top1 = [row.metrics["Evidence@1"] for row in result.rows]
@@ -350,7 +352,15 @@ def test_a_classifier_is_refused(lm: LM) -> None:
 def test_registry_metric_names_are_the_cli_names() -> None:
     assert tuple(GENERATION_METRICS) == GENERATION_METRIC_NAMES
     columns = [c for spec in GENERATION_METRICS.values() for c in spec.columns]
-    assert columns == ["AOPC", "Sufficiency", "LOdds", "Soft-NC", "Soft-NS"]
+    assert columns == [
+        "AOPC",
+        "Sufficiency",
+        "LOdds",
+        "Soft-NC",
+        "Soft-NS",
+        "Infidelity",
+        "SensMax",
+    ]
 
 
 def test_combined_with_a_classifier_each_task_keeps_its_table(

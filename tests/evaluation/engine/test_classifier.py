@@ -13,6 +13,7 @@ from captum_ext.attr import AttCAT
 from captum_ext.evaluation import engine, registry
 from captum_ext.evaluation.engine import benchmark, classifier
 from captum_ext.evaluation.registry import (
+    captum_metrics,
     METHODS,
     MethodSpec,
     METRICS,
@@ -47,7 +48,10 @@ def run(data=None, **kwargs):
 
 @pytest.fixture(scope="module")
 def full_result():
-    with embedding_decoders_in_registry():  # module scope: no function fixture
+    # module scope: no function fixture; sensitivity-max on every example
+    with embedding_decoders_in_registry(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(captum_metrics, "SENSITIVITY_SHARE", 1)
+        patch.setattr(captum_metrics, "INFIDELITY_SHARE", 1)
         return run(batch_size=4)
 
 
