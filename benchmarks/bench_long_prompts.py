@@ -59,8 +59,9 @@ have passed; the peaks are above what the process held before each call
 (``torch.cuda.set_per_process_memory_fraction``: an 80 GB card's 78 GiB on a
 larger one).
 
-CAT's target steps per backward pass: its default chooses by device (one per
-pass on a CPU, up to 16 batched on an accelerator); the row "CAT, 1 target
+CAT's target steps per backward pass: its default chooses by device and
+length (one per pass on a CPU and past 4,096 tokens, up to 16 batched on
+shorter prompts on an accelerator); the row "CAT, 1 target
 per backward" (shown by default on an accelerator) and "CAT, targets batched"
 (all T in one pass batched over the targets, ``is_grads_batched``) measure
 either choice on any device when named in ``--methods``.
