@@ -3,8 +3,8 @@ r"""Runs a benchmark command and keeps its results for the docs: copies the
 ``results.csv`` it wrote into ``docs/results/NAME/`` beside ``run.json``, which
 holds the command, the commit, the date, the machine (CPU, cores, load average
 before and after, torch's version), the wall time, the peak resident memory of
-the command's processes and the lines it printed first (its estimate) and last
-(its total). :mod:`benchmarks.render_tables` renders the docs' tables from
+the command's processes, and the estimate and the total ``captum-ext benchmark``
+prints first and last. :mod:`benchmarks.render_tables` renders the docs' tables from
 these files.
 
 Usage: ``python -m benchmarks.record_run NAME --out DIR -- COMMAND ...``
@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -57,14 +58,18 @@ def machine() -> Dict[str, Any]:
 
 
 def run(command: List[str]) -> Dict[str, Any]:
-    r"""Runs ``command``, echoing its stderr; what it took and printed."""
+    r"""Runs ``command``, echoing what it prints; what it took, its estimate
+    (the first line starting ``estimate:``) and its total (the last line
+    starting ``total``)."""
     load = os.getloadavg()
     start = time.perf_counter()
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    assert process.stderr is not None
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert process.stdout is not None
     printed = []
-    for line in process.stderr:
-        sys.stderr.write(line)
+    for line in process.stdout:
+        sys.stdout.write(line)
         printed.append(line.rstrip("\n"))
     code = process.wait()
     wall = time.perf_counter() - start
@@ -77,22 +82,23 @@ def run(command: List[str]) -> Dict[str, Any]:
         "peak_rss_bytes": peak,
         "load_average_before": [round(x, 2) for x in load],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "first_line": printed[0] if printed else "",
-        "last_line": printed[-1] if printed else "",
+        "estimate": next((x for x in printed if x.startswith("estimate:")), ""),
+        "total": next((x for x in reversed(printed) if x.startswith("total")), ""),
     }
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("name", help="the run's directory in docs/results/")
     parser.add_argument("--out", type=Path, required=True, help="its results dir")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ...")
-    args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
         parser.error("give the command after --")
+    split = argv.index("--")
+    args = parser.parse_args(argv[:split])
+    command = argv[split + 1 :]
     record = {
-        "command": " ".join(command),
+        "command": shlex.join(command),
         "commit": _git("rev-parse", "HEAD"),
         "uncommitted_changes": bool(_git("status", "--porcelain", "--", "captum_ext")),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(

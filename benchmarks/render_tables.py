@@ -94,8 +94,8 @@ def _lines(titles: List[str], body: List[List[str]], markdown: bool) -> List[str
 
 
 def run_lines(name: str, markdown: bool) -> List[str]:
-    r"""What ``run.json`` records: the command, its wall time, its first and
-    last lines (the estimate and the total), its peak memory, the load
+    r"""What ``run.json`` records: the command, its wall time, the estimate
+    and the total it printed, its peak memory, the load
     average around it and where and when it ran."""
     run = read_run(name)
     machine: Dict[str, object] = run["machine"]  # type: ignore
@@ -105,8 +105,8 @@ def run_lines(name: str, markdown: bool) -> List[str]:
     body = [
         ["command", str(run["command"])],
         ["wall time", f"{minutes} min {seconds:02d} s"],
-        ["printed first", str(run["first_line"])],
-        ["printed last", str(run["last_line"])],
+        ["its estimate (printed first)", str(run["estimate"])],
+        ["its total (printed last)", str(run["total"])],
         ["peak resident memory", f"{peak / 2**30:.2f} GiB"],
         ["load average (1, 5, 15 min) before, after", f"{load[0]}, {load[1]}"],
         [

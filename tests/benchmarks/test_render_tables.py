@@ -3,6 +3,7 @@ committed results file (``python -m benchmarks.render_tables``), and each
 results file says which command, commit, date and machine produced it."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,34 @@ def test_a_missing_end_marker_or_task_is_an_error(
     page.write_text(MARKDOWN.replace("task=sentiment", "task=flags"))
     with pytest.raises(ValueError, match="no task 'flags'"):
         render_tables.rendered(page)
+
+
+def test_record_run_keeps_the_results_and_what_the_command_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from benchmarks import record_run
+
+    out = tmp_path / "out"
+    script = (
+        "import json, pathlib, sys; out = pathlib.Path(sys.argv[1]); out.mkdir();"
+        f"(out / 'results.csv').write_text({CSV!r});"
+        "(out / 'results.json').write_text(json.dumps({'metrics': "
+        "{'AOPC': {'higher_is_better': True}}}));"
+        "print('pip: a warning', file=sys.stderr); print('estimate: about 2 s');"
+        "print('total 1 s'); print('a last line')"
+    )
+    monkeypatch.setattr(record_run, "RESULTS", tmp_path / "results")
+    argv = ["demo", "--out", str(out), "--", sys.executable, "-c", script, str(out)]
+    assert record_run.main(argv) == 0
+    assert "estimate: about 2 s" in capsys.readouterr().out  # echoed
+    run = tmp_path / "results" / "demo"
+    assert (run / "results.csv").read_text() == CSV
+    record = json.loads((run / "run.json").read_text())
+    assert record["command"].startswith(sys.executable) and len(record["commit"]) == 40
+    assert (record["estimate"], record["total"]) == ("estimate: about 2 s", "total 1 s")
+    assert record["higher_is_better"] == {"AOPC": True, "time_ratio": False}
+    assert record["peak_rss_bytes"] > 2**20 and record["wall_seconds"] > 0
+    assert record["machine"]["cores"] >= 1
+    failing = ["demo", "--out", str(out), "--", sys.executable, "-c", "exit(3)"]
+    with pytest.raises(SystemExit, match="exited with 3"):
+        record_run.main(failing)
