@@ -295,7 +295,7 @@ def test_benchmark_tasks_default_to_the_first_run_and_full_to_all():
     assert BENCHMARK_TASKS == BUILT_IN_TASKS == built_in
     default = parse_command(["benchmark"]).options
     assert default.built_in_tasks() == ["sentiment", "recall", "flags"]
-    assert default.examples() == 32
+    assert default.examples() == 16
     full = parse_command(["benchmark", "--full"]).options
     assert (full.built_in_tasks(), full.examples()) == (list(BUILT_IN_TASKS), 64)
     # Given flags win over --full's.

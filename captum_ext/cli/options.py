@@ -59,7 +59,7 @@ BENCHMARK_TASKS = TASKS + ("recall", "recall_long", "flags")
 # cores (evaluation/tasks.py adds up the measured pieces); --full runs every
 # task at FULL_N.
 DEFAULT_TASKS = ("sentiment", "recall", "flags")
-DEFAULT_N = 32
+DEFAULT_N = 16
 FULL_N = 64
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 
@@ -313,8 +313,7 @@ class BenchmarkCommand(JobCommand):
     full: bool = option(
         False,
         action="store_true",
-        help=f"the full run: every built-in task at --n {FULL_N} (about three "
-        "times the default run's time)",
+        help=f"the full run: every built-in task at --n {FULL_N}",
     )
     out: Path = option(
         Path("benchmark_results"),
