@@ -62,7 +62,8 @@ def read_rows(run: str, task: str) -> List[Dict[str, str]]:
 
 
 def cell(row: Dict[str, str], column: str) -> str:
-    r"""A metric mean to 3 decimals, the time ratio to 1; ``n/a`` where the
+    r"""A metric mean to 3 decimals, the time ratio to 1 (⚠ where the
+    benchmark flagged its timing); ``n/a`` where the
     benchmark wrote NaN or the metric does not apply (Kendall-τ of a
     class-agnostic method)."""
     if column not in row:
@@ -72,7 +73,10 @@ def cell(row: Dict[str, str], column: str) -> str:
         return "n/a"
     if column.startswith("Kendall") and row.get("class_agnostic") == "True":
         return "n/a"
-    return f"{float(text):.1f}" if column == TIME else f"{float(text):.3f}"
+    if column != TIME:
+        return f"{float(text):.3f}"
+    # The benchmark flags a ratio below 0.9 or repetitions far apart.
+    return ("⚠ " if row.get("timing_suspect") == "True" else "") + f"{float(text):.1f}"
 
 
 def header(column: str, directions: Dict[str, bool]) -> str:

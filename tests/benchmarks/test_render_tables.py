@@ -10,10 +10,10 @@ import pytest
 from benchmarks import render_tables
 
 CSV = (
-    "task,method,family,n,AOPC,Kendall-tau,class_agnostic,time_ratio\n"
-    "sentiment,AttCAT,captum_ext,32,0.61234,0.25,False,3.46\n"
-    "sentiment,LogAt,captum_ext,32,0.5,1.0,True,1.04\n"
-    "recall,AttCAT,captum_ext,32,0.9,nan,False,3.5\n"
+    "task,method,family,n,AOPC,Kendall-tau,class_agnostic,time_ratio,timing_suspect\n"
+    "sentiment,AttCAT,captum_ext,32,0.61234,0.25,False,3.46,False\n"
+    "sentiment,LogAt,captum_ext,32,0.5,1.0,True,0.04,True\n"
+    "recall,AttCAT,captum_ext,32,0.9,nan,False,3.5,False\n"
 )
 RUN = {
     "command": "captum-ext benchmark",
@@ -69,7 +69,7 @@ def test_a_markdown_table_is_rendered_from_its_rows(
         "|---|---:|---:|---:|",
         "| AttCAT | 0.612 | 0.250 | 3.5 |",
         # Kendall-τ of a class-agnostic method is not a measurement.
-        "| LogAt | 0.500 | n/a | 1.0 |",
+        "| LogAt | 0.500 | n/a | ⚠ 0.0 |",  # a timing the benchmark flagged
         "",
         "`captum-ext benchmark`, 32 examples (docs/results/demo: its commit, "
         "date and machine in run.json)",
