@@ -119,7 +119,7 @@ def run_lines(name: str, markdown: bool) -> List[str]:
         ],
         ["commit, date", f"{run['commit']}, {run['date']}"],
     ]
-    return _lines(["", name], body, markdown)
+    return _lines(["run", name], body, markdown)
 
 
 def render(table: Table) -> List[str]:
