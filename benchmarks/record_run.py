@@ -2,7 +2,7 @@
 r"""Runs a benchmark command and keeps its results for the docs: copies the
 ``results.csv`` it wrote into ``docs/results/NAME/`` beside ``run.json``, which
 holds the command, the commit, the date, the machine (CPU, cores, load average
-before and after, torch's version), the wall time, the peak resident memory of
+before and after, torch's version), the wall and CPU time, the peak resident memory of
 the command's processes, and the estimate and the total ``captum-ext benchmark``
 prints first and last. :mod:`benchmarks.render_tables` renders the docs' tables from
 these files.
@@ -76,9 +76,11 @@ def run(command: List[str]) -> Dict[str, Any]:
     if code != 0:
         raise SystemExit(f"the command exited with {code}")
     # ru_maxrss: KiB on Linux, the largest of the waited-for processes.
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak = usage.ru_maxrss * 1024
     return {
         "wall_seconds": round(wall, 1),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
         "peak_rss_bytes": peak,
         "load_average_before": [round(x, 2) for x in load],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],

@@ -106,9 +106,12 @@ def run_lines(name: str, markdown: bool) -> List[str]:
     minutes, seconds = divmod(round(float(run["wall_seconds"])), 60)  # type: ignore
     load = run["load_average_before"], run["load_average_after"]
     peak = int(run["peak_rss_bytes"])  # type: ignore
+    cpu = run.get("cpu_seconds")
     body = [
         ["command", str(run["command"])],
         ["wall time", f"{minutes} min {seconds:02d} s"],
+        # CPU seconds of every process (older runs did not record them).
+        ["CPU time", f"{cpu} s" if cpu is not None else "not recorded"],
         ["its estimate (printed first)", str(run["estimate"])],
         ["its total (printed last)", str(run["total"])],
         ["peak resident memory", f"{peak / 2**30:.2f} GiB"],

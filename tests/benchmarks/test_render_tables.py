@@ -132,6 +132,7 @@ def test_record_run_keeps_the_results_and_what_the_command_printed(
     assert (record["estimate"], record["total"]) == ("estimate: about 2 s", "total 1 s")
     assert record["higher_is_better"] == {"AOPC": True, "time_ratio": False}
     assert record["peak_rss_bytes"] > 2**20 and record["wall_seconds"] > 0
+    assert record["cpu_seconds"] >= 0
     assert record["machine"]["cores"] >= 1
     failing = ["demo", "--out", str(out), "--", sys.executable, "-c", "exit(3)"]
     with pytest.raises(SystemExit, match="exited with 3"):
