@@ -211,6 +211,7 @@ def test_benchmark_command_on_the_default_models_equals_the_python_api(tmp_path)
     out = tmp_path / "bench"
     result = run_cli(
         "benchmark",
+        "--full",
         "--n",
         "4",
         "--methods",

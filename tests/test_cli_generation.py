@@ -286,14 +286,26 @@ def test_benchmark_prompt_column_needs_your_model(tmp_path, capsys):
     one_line_error(capsys, code, "--prompt-column applies to your causal LM")
 
 
-def test_benchmark_tasks_default_to_the_built_in_ones():
+def test_benchmark_tasks_default_to_the_first_run_and_full_to_all():
     from captum_ext.cli.options import BENCHMARK_TASKS
-    from captum_ext.cli.parser import build_parser as _parser
+    from captum_ext.cli.parser import parse_command
     from captum_ext.evaluation.tasks import BUILT_IN_TASKS
 
     built_in = ("sentiment", "source", "recall", "recall_long", "flags")
     assert BENCHMARK_TASKS == BUILT_IN_TASKS == built_in
-    assert _parser().parse_args(["benchmark"]).tasks == list(BUILT_IN_TASKS)
+    default = parse_command(["benchmark"]).options
+    assert default.built_in_tasks() == ["sentiment", "recall", "flags"]
+    assert default.examples() == 16
+    full = parse_command(["benchmark", "--full"]).options
+    assert (full.built_in_tasks(), full.examples()) == (list(BUILT_IN_TASKS), 64)
+    # Given flags win over --full's.
+    chosen = parse_command(["benchmark", "--full", "--tasks", "flags", "--n", "8"])
+    assert (chosen.options.built_in_tasks(), chosen.options.examples()) == (
+        ["flags"],
+        8,
+    )
+    limited = parse_command(["benchmark", "--n", "8", "--limit", "4"]).options
+    assert limited.examples() == 4
 
 
 def test_benchmark_tasks_recall_runs_the_default_generator(

@@ -9,7 +9,7 @@ included) >= 0.98, mean top-3 overlap >= 0.95, no NaN/inf, and
 float32 model, so the difference is the rankings' alone). The decoded methods use
 the fitted decoders of the train split (cached with the default model), cast to
 bfloat16 for the bfloat16 model. Run with ``-s`` to print the table
-(docs/guide/measured.rst).
+(docs/measured.rst).
 
 To stay fast on two cores, the snippets run in :data:`BUCKETS` batches of
 similar length, and AOPC is evaluated only on the examples whose two score

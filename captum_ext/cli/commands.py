@@ -236,7 +236,7 @@ def _run_benchmark(options: BenchmarkCommand) -> Any:
         from captum_ext.evaluation.tasks import run_default_tasks
 
         built_in = job_options(BenchmarkOptions, options)
-        return run_default_tasks(options.limit or options.n, options.tasks, built_in)
+        return run_default_tasks(options.examples(), options.built_in_tasks(), built_in)
     task = Path(options.model).name or "data"
     if options.prompt_column is not None:
         from captum_ext.evaluation.engine.causal_lm import run_generation_benchmark
@@ -274,9 +274,8 @@ def benchmark(options: BenchmarkCommand) -> int:
     if options.model is None and _main_rank():
         from captum_ext.evaluation.tasks import first_run_estimate
 
-        estimate = first_run_estimate(options.tasks)
-        if estimate:
-            print(estimate, file=sys.stderr, flush=True)
+        estimate = first_run_estimate(options.built_in_tasks(), options.examples())
+        print(estimate, file=sys.stderr, flush=True)
     start = time.perf_counter()
     # One process group for all tasks (each benchmark call joins this one).
     with distributed_context(options.device) as ctx:

@@ -51,6 +51,7 @@ __all__ = [
     "GENERATION_TASK",
     "GENERATION_TASKS",
     "benchmark_default_tasks",
+    "benchmark_seconds",
     "default_decoder_texts",
     "default_task",
     "first_run_estimate",
@@ -72,12 +73,14 @@ GENERATION_TASKS: Dict[str, Tuple[GeneratorRecipe, Optional[int]]] = {
 BUILT_IN_TASKS = TASKS + tuple(GENERATION_TASKS)
 
 
-# Seconds each one-time piece took in the README's first command on a clean
-# clone, idle 2-core CPU (docs/guide/measured.rst, 2026-11-25; the two later
-# generators: their training's CPU seconds, recall_long's measured 2026-11-26
-# with its evaluation every 250 steps), and the
-# benchmark of each task at the default --n 64 (the first three tasks: 531 s
-# together in that run; recall_long: 381 s for its 16 prompts, busy machine).
+# The first run's pieces on an idle 2-core CPU. Preparation: each one-time
+# piece's seconds in a fresh clone's first run (recall_long's and flags': their
+# training's CPU seconds). Benchmark: each task's seconds per example, its
+# model's loading included, from a run of the task on its own (sentiment: 32
+# examples; its wall time on a loaded machine scaled by the fine-tuning's in
+# the same run against the idle figure above; the generation tasks and source
+# from earlier runs of them; recall_long runs 16 prompts at most).
+# docs/measurements.rst gives the first run these add up to.
 PREPARATION_SECONDS = {
     "sentiment": 222.0,
     "source": 30.0,
@@ -86,7 +89,13 @@ PREPARATION_SECONDS = {
     "recall_long": 222.0,
     "flags": 11.0,
 }
-BENCHMARK_SECONDS = 531.0 + 381.0
+BENCHMARK_SECONDS_PER_EXAMPLE = {
+    "sentiment": 8.0,
+    "source": 6.5,
+    GENERATION_TASK: 2.0,
+    "recall_long": 40.0,
+    "flags": 2.0,
+}
 
 
 def _missing(tasks: Sequence[str]) -> List[str]:
@@ -107,20 +116,33 @@ def _missing(tasks: Sequence[str]) -> List[str]:
     return [piece for piece in wanted if not cached[piece]]
 
 
-def first_run_estimate(tasks: Sequence[str]) -> Optional[str]:
-    r"""What the run will take when the default models of ``tasks`` are not
-    cached yet, added up from the measured pieces (:data:`PREPARATION_SECONDS`,
-    :data:`BENCHMARK_SECONDS`); None when everything is cached."""
+def benchmark_seconds(tasks: Sequence[str], n: int) -> float:
+    r"""The benchmark's seconds for ``tasks`` at ``n`` examples each (fewer
+    where a task caps them), from :data:`BENCHMARK_SECONDS_PER_EXAMPLE`."""
+    return sum(
+        BENCHMARK_SECONDS_PER_EXAMPLE[task]
+        * min(n, GENERATION_TASKS.get(task, (None, None))[1] or n)
+        for task in tasks
+    )
+
+
+def first_run_estimate(tasks: Sequence[str], n: int) -> str:
+    r"""What the run of ``tasks`` at ``n`` examples will take, added up from
+    the measured pieces (:data:`PREPARATION_SECONDS` for the default models
+    the cache lacks, :func:`benchmark_seconds`)."""
     missing = _missing(tasks)
-    if not missing:
-        return None
+    bench = benchmark_seconds(tasks, n)
+    total = sum(PREPARATION_SECONDS[p] for p in missing) + bench
     pieces = ", ".join(f"{p} {duration(PREPARATION_SECONDS[p])}" for p in missing)
-    total = sum(PREPARATION_SECONDS[p] for p in missing) + BENCHMARK_SECONDS
+    preparing = (
+        f"preparing the default models once ({pieces}), then "
+        if missing
+        else f"the models cached in {cache_root()}, "
+    )
     return (
-        f"first run: preparing the default models once ({pieces}), then the "
-        f"benchmark (about {duration(BENCHMARK_SECONDS)} at --n 64): about "
-        f"{duration(total)} in all on an idle 2-core CPU, longer on a busy "
-        f"one; later runs reuse the models cached in {cache_root()}"
+        f"estimate: {preparing}the benchmark of {' '.join(tasks)} at --n {n} "
+        f"(about {duration(bench)}): about {duration(total)} in all on an idle "
+        "2-core CPU, longer on a busy one"
     )
 
 

@@ -201,15 +201,31 @@ def test_the_first_run_is_estimated_from_the_measured_pieces(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CAPTUM_EXT_CACHE", str(tmp_path))
-    estimate = tasks.first_run_estimate(["sentiment", "recall"])
+    estimate = tasks.first_run_estimate(["sentiment", "recall"], 32)
     pieces = tasks.PREPARATION_SECONDS
-    total = pieces["sentiment"] + pieces["decoders"] + pieces["recall"]
-    total += tasks.BENCHMARK_SECONDS
-    assert estimate is not None and "sentiment 3 min 42 s" in estimate
-    assert "recall 2 min 35 s" in estimate and "source" not in estimate
-    assert f"about {duration(total)} in all" in estimate and str(tmp_path) in estimate
+    per_example = tasks.BENCHMARK_SECONDS_PER_EXAMPLE
+    bench = 32 * (per_example["sentiment"] + per_example["recall"])
+    total = pieces["sentiment"] + pieces["decoders"] + pieces["recall"] + bench
+    assert f"sentiment {duration(pieces['sentiment'])}" in estimate
+    assert f"recall {duration(pieces['recall'])}" in estimate
+    assert "source" not in estimate
+    assert f"(about {duration(bench)})" in estimate
+    assert f"about {duration(total)} in all" in estimate
     for name in ("default-sentiment-v1", "fitted-decoder-v1-x", generator_cache_name()):
         (tmp_path / name).mkdir()
-    assert tasks.first_run_estimate(["sentiment", "recall"]) is None
-    source = tasks.first_run_estimate(["source"])
-    assert source is not None and "source 30 s" in source
+    cached = tasks.first_run_estimate(["sentiment", "recall"], 32)
+    assert "preparing" not in cached and str(tmp_path) in cached
+    assert f"about {duration(bench)} in all" in cached
+    source = tasks.first_run_estimate(["source"], 8)
+    assert f"source {duration(pieces['source'])}" in source
+
+
+def test_the_benchmark_estimate_scales_with_n_up_to_a_task_s_cap() -> None:
+    per_example = tasks.BENCHMARK_SECONDS_PER_EXAMPLE
+    assert tasks.benchmark_seconds(["flags"], 10) == 10 * per_example["flags"]
+    # recall_long runs 16 prompts at most, whatever n.
+    assert (
+        tasks.benchmark_seconds(["recall_long"], 64) == 16 * per_example["recall_long"]
+    )
+    both = tasks.benchmark_seconds(["flags", "recall_long"], 8)
+    assert both == 8 * (per_example["flags"] + per_example["recall_long"])

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+r"""Runs a benchmark command and keeps its results for the docs: copies the
+``results.csv`` it wrote into ``docs/results/NAME/`` beside ``run.json``, which
+holds the command, the commit, the date, the machine (CPU, cores, load average
+before and after, torch's version), the wall and CPU time, the peak resident memory of
+the command's processes, and the estimate and the total ``captum-ext benchmark``
+prints first and last. :mod:`benchmarks.render_tables` renders the docs' tables from
+these files.
+
+Usage: ``python -m benchmarks.record_run NAME --out DIR -- COMMAND ...``
+(``DIR``: where the command writes its results, e.g. its ``--out``).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+from benchmarks.render_tables import RESULTS, ROOT
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def _cpu() -> str:
+    r"""The CPU's model name (Linux), else the platform's processor."""
+    info = Path("/proc/cpuinfo")
+    if info.exists():
+        for line in info.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def machine() -> Dict[str, Any]:
+    import torch
+
+    return {
+        "cpu": _cpu(),
+        "cores": os.cpu_count(),
+        "system": platform.platform(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+    }
+
+
+def run(command: List[str]) -> Dict[str, Any]:
+    r"""Runs ``command``, echoing what it prints; what it took, its estimate
+    (the first line starting ``estimate:``) and its total (the last line
+    starting ``total``)."""
+    load = os.getloadavg()
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    assert process.stdout is not None
+    printed = []
+    for line in process.stdout:
+        sys.stdout.write(line)
+        printed.append(line.rstrip("\n"))
+    code = process.wait()
+    wall = time.perf_counter() - start
+    if code != 0:
+        raise SystemExit(f"the command exited with {code}")
+    # ru_maxrss: KiB on Linux, the largest of the waited-for processes.
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak = usage.ru_maxrss * 1024
+    return {
+        "wall_seconds": round(wall, 1),
+        "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),
+        "peak_rss_bytes": peak,
+        "load_average_before": [round(x, 2) for x in load],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "estimate": next((x for x in printed if x.startswith("estimate:")), ""),
+        "total": next((x for x in reversed(printed) if x.startswith("total")), ""),
+    }
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("name", help="the run's directory in docs/results/")
+    parser.add_argument("--out", type=Path, required=True, help="its results dir")
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        parser.error("give the command after --")
+    split = argv.index("--")
+    args = parser.parse_args(argv[:split])
+    command = argv[split + 1 :]
+    record = {
+        "command": shlex.join(command),
+        "commit": _git("rev-parse", "HEAD"),
+        "uncommitted_changes": bool(_git("status", "--porcelain", "--", "captum_ext")),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"
+        ),
+        "machine": machine(),
+        **run(command),
+    }
+    written = json.loads((args.out / "results.json").read_text(encoding="utf-8"))
+    record["higher_is_better"] = {
+        name: metric["higher_is_better"] for name, metric in written["metrics"].items()
+    }
+    record["higher_is_better"]["time_ratio"] = False
+    target = RESULTS / args.name
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(args.out / "results.csv", target / "results.csv")
+    (target / "run.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
