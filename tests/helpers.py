@@ -579,3 +579,28 @@ def dump_rank_zero_result(
     }
     with open(path, "w") as handle:
         json.dump(record, handle)
+
+
+_VISION_CONFIGS = {"vit": transformers.ViTConfig, "deit": transformers.DeiTConfig}
+_VISION_CLASSES = {
+    "vit": transformers.ViTForImageClassification,
+    "deit": transformers.DeiTForImageClassification,
+}
+
+
+def tiny_vision(family: str, attention: str = "eager") -> Any:
+    r"""A float64 random-init image classifier: 8 x 8 images, 4 x 4 patches."""
+    torch.manual_seed(0)
+    options: Dict[str, Any] = dict(
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        image_size=8,
+        patch_size=4,
+        num_channels=3,
+        num_labels=4,
+        attn_implementation=attention,
+    )
+    config = _VISION_CONFIGS[family](**options)
+    return _VISION_CLASSES[family](config).double().eval()

@@ -14,7 +14,7 @@ from captum_ext.attr import AttCAT, CAT
 from torch import nn, Tensor
 
 from tests.attr.plain_transformers import plain_classifier, PLAIN_VARIANTS
-from tests.helpers import ALL_FAMILIES, tiny_classifier
+from tests.helpers import ALL_FAMILIES, tiny_classifier, tiny_vision
 
 
 def _leaf_hook(store: dict, key: str) -> Callable[..., Tensor]:
@@ -184,20 +184,7 @@ def test_an_unregistered_hub_family_is_explained_by_naming_its_modules() -> None
 
 
 def test_a_vision_transformer_scores_cls_and_every_patch() -> None:
-    torch.manual_seed(0)
-    options: Dict[str, Any] = dict(
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        image_size=8,
-        patch_size=4,
-        num_channels=3,
-        num_labels=4,
-        attn_implementation="eager",
-    )
-    config = transformers.ViTConfig(**options)
-    model = transformers.ViTForImageClassification(config).double().eval()
+    model = tiny_vision("vit")
     pixels = torch.randn(2, 3, 8, 8, dtype=torch.float64)
 
     def forward(pixel_values: Tensor) -> Tensor:

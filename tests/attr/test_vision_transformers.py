@@ -8,7 +8,6 @@ from typing import Any, Callable, Dict
 
 import pytest
 import torch
-import transformers
 from captum_ext import UnsupportedModelError
 from captum_ext.attr import (
     AttCAT,
@@ -23,29 +22,7 @@ from captum_ext.attr import (
 )
 from torch import nn, Tensor
 
-_CONFIGS = {"vit": transformers.ViTConfig, "deit": transformers.DeiTConfig}
-_CLASSES = {
-    "vit": transformers.ViTForImageClassification,
-    "deit": transformers.DeiTForImageClassification,
-}
-
-
-def tiny_vision(family: str, attention: str = "eager") -> Any:
-    r"""A float64 random-init image classifier: 8 x 8 images, 4 x 4 patches."""
-    torch.manual_seed(0)
-    options: Dict[str, Any] = dict(
-        hidden_size=16,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=32,
-        image_size=8,
-        patch_size=4,
-        num_channels=3,
-        num_labels=4,
-        attn_implementation=attention,
-    )
-    config = _CONFIGS[family](**options)
-    return _CLASSES[family](config).double().eval()
+from tests.helpers import tiny_vision
 
 
 def _by_hand(model: Any) -> Dict[str, Callable[[], Any]]:
