@@ -582,8 +582,9 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
         index = resolve_target(target, logits)
         kwargs = self._with_batch_size(module, attribute_kwargs, internal_batch_size)
         scores = self._position_scores(module, batch, index, kwargs)
-        # The decoder's own vocabulary, which must hold every input id.
-        decoded = decoded_input_probabilities(self.decoder, hidden, batch, None)
+        decoded = decoded_input_probabilities(
+            self.decoder, hidden, batch, self.vocab_size
+        )
         return aggregate(decoded, scores, batch, tau, relu), logits
 
 
