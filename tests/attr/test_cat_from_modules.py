@@ -14,7 +14,12 @@ from captum_ext.attr import AttCAT, CAT
 from torch import nn, Tensor
 
 from tests.attr.plain_transformers import plain_classifier, PLAIN_VARIANTS
-from tests.helpers import ALL_FAMILIES, tiny_classifier, tiny_vision
+from tests.helpers import (
+    ALL_FAMILIES,
+    assert_same_in_threads,
+    tiny_classifier,
+    tiny_vision,
+)
 
 
 def _leaf_hook(store: dict, key: str) -> Callable[..., Tensor]:
@@ -263,4 +268,23 @@ def test_mode_grads_and_hooks_are_left_as_they_were_also_on_error() -> None:
     assert all(p.grad is None for p in model.parameters())
     with pytest.raises(IndexError, match="out of range"):
         AttCAT(model.eval(), blocks, probs).attribute(ids, target=9)
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+
+
+def test_threads_on_one_model_give_single_threaded_results() -> None:
+    model, ids = plain_classifier("pre-LN encoder")
+    blocks = list(model.blocks)
+    probs = [block.attention.probabilities for block in blocks]
+    other = ids.flip(0)
+
+    def plain(x: Tensor) -> Tensor:  # a plain function: no lock, no mode change
+        return model(x)
+
+    assert_same_in_threads(
+        [
+            lambda: CAT(model, blocks).attribute(ids, target=0),
+            lambda: AttCAT(model, blocks, probs).attribute(other, target=2),
+            lambda: CAT(plain, blocks).attribute(other, target=1),
+        ]
+    )
     assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
