@@ -28,7 +28,6 @@ from captum_ext.attr._utils.layer_states import (
     as_modules,
     AttentionReader,
     capture_states,
-    hidden_states_of,
     read_states,
 )
 from captum_ext.attr._utils.recomputed_scores import check_recompute, recomputed_scores
@@ -361,7 +360,7 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
             )
             attention = self._attention_reader(hooks, capture)
             logits = forward_logits(self.forward_func, inputs, args, name)
-        hidden = hidden_states_of(read_states(stores, name), len(logits), name)
+        hidden = read_states(stores, len(logits), name)
         weights = None
         if attention is not None:
             maps = attention.maps(name, hidden[0].shape[1])

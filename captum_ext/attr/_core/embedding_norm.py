@@ -14,11 +14,7 @@ from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import ModelAdapter
 from captum_ext.attr._utils.attribute_in_chunks import token_norms
 from captum_ext.attr._utils.attribute_with_modules import forward_logits
-from captum_ext.attr._utils.layer_states import (
-    capture_states,
-    hidden_states_of,
-    read_states,
-)
+from captum_ext.attr._utils.layer_states import capture_states, read_states
 from captum_ext.attr._utils.token_attribution import TokenAttribution
 
 __all__ = ["EmbeddingNorm"]
@@ -88,6 +84,5 @@ class EmbeddingNorm(TokenAttribution, Attribution):  # type: ignore[misc]
             stores = capture_states(hooks, [self.embedding], False, False)
             logits = forward_logits(self.forward_func, inputs, args, "EmbeddingNorm")
         resolve_target(target, logits)  # validated only: class-agnostic
-        states = read_states(stores, "EmbeddingNorm")
-        (embedded,) = hidden_states_of(states, len(logits), "EmbeddingNorm")
+        (embedded,) = read_states(stores, len(logits), "EmbeddingNorm")
         return token_norms(embedded), logits

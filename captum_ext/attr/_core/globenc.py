@@ -36,10 +36,8 @@ from captum_ext.attr._utils.encoder_decomposition import (
 )
 from captum_ext.attr._utils.layer_states import (
     as_modules,
-    attention_maps,
-    capture_attention,
+    AttentionReader,
     capture_states,
-    hidden_states_of,
     read_states,
     row_index,
 )
@@ -396,14 +394,13 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
         assert self.layer is not None  # built from modules
         with HookSet() as hooks:
             inputs_of = capture_states(hooks, self.layer, True, False)
-            attention = capture_attention(hooks, self.attention)
+            attention = AttentionReader(hooks, self.attention)
             captures = capture_parts(hooks, self.parts)
             logits = forward_logits(self.forward_func, inputs, args, "GlobEnc")
         resolve_target(target, logits)  # validated only: GlobEnc is class-agnostic
-        hidden = read_states(inputs_of, "GlobEnc")
-        hidden = hidden_states_of(hidden, len(logits), "GlobEnc")
+        hidden = read_states(inputs_of, len(logits), "GlobEnc")
         positions = hidden[0].shape[1]
-        maps = attention_maps(attention, "GlobEnc", positions)
+        maps = attention.maps("GlobEnc", positions)
         valid = torch.ones(hidden[0].shape[:2], dtype=torch.bool, device=logits.device)
         layers: List[RowBlocks] = [
             partial(

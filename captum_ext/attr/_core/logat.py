@@ -19,11 +19,7 @@ from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import check_head_reproduces, ModelAdapter
 from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.attribute_with_modules import forward_logits
-from captum_ext.attr._utils.layer_states import (
-    capture_states,
-    hidden_states_of,
-    read_states,
-)
+from captum_ext.attr._utils.layer_states import capture_states, read_states
 from captum_ext.attr._utils.teacher_forced_attribution import run_teacher_forced
 from captum_ext.attr._utils.token_attribution import TokenAttribution
 
@@ -203,7 +199,7 @@ class LogAt(TokenAttribution, Attribution):  # type: ignore[misc]  # untyped cap
         with HookSet() as hooks:
             stores = capture_states(hooks, self._read_modules(), False, False)
             logits = forward_logits(self.forward_func, inputs, args, name)
-        states = hidden_states_of(read_states(stores, name), len(logits), name)
+        states = read_states(stores, len(logits), name)
         assert self.head is not None  # checked by the constructor
         per_position = _head_outputs(self.head, states[0], logits, name)
         scores = _at_target(per_position, resolve_target(target, logits))

@@ -14,10 +14,7 @@ from captum_ext.adapters import AttentionCapture, AttentionInputs
 __all__ = [
     "AttentionReader",
     "as_modules",
-    "attention_maps",
-    "capture_attention",
     "capture_states",
-    "hidden_states_of",
     "one_tensor",
     "read_states",
     "row_index",
@@ -117,12 +114,27 @@ def _input_hook(store: List[Tensor], requires_grad: bool) -> Any:
     return hook
 
 
-def read_states(stores: Sequence[List[Tensor]], method: str) -> Tuple[Tensor, ...]:
-    r"""The one state each module gave in one forward pass."""
-    return tuple(
+def read_states(
+    stores: Sequence[List[Tensor]], batch_size: int, method: str
+) -> Tuple[Tensor, ...]:
+    r"""The one state each module gave in one forward pass, checked to be
+    ``[batch, pos, d]`` with one shared ``pos``: a sequence-first state
+    (``nn.TransformerEncoderLayer`` without ``batch_first``) would otherwise be
+    summed over the wrong axis."""
+    states = [
         single_call(store, method, f"layer {index}")
         for index, store in enumerate(stores)
-    )
+    ]
+    shapes = [tuple(state.shape) for state in states]
+    positions = {shape[1] for shape in shapes if len(shape) == 3}
+    if any(len(s) != 3 or s[0] != batch_size for s in shapes) or len(positions) != 1:
+        raise ValueError(
+            f"{method} reads hidden states [batch, pos, d] with the inputs' "
+            f"{batch_size} examples first and one pos for every layer, but the "
+            f"layer modules gave shapes {shapes}; name modules whose outputs are "
+            "batch-first token states"
+        )
+    return tuple(states)
 
 
 def row_index(position: int, positions: int, method: str) -> int:
@@ -136,25 +148,7 @@ def row_index(position: int, positions: int, method: str) -> int:
     return position % positions
 
 
-def hidden_states_of(
-    states: Tuple[Tensor, ...], batch_size: int, method: str
-) -> Tuple[Tensor, ...]:
-    r"""``states`` checked to be ``[batch, pos, d]`` with one shared ``pos``:
-    a sequence-first state (``nn.TransformerEncoderLayer`` without
-    ``batch_first``) would otherwise be summed over the wrong axis."""
-    shapes = [tuple(state.shape) for state in states]
-    positions = {shape[1] for shape in shapes if len(shape) == 3}
-    if any(len(s) != 3 or s[0] != batch_size for s in shapes) or len(positions) != 1:
-        raise ValueError(
-            f"{method} reads hidden states [batch, pos, d] with the inputs' "
-            f"{batch_size} examples first and one pos for every layer, but the "
-            f"layer modules gave shapes {shapes}; name modules whose outputs are "
-            "batch-first token states"
-        )
-    return states
-
-
-def capture_attention(hooks: HookSet, modules: Sequence[nn.Module]) -> List[List[Any]]:
+def _capture_attention(hooks: HookSet, modules: Sequence[nn.Module]) -> List[List[Any]]:
     r"""Registers on each attention module a hook that stores its output per
     call: the probabilities, or ``(output, probabilities, ...)``."""
     stores: List[List[Any]] = [[] for _ in modules]
@@ -180,7 +174,7 @@ class AttentionReader:
         self._capture = (
             None if capture is None or capture.output_attentions else capture
         )
-        self._stores = capture_attention(hooks, modules)
+        self._stores = _capture_attention(hooks, modules)
 
     def maps(
         self, method: str, positions: Optional[int] = None
@@ -189,10 +183,10 @@ class AttentionReader:
         forward pass."""
         if self._capture is not None:
             return self._capture.layers(None)
-        return attention_maps(self._stores, method, positions)
+        return _attention_maps(self._stores, method, positions)
 
 
-def attention_maps(
+def _attention_maps(
     stores: Sequence[List[Any]], method: str, positions: Optional[int] = None
 ) -> List[AttentionInputs]:
     r"""The attention probabilities ``[batch, heads, pos, pos]`` of each module's
