@@ -9,7 +9,7 @@ from typing import Iterator, Tuple
 
 import pytest
 import torch
-from captum_ext.adapters import attention as attention_module
+from captum_ext._utils import attention_inputs as attention_module
 from captum_ext.defaults.models import load_default_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -55,7 +55,7 @@ def block_elements(
 ) -> object:
     r"""Attention recomputed from the query and key in one block, a query row
     at a time, and a few rows at a time (tiny batches: 3 x 4 heads x ~10 keys
-    per row): :data:`captum_ext.adapters.attention.BLOCK_ELEMENTS`."""
+    per row): :data:`captum_ext._utils.attention_inputs.BLOCK_ELEMENTS`."""
     if request.param is not None:
         monkeypatch.setattr(attention_module, "BLOCK_ELEMENTS", request.param)
     return request.param

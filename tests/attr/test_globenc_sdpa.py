@@ -9,7 +9,7 @@ from typing import Any, Dict, Iterator, List, Tuple
 
 import pytest
 import torch
-from captum_ext.adapters import attention as attention_module
+from captum_ext._utils import attention_inputs as attention_module
 from captum_ext.attr import AttCAT, GlobEnc
 from captum_ext.attr._core.globenc import VARIANTS
 from captum_ext.attr._utils.decoder_decomposition import DECODER_VARIANTS

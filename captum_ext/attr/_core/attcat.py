@@ -7,17 +7,16 @@ import torch
 from captum._utils.typing import ModuleOrModuleList
 from torch import Tensor
 
-from captum_ext._utils.hooks import HookSet
+from captum_ext._utils.attention_inputs import AttentionInputs
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
-from captum_ext.adapters import AttentionCapture, AttentionInputs, ModelAdapter
+from captum_ext.adapters import ModelAdapter
 from captum_ext.attr._core.cat import CAT
+from captum_ext.attr._core.layer.attcat import AttCAT as LayerAttCAT
 from captum_ext.attr._utils.attention_statistics import (
-    attention_received,
     attention_received_until,
     attention_rows_per_layer,
 )
-from captum_ext.attr._utils.attribute_in_chunks import result_dtype
-from captum_ext.attr._utils.layer_states import as_modules, AttentionReader
+from captum_ext.attr._utils.result_dtype import result_dtype
 
 __all__ = ["AttCAT"]
 
@@ -25,7 +24,7 @@ __all__ = ["AttCAT"]
 ALPHAS = ("received", "row", "rollout")
 
 
-class AttCAT(CAT):
+class AttCAT(CAT, LayerAttCAT):
     r"""
     Attentive Class Activation Tokens (AttCAT) weight each token's gradient times
     hidden state (:class:`CAT`) by the attention the token receives, per layer,
@@ -163,9 +162,7 @@ class AttCAT(CAT):
         if alpha not in ALPHAS:
             raise ValueError(f"alpha must be one of {ALPHAS}, got {alpha!r}")
         self.alpha = alpha
-        self.attention = None
-        if attention is not None:
-            self.attention = as_modules(attention, "attention", "AttCAT")
+        self.attention = attention  # the modules' list once built from them
         CAT.__init__(
             self,
             forward_func,
@@ -174,7 +171,18 @@ class AttCAT(CAT):
             layers=layers,
             objective=objective,
         )
-        self._check_attention()
+        if self.layer is None:
+            self._refuse_shortcut_attention()
+
+    def _from_modules(
+        self,
+        forward_func: Callable[..., Any],
+        layer: ModuleOrModuleList,
+        attribute_to_layer_input: bool,
+    ) -> None:
+        LayerAttCAT.__init__(
+            self, forward_func, layer, self.attention, attribute_to_layer_input
+        )
 
     def _image_modules(self, adapter: ModelAdapter) -> None:
         self._refuse_shortcut_attention()
@@ -188,38 +196,6 @@ class AttCAT(CAT):
                 "forward_func); the shortcut finds a Hugging Face model's "
                 "attention itself"
             )
-
-    def _check_attention(self) -> None:
-        r"""One attention module per layer module where the method reads
-        modules; none given to the shortcut."""
-        if self.layer is None:
-            self._refuse_shortcut_attention()
-            return
-        if self.attention is None:
-            raise ValueError(
-                "AttCAT built from layer modules needs attention=: the modules "
-                "whose outputs are each layer's attention probabilities"
-            )
-        if len(self.attention) != len(self.layer):
-            raise ValueError(
-                f"AttCAT pairs each layer with its attention: got {len(self.layer)} "
-                f"layer modules and {len(self.attention)} attention modules"
-            )
-
-    def _attention_reader(
-        self, hooks: HookSet, capture: Optional[AttentionCapture]
-    ) -> Optional[AttentionReader]:
-        assert self.attention is not None  # built from modules
-        return AttentionReader(hooks, self.attention, capture)
-
-    def _token_weights(self, valid: Tensor, layers: List[AttentionInputs]) -> Tensor:
-        r"""Attention received per block and token, :math:`\alpha`:
-        ``[batch, L, pos]`` in float32 (float64 for a float64 model), averaged
-        over the ``valid`` query rows ``[batch, q]``."""
-        work = result_dtype(layers[0].dtype)
-        valid = valid.to(work)  # [batch, q]
-        row_weights = valid / valid.sum(-1, keepdim=True)  # mean over valid rows
-        return attention_received(layers, row_weights)
 
     def _generated_token_weights(
         self, forced: TeacherForcedBatch, layers: List[AttentionInputs]

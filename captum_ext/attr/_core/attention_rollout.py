@@ -2,15 +2,15 @@
 r"""Raw attention rollout: the plain product of every layer's head-averaged
 attention, read at the classification position (the GlobEnc paper's baseline)."""
 
-from typing import List, Sequence
-
-from captum_ext.adapters import AttentionInputs
 from captum_ext.attr._core.last_layer_attention import LastLayerAttention
+from captum_ext.attr._core.layer.attention_rollout import (
+    AttentionRollout as LayerAttentionRollout,
+)
 
 __all__ = ["AttentionRollout"]
 
 
-class AttentionRollout(LastLayerAttention):
+class AttentionRollout(LastLayerAttention, LayerAttentionRollout):
     r"""
     Scores token :math:`i` with the classification position :math:`p`'s row of
     the product of the head-averaged attentions of all :math:`L` layers:
@@ -47,7 +47,3 @@ class AttentionRollout(LastLayerAttention):
     rollout, Abnar and Zuidema (ACL 2020):
     https://aclanthology.org/2020.acl-main.385/
     """
-
-    def _rolled_out(self, layers: Sequence[AttentionInputs]) -> List[AttentionInputs]:
-        r"""Every layer, first layer first."""
-        return list(layers)

@@ -8,11 +8,12 @@ from typing import Any, Callable, List, Optional, Tuple, Union
 import torch
 from captum._utils.typing import ModuleOrModuleList, TargetType
 from captum.attr._utils.attribution import GradientAttribution
-from torch import nn, Tensor
+from torch import Tensor
 
+from captum_ext._utils.attention_inputs import AttentionInputs
 from captum_ext._utils.hooks import gradients_from, HookSet, single_call
 from captum_ext._utils.log import log_usage
-from captum_ext._utils.model_forward import resolve_target, run_model
+from captum_ext._utils.model_forward import run_model
 from captum_ext._utils.positive_int import check_positive_int
 from captum_ext._utils.teacher_forcing import (
     IGNORE_INDEX,
@@ -20,17 +21,15 @@ from captum_ext._utils.teacher_forcing import (
     TeacherForcedBatch,
 )
 from captum_ext._utils.token_batch import TokenBatch
-from captum_ext.adapters import AttentionCapture, AttentionInputs, ModelAdapter
-from captum_ext.attr._utils.attribute_in_chunks import result_dtype
-from captum_ext.attr._utils.attribute_with_modules import forward_logits
+from captum_ext.adapters import ModelAdapter
+from captum_ext.attr._core.layer.cat import CAT as LayerCAT
 from captum_ext.attr._utils.block_recomputation import BlockRecomputation, Site
-from captum_ext.attr._utils.layer_states import (
-    as_modules,
-    AttentionReader,
-    capture_states,
-    read_states,
+from captum_ext.attr._utils.gradient_times_state import (
+    gradient_times_state,
+    gradients_times_states,
 )
 from captum_ext.attr._utils.recomputed_scores import check_recompute, recomputed_scores
+from captum_ext.attr._utils.result_dtype import result_dtype
 from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     target_gradients,
@@ -44,7 +43,7 @@ _LAYERS = ("inputs", "outputs", "attention_inputs")
 OBJECTIVES = ("log_prob", "logit")
 
 
-class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
+class CAT(TokenAttribution, LayerCAT):
     r"""
     Class Activation Tokens (CAT) score token :math:`i` with the gradient of the
     target logit :math:`y^c` (before softmax) times the token's hidden state,
@@ -176,13 +175,16 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
             raise ValueError(
                 f"objective must be one of {OBJECTIVES}, got {objective!r}"
             )
-        GradientAttribution.__init__(self, forward_func)
         self.objective = objective
-        self.attribute_to_layer_input = attribute_to_layer_input
-        self.layer = self._named_layers(layer, layers, attribute_to_layer_input)
-        self.built_from_modules = self.layer is not None
+        self.built_from_modules = self._reads_modules(
+            layer, layers, attribute_to_layer_input
+        )
         if self.built_from_modules:
+            assert layer is not None and not isinstance(layer, str)
+            self._from_modules(forward_func, layer, attribute_to_layer_input)
             return
+        GradientAttribution.__init__(self, forward_func)
+        self.layer, self.attribute_to_layer_input = None, False
         adapter = self._use_shortcut(forward_func, images=True)
         pre_ln = adapter.is_causal_lm or adapter.reads_images
         self.layers = layers or ("attention_inputs" if pre_ln else "inputs")
@@ -199,13 +201,23 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
             self.layer = adapter.blocks()
             self.attribute_to_layer_input = self.layers != "outputs"
 
-    def _named_layers(
+    def _from_modules(
+        self,
+        forward_func: Callable[..., Any],
+        layer: ModuleOrModuleList,
+        attribute_to_layer_input: bool,
+    ) -> None:
+        r"""Builds the method Captum's way (:class:`LayerCAT`)."""
+        LayerCAT.__init__(self, forward_func, layer, attribute_to_layer_input)
+
+    def _reads_modules(
         self,
         layer: Optional[ModuleOrModuleList],
         layers: Optional[str],
         attribute_to_layer_input: bool,
-    ) -> Optional[List[nn.Module]]:
-        r"""The modules of the explicit route, or None for the shortcut."""
+    ) -> bool:
+        r"""True for the explicit route (``layer`` given), False for the
+        shortcut; a clear error for a mix of the two."""
         name = type(self).__name__
         if isinstance(layer, str):
             raise TypeError(
@@ -219,13 +231,13 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
                     f"{name}'s attribute_to_layer_input applies to the modules "
                     "given as layer; the shortcut picks its states with layers="
                 )
-            return None
+            return False
         if layers is not None:
             raise ValueError(
                 f"{name} takes either layer (the modules, with forward_func) or "
                 "layers (a Hugging Face model's states), not both"
             )
-        return as_modules(layer, "layer", name)
+        return True
 
     @log_usage()
     def attribute(
@@ -345,58 +357,6 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
         )  # [batch, C], L x [batch, pos, d], [batch, L, pos] or None
         return self._class_scores(logits, hidden, weights, target)
 
-    def _module_scores(
-        self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]
-    ) -> Tuple[Tensor, Tensor]:
-        r"""Built from modules, :meth:`_chunk_scores`: the states of the
-        modules given as ``layer`` (and the attention of those given as
-        ``attention``) from one call of ``forward_func``."""
-        name = type(self).__name__
-        assert self.layer is not None  # built from modules
-        capture = self._attention_capture()
-        with HookSet() as hooks, torch.enable_grad(), capture or nullcontext():
-            stores = capture_states(
-                hooks, self.layer, self.attribute_to_layer_input, requires_grad=True
-            )
-            attention = self._attention_reader(hooks, capture)
-            logits = forward_logits(self.forward_func, inputs, args, name)
-        hidden = read_states(stores, len(logits), name)
-        weights = None
-        if attention is not None:
-            maps = attention.maps(name, hidden[0].shape[1])
-            valid = torch.ones(hidden[0].shape[:2], dtype=torch.bool)
-            with torch.no_grad():
-                weights = self._token_weights(valid.to(hidden[0].device), maps)
-        return self._class_scores(logits, hidden, weights, target)
-
-    def _attention_reader(
-        self, hooks: HookSet, capture: Optional[AttentionCapture]
-    ) -> Optional[AttentionReader]:
-        r"""The explicit route's captures of the attention modules; CAT reads
-        none."""
-        return None
-
-    def _class_scores(
-        self,
-        logits: Tensor,
-        hidden: Tuple[Tensor, ...],
-        weights: Optional[Tensor],
-        target: TargetType,
-    ) -> Tuple[Tensor, Tensor]:
-        r"""``sum_d (d logits[target] / d h^l) * h^l``, times the token weights
-        where the method has them: ``[batch, L, pos]`` (float32), and the
-        logits ``[batch, C]``."""
-        with torch.enable_grad():
-            index = resolve_target(target, logits)  # [batch]
-            # Examples do not interact, so the gradient of the batch sum gives
-            # every example its own gradient in a single backward pass.
-            selected = logits.gather(1, index[:, None]).sum()
-            grads = torch.autograd.grad(selected, hidden)
-        with torch.no_grad():
-            scores = _grad_times_hidden(hidden, grads)
-            scores = scores if weights is None else scores * weights
-        return scores, logits.detach()
-
     def _generated_scores(
         self,
         forced: TeacherForcedBatch,
@@ -430,7 +390,7 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
             explained, hidden, forced.target_mask, targets_per_backward
         )
         with torch.no_grad():
-            rows = [_grad_times_hidden(hidden, grads) for grads in steps]
+            rows = [gradients_times_states(hidden, grads) for grads in steps]
         scores = torch.stack(rows, dim=1)  # [batch, T, L, pos]
         return scores if weights is None else scores * weights
 
@@ -448,7 +408,7 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
             self._sites(),
             partial(self._objective, target=forced.target, contrast=contrast),
             forced.target_mask,
-            _gradient_times_state,
+            gradient_times_state,
             targets_per_backward,
         )  # [batch, T, L, pos]
         return scores if weights is None else scores * weights
@@ -558,29 +518,6 @@ class CAT(TokenAttribution, GradientAttribution):  # type: ignore[misc]
             return tuple(hidden_states[1:])
         # "inputs", and "attention_inputs" where attention reads the block input
         return tuple(hidden_states[:-1])
-
-    def _token_weights(
-        self, valid: Tensor, layers: List[AttentionInputs]
-    ) -> Optional[Tensor]:
-        r"""Per-layer token weights ``[batch, L, pos]`` in float32, reduced from
-        the forward pass's output before the backward pass; CAT has none."""
-        return None
-
-
-def _grad_times_hidden(hidden: Tuple[Tensor, ...], grads: Tuple[Tensor, ...]) -> Tensor:
-    r"""``sum_d grad * hidden`` per layer and token: ``[batch, L, pos]``, in float32
-    or wider, one layer at a time."""
-    # The terms cancel strongly (after a LayerNorm the gradient is nearly
-    # orthogonal to the hidden state), so half-precision products lose the sum.
-    return torch.stack(
-        [_gradient_times_state(h, g) for g, h in zip(grads, hidden)], dim=1
-    )
-
-
-def _gradient_times_state(hidden: Tensor, gradient: Tensor) -> Tensor:
-    r"""``sum_d gradient * hidden``, ``[batch, pos]``, in float32 or wider."""
-    dtype = result_dtype(hidden.dtype)
-    return (gradient.to(dtype) * hidden.to(dtype)).sum(-1)
 
 
 def _gather_ids(logits: Tensor, ids: Tensor) -> Tensor:

@@ -23,7 +23,6 @@ from captum_ext._utils.model_forward import (
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import get_adapter, UnsupportedModelError
-from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.decoded_aggregation import (
     _with_relu,
@@ -36,6 +35,7 @@ from captum_ext.attr._utils.decoded_probabilities import (
     Decoder,
 )
 from captum_ext.attr._utils.recomputed_scores import check_recompute
+from captum_ext.attr._utils.result_dtype import result_dtype
 from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     TeacherForcedLogProbs,

@@ -17,7 +17,6 @@ from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.attr._core.decoded_layer_attribution import DecodedLayerAttribution
-from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.block_recomputation import BlockRecomputation
 from captum_ext.attr._utils.decoded_aggregation import (
     aggregate,
@@ -28,6 +27,7 @@ from captum_ext.attr._utils.decoded_probabilities import (
     Decoder,
 )
 from captum_ext.attr._utils.recomputed_scores import recomputed_scores
+from captum_ext.attr._utils.result_dtype import result_dtype
 from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     target_gradients,

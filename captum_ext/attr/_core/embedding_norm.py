@@ -12,10 +12,10 @@ from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import ModelAdapter
-from captum_ext.attr._utils.attribute_in_chunks import token_norms
 from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.layer_states import capture_states, read_states
 from captum_ext.attr._utils.token_attribution import TokenAttribution
+from captum_ext.attr._utils.token_norms import token_norms
 
 __all__ = ["EmbeddingNorm"]
 

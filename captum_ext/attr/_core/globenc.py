@@ -16,7 +16,7 @@ from captum_ext._utils.model_forward import resolve_target
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
 from captum_ext.adapters import BlockParts, NormParams, PreNormParts
-from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
 from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.decoder_decomposition import (
     capture_decoder,
@@ -42,6 +42,7 @@ from captum_ext.attr._utils.layer_states import (
     row_index,
 )
 from captum_ext.attr._utils.norm_decomposition import Factors
+from captum_ext.attr._utils.result_dtype import result_dtype
 from captum_ext.attr._utils.rollout import (
     rollout_products,
     rollout_rows_in_blocks,
@@ -147,8 +148,8 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
     the rows it reads (the classification position; the ``T`` predicting
     positions) down from the last layer, so on a non-eager model the memory on
     top of the forward pass is linear in ``n`` (the blocks are bounded by
-    :data:`~captum_ext.adapters.attention.BLOCK_ELEMENTS` on the CPU,
-    :data:`~captum_ext.adapters.attention.ACCELERATOR_BLOCK_ELEMENTS` on an
+    :data:`~captum_ext._utils.attention_inputs.BLOCK_ELEMENTS` on the CPU,
+    :data:`~captum_ext._utils.attention_inputs.ACCELERATOR_BLOCK_ELEMENTS` on an
     accelerator). The forward pass runs
     in the model's dtype; the decomposition runs in float32, one layer at a
     time, and the scores are float32 (float64 for a float64 model).

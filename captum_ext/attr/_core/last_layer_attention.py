@@ -2,30 +2,26 @@
 r"""Last-layer attention: the classification position's row of the last layer's
 head-averaged attention (the AttCAT paper's "Attention" baseline)."""
 
-from contextlib import nullcontext
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Optional, Tuple
 
-import torch
 from captum._utils.typing import ModuleOrModuleList, TargetType
 from captum.attr._utils.attribution import Attribution
 from torch import Tensor
 
-from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
-from captum_ext.adapters import AttentionInputs, ModelAdapter
-from captum_ext.attr._utils.attention_statistics import rolled_out_attention_rows
-from captum_ext.attr._utils.attribute_in_chunks import result_dtype
-from captum_ext.attr._utils.attribute_with_modules import forward_logits
-from captum_ext.attr._utils.layer_states import as_modules, AttentionReader, row_index
+from captum_ext.adapters import ModelAdapter
+from captum_ext.attr._core.layer.last_layer_attention import (
+    LastLayerAttention as LayerLastLayerAttention,
+)
 from captum_ext.attr._utils.teacher_forced_attribution import run_teacher_forced
 from captum_ext.attr._utils.token_attribution import TokenAttribution
 
 __all__ = ["LastLayerAttention"]
 
 
-class LastLayerAttention(TokenAttribution, Attribution):  # type: ignore[misc]
+class LastLayerAttention(TokenAttribution, LayerLastLayerAttention):
     r"""
     Scores token :math:`i` with the attention the position the model classifies
     from, :math:`p` ([CLS] / <s> for encoders, the last real token for causal
@@ -94,15 +90,13 @@ class LastLayerAttention(TokenAttribution, Attribution):  # type: ignore[misc]
                         Default: None (0, a class token; the shortcut reads
                         the model's own classification position)
         """
+        self.built_from_modules = attention is not None
+        if attention is not None:
+            LayerLastLayerAttention.__init__(self, forward_func, attention, position)
+            return
         Attribution.__init__(self, forward_func)
         name = type(self).__name__
-        self.position = 0 if position is None else position
-        self.attention = (
-            None if attention is None else as_modules(attention, "attention", name)
-        )
-        self.built_from_modules = attention is not None
-        if self.built_from_modules:
-            return
+        self.position, self.attention = 0, None
         if position is not None:
             raise ValueError(
                 f"{name}'s position goes with attention modules (and "
@@ -116,24 +110,6 @@ class LastLayerAttention(TokenAttribution, Attribution):  # type: ignore[misc]
         r"""A vision transformer: every block's attention, read at its class
         token (position 0)."""
         self.attention = adapter.attention_modules()
-
-    def _module_scores(
-        self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]
-    ) -> Tuple[Tensor, Tensor]:
-        r"""Built from modules: row ``position`` of the rolled-out layers,
-        ``[batch, pos]``, and ``forward_func``'s outputs ``[batch, C]``."""
-        name = type(self).__name__
-        assert self.attention is not None  # built from modules
-        capture = self._attention_capture()
-        with HookSet() as hooks, capture or nullcontext():
-            reader = AttentionReader(hooks, self.attention, capture)
-            logits = forward_logits(self.forward_func, inputs, args, name)
-        resolve_target(target, logits)  # validated only: class-agnostic
-        layers = reader.maps(name)
-        positions = layers[0].num_keys
-        row = torch.full((len(logits), 1), row_index(self.position, positions, name))
-        rows = self._rows(layers, row.to(logits.device))  # [batch, 1, pos]
-        return rows[:, 0], logits
 
     def _chunk_scores(
         self, batch: TokenBatch, target: TargetType
@@ -162,15 +138,3 @@ class LastLayerAttention(TokenAttribution, Attribution):  # type: ignore[misc]
         predicting = forced.predicting_positions()  # [T]
         positions = predicting[None].expand(len(forced.target), -1)  # [batch, T]
         return self._rows(capture.layers(out), positions)
-
-    def _rows(self, layers: List[AttentionInputs], positions: Tensor) -> Tensor:
-        r"""Rows ``positions`` ``[batch, rows]`` of the rolled-out layers'
-        head-averaged attention, in float32 at least: bfloat16 sums of
-        probabilities lose the small weights."""
-        dtype = result_dtype(layers[0].dtype)
-        return rolled_out_attention_rows(self._rolled_out(layers), positions, dtype)
-
-    def _rolled_out(self, layers: Sequence[AttentionInputs]) -> List[AttentionInputs]:
-        r"""The layers (first layer first) whose head-averaged attentions are
-        multiplied: the last one alone."""
-        return list(layers[-1:])

@@ -17,9 +17,9 @@ from captum_ext._utils.model_forward import (
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import check_head_reproduces, ModelAdapter
-from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.layer_states import capture_states, read_states
+from captum_ext.attr._utils.result_dtype import result_dtype
 from captum_ext.attr._utils.teacher_forced_attribution import run_teacher_forced
 from captum_ext.attr._utils.token_attribution import TokenAttribution
 

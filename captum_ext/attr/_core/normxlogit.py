@@ -9,7 +9,8 @@ from torch import nn, Tensor
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import ModelAdapter
 from captum_ext.attr._core.logat import LogAt
-from captum_ext.attr._utils.attribute_in_chunks import result_dtype, token_norms
+from captum_ext.attr._utils.result_dtype import result_dtype
+from captum_ext.attr._utils.token_norms import token_norms
 
 __all__ = ["NormXLogit"]
 

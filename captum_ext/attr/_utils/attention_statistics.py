@@ -15,7 +15,7 @@ from typing import Iterator, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from captum_ext.adapters import AttentionInputs
+from captum_ext._utils.attention_inputs import AttentionInputs
 from captum_ext.attr._utils.rollout import rollout_rows_down, rollout_rows_in_blocks
 
 __all__ = [

@@ -16,38 +16,13 @@ from captum_ext._utils.hooks import eval_semantics
 from captum_ext._utils.row_chunks import batch_slices, take_rows
 from captum_ext._utils.token_batch import on_device, TokenBatch
 from captum_ext.adapters import get_adapter, UnsupportedModelError
+from captum_ext.attr._utils.target_rows import target_rows
 
-__all__ = ["attribute_in_chunks", "result_dtype", "target_rows", "token_norms"]
+__all__ = ["attribute_in_chunks"]
 
 # (chunk of the batch, the chunk's target, **the chunk's per-example options)
 #   -> (attributions, the model's logits)
 ChunkFn = Callable[..., Tuple[Tensor, Tensor]]
-
-
-def result_dtype(model_dtype: torch.dtype) -> torch.dtype:
-    r"""The precision policy's output dtype: float32, or the model's dtype when it
-    is wider (float64 models keep float64)."""
-    return torch.promote_types(model_dtype, torch.float32)
-
-
-def token_norms(states: Tensor) -> Tensor:
-    r"""The L2 norm of each token's state ``[batch, pos, d] -> [batch, pos]``,
-    in float32 or wider: a bfloat16 sum of d squares is coarse."""
-    norms: Tensor = states.to(result_dtype(states.dtype)).norm(dim=-1)
-    return norms
-
-
-def target_rows(target: TargetType, rows: slice, batch_size: int) -> TargetType:
-    r"""The chunk's part of a per-example target (a list or a 1-d tensor); a
-    target shared by every example (None, an int, a 0-d tensor) as it is."""
-    if isinstance(target, list) or (isinstance(target, Tensor) and target.dim() == 1):
-        if len(target) != batch_size:
-            raise ValueError(
-                f"target has {len(target)} entries but the batch has {batch_size} "
-                "examples"
-            )
-        return target[rows]
-    return target
 
 
 def _execution_device(model: nn.Module, batch: TokenBatch) -> torch.device:

@@ -15,7 +15,7 @@ from torch import Tensor
 from captum_ext._utils.finite import check_finite
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext._utils.row_chunks import batch_slices, take_rows
-from captum_ext.attr._utils.attribute_in_chunks import target_rows
+from captum_ext.attr._utils.target_rows import target_rows
 
 __all__ = [
     "attribute_with_modules",

@@ -23,12 +23,12 @@ from torch import nn, Tensor
 from captum_ext._utils.hooks import HookSet, single_call
 from captum_ext.adapters import ModelAdapter, UnsupportedModelError
 from captum_ext.adapters.model_adapter import _head_tolerance, _relative_head_error
-from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.backward_passes import (
     backward_passes,
     batched_vjp,
     choose_targets_per_backward,
 )
+from captum_ext.attr._utils.result_dtype import result_dtype
 
 __all__ = ["BlockRecomputation", "Site"]
 

@@ -12,7 +12,7 @@ from torch import Tensor
 from captum_ext._utils.hooks import eval_semantics
 from captum_ext._utils.model_forward import check_decoder_vocabulary
 from captum_ext._utils.token_batch import TokenBatch
-from captum_ext.attr._utils.attribute_in_chunks import result_dtype
+from captum_ext.attr._utils.result_dtype import result_dtype
 
 __all__ = [
     "check_decoded_ids",

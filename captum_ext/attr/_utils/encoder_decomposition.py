@@ -13,8 +13,8 @@ from captum_ext._utils.hooks import HookSet, single_call
 from captum_ext._utils.model_forward import run_model
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import AttentionInputs, BlockParts, ModelAdapter, NormParams
-from captum_ext.attr._utils.attribute_in_chunks import result_dtype
 from captum_ext.attr._utils.norm_decomposition import Factors, through_norm
+from captum_ext.attr._utils.result_dtype import result_dtype
 
 __all__ = [
     "EncoderLayer",

@@ -4,12 +4,12 @@ r"""The states a method reads from modules it is given, Captum's way
 module's output (or first input) captured during one call of the forward
 function, in the autograd graph when gradients are taken."""
 
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from torch import nn, Tensor
 
+from captum_ext._utils.attention_inputs import AttentionInputs
 from captum_ext._utils.hooks import HookSet, single_call
-from captum_ext.adapters import AttentionCapture, AttentionInputs
 
 __all__ = [
     "AttentionReader",
@@ -17,9 +17,13 @@ __all__ = [
     "capture_states",
     "one_tensor",
     "read_states",
+    "RecordedAttention",
     "row_index",
-    "shortcut_model",
 ]
+
+# After the forward pass: every layer's attention, where the attention modules
+# return none (see AttentionReader).
+RecordedAttention = Optional[Callable[[], List[AttentionInputs]]]
 
 
 def as_modules(
@@ -34,18 +38,6 @@ def as_modules(
             f"modules, got {modules!r}"
         )
     return listed
-
-
-def shortcut_model(forward_func: Any, method: str) -> nn.Module:
-    r"""``forward_func`` as the Hugging Face model of the shortcut (no modules
-    named): a clear error for a plain function."""
-    if not isinstance(forward_func, nn.Module):
-        raise TypeError(
-            f"{method} built from a forward function needs the modules it reads "
-            f"(layer=...); without them pass a Hugging Face model, got "
-            f"{type(forward_func).__name__}"
-        )
-    return forward_func
 
 
 def one_tensor(value: Any, module: nn.Module, method: str) -> Tensor:
@@ -160,29 +152,28 @@ def _capture_attention(hooks: HookSet, modules: Sequence[nn.Module]) -> List[Lis
 class AttentionReader:
     r"""The attention probabilities of the modules a method reads, from one
     forward pass: each module's output (the probabilities, or ``(output,
-    probabilities)``), or, where a Hugging Face model's attention
-    implementation returns none (sdpa, flash), the query and key its attention
-    function receives (``capture``, an entered
-    :class:`~captum_ext.adapters.AttentionCapture` the shortcut gives)."""
+    probabilities)``), or, where the attention modules return none (a fused
+    kernel), what ``recorded`` gives after the forward pass: every layer's
+    :class:`~captum_ext._utils.attention_inputs.AttentionInputs` recorded by
+    whoever ran it."""
 
     def __init__(
         self,
         hooks: HookSet,
         modules: Sequence[nn.Module],
-        capture: Optional[AttentionCapture] = None,
+        recorded: RecordedAttention = None,
     ) -> None:
-        self._capture = (
-            None if capture is None or capture.output_attentions else capture
-        )
+        self._recorded = recorded
         self._stores = _capture_attention(hooks, modules)
 
     def maps(
         self, method: str, positions: Optional[int] = None
     ) -> List[AttentionInputs]:
-        r"""Each module's :class:`~captum_ext.adapters.AttentionInputs`, after the
+        r"""Each module's
+        :class:`~captum_ext._utils.attention_inputs.AttentionInputs`, after the
         forward pass."""
-        if self._capture is not None:
-            return self._capture.layers(None)
+        if self._recorded is not None:
+            return self._recorded()
         return _attention_maps(self._stores, method, positions)
 
 

@@ -11,7 +11,7 @@ from typing import Iterator, Optional, Tuple
 import torch
 from torch import Tensor
 
-from captum_ext.adapters import AttentionInputs
+from captum_ext._utils.attention_inputs import AttentionInputs
 from captum_ext.attr._utils.rollout import RowBlocks
 
 __all__ = ["Factors", "through_norm"]

@@ -29,12 +29,13 @@ from captum_ext._utils.teacher_forcing import (
 )
 from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
 from captum_ext.adapters import get_adapter, ModelAdapter
-from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks, result_dtype
+from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
 from captum_ext.attr._utils.backward_passes import (
     backward_passes,
     batched_vjp,
     choose_targets_per_backward,
 )
+from captum_ext.attr._utils.result_dtype import result_dtype
 
 __all__ = [
     "GeneratedScores",

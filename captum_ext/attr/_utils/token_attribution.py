@@ -19,9 +19,9 @@ A method is built one of two ways:
   :meth:`TokenAttribution._generated_scores` (causal LMs; docs/generation.rst).
 """
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from functools import partial
-from typing import Any, Callable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -31,18 +31,14 @@ from captum_ext._utils.log import log_usage
 from captum_ext._utils.model_forward import ImageClassifierLogits
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
-from captum_ext.adapters import (
-    AttentionCapture,
-    get_adapter,
-    ModelAdapter,
-    UnsupportedModelError,
-)
+from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
 from captum_ext.attr._utils.attribute_with_modules import (
     attribute_with_modules,
     refuse_generation_options,
 )
-from captum_ext.attr._utils.layer_states import shortcut_model
+from captum_ext.attr._utils.layer_states import RecordedAttention
+from captum_ext.attr._utils.shortcut_model import shortcut_model
 from captum_ext.attr._utils.teacher_forced_attribution import attribute_generation
 
 __all__ = ["IMAGE_METHODS", "TokenAttribution"]
@@ -82,6 +78,10 @@ class TokenAttribution:
     # A vision transformer's shortcut: its adapter, which can read attention
     # that sdpa or flash attention does not return.
     _image_adapter: Optional[ModelAdapter] = None
+    # Built from modules, one chunk's scores and forward_func's outputs
+    # (:class:`~captum_ext.attr._utils.attribute_with_modules.ModuleChunkFn`):
+    # the method's upstream class, built Captum's way, defines it.
+    _module_scores: Callable[..., Tuple[Tensor, Tensor]]
 
     @log_usage()
     def attribute(
@@ -190,13 +190,18 @@ class TokenAttribution:
             self._image_adapter = self.adapter
             self._image_modules(self.adapter)
 
-    def _attention_capture(self) -> Optional[AttentionCapture]:
-        r"""A vision transformer's shortcut: the capture that reads the
-        attention its sdpa or flash attention returns none of (enter it around
-        the forward pass); None built from modules."""
+    @contextmanager
+    def _recorded_attention(self) -> Iterator[RecordedAttention]:
+        r"""A vision transformer's shortcut: around the forward pass, the
+        capture that reads the attention its sdpa or flash attention returns
+        none of, giving every block's after it; None where the attention
+        modules return their probabilities (eager) and built from modules."""
         if self._image_adapter is None:
-            return None
-        return self._image_adapter.attention_capture(type(self).__name__)
+            yield None
+            return
+        name = type(self).__name__
+        with self._image_adapter.attention_capture(name) as capture:
+            yield None if capture.output_attentions else partial(capture.layers, None)
 
     def _image_modules(self, adapter: ModelAdapter) -> None:
         r"""Sets the modules the method reads from a vision transformer."""
@@ -336,11 +341,4 @@ class TokenAttribution:
         r"""The shortcut on a causal LM: per-position scores ``[batch, T, ...,
         P + T - 1]`` of one teacher-forced chunk (see
         :mod:`captum_ext.attr._utils.teacher_forced_attribution`)."""
-        raise NotImplementedError
-
-    def _module_scores(
-        self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]
-    ) -> Tuple[Tensor, Tensor]:
-        r"""Captum's way: one chunk's scores ``[batch, ..., pos]`` from the
-        named modules, and ``forward_func``'s outputs ``[batch, C]``."""
         raise NotImplementedError
