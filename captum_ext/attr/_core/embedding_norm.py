@@ -8,19 +8,19 @@ from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import Attribution
 from torch import nn, Tensor
 
-from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import ModelAdapter
-from captum_ext.attr._utils.attribute_with_modules import forward_logits
-from captum_ext.attr._utils.layer_states import capture_states, read_states
+from captum_ext.attr._core.layer.embedding_norm import (
+    EmbeddingNorm as LayerEmbeddingNorm,
+)
 from captum_ext.attr._utils.token_attribution import TokenAttribution
 from captum_ext.attr._utils.token_norms import token_norms
 
 __all__ = ["EmbeddingNorm"]
 
 
-class EmbeddingNorm(TokenAttribution, Attribution):  # type: ignore[misc]
+class EmbeddingNorm(TokenAttribution, LayerEmbeddingNorm):
     r"""
     Scores token :math:`i` with the L2 norm of its representation after the
     embedding layer, ``hidden_states[0]``:
@@ -59,12 +59,14 @@ class EmbeddingNorm(TokenAttribution, Attribution):  # type: ignore[misc]
                         :math:`x^0` ``[batch, pos, d]``.
                         Default: None (the shortcut: ``hidden_states[0]``)
         """
-        Attribution.__init__(self, forward_func)
-        self.embedding = embedding
         self.built_from_modules = embedding is not None
-        if embedding is None:
-            self._use_shortcut(forward_func, images=True)
-            self._fill_image_modules()
+        if embedding is not None:
+            LayerEmbeddingNorm.__init__(self, forward_func, embedding)
+            return
+        Attribution.__init__(self, forward_func)
+        self.embedding = None
+        self._use_shortcut(forward_func, images=True)
+        self._fill_image_modules()
 
     def _image_modules(self, adapter: ModelAdapter) -> None:
         self.embedding = adapter.hidden_state_module(0)
@@ -75,14 +77,3 @@ class EmbeddingNorm(TokenAttribution, Attribution):  # type: ignore[misc]
         out = run_model(self.adapter, batch, hidden_states=True)
         resolve_target(target, out.logits)  # validated only: class-agnostic
         return token_norms(out.hidden_states[0]), out.logits
-
-    def _module_scores(
-        self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]
-    ) -> Tuple[Tensor, Tensor]:
-        assert self.embedding is not None  # built from modules
-        with HookSet() as hooks:
-            stores = capture_states(hooks, [self.embedding], False, False)
-            logits = forward_logits(self.forward_func, inputs, args, "EmbeddingNorm")
-        resolve_target(target, logits)  # validated only: class-agnostic
-        (embedded,) = read_states(stores, len(logits), "EmbeddingNorm")
-        return token_norms(embedded), logits

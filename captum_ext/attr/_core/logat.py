@@ -1,14 +1,13 @@
 #!/usr/bin/env python3
 r"""LogAt: the model's own head applied to every token's final hidden state."""
 
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import Attribution
 from torch import nn, Tensor
 
-from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.model_forward import (
     check_decoder_vocabulary,
     resolve_target,
@@ -17,8 +16,8 @@ from captum_ext._utils.model_forward import (
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import check_head_reproduces, ModelAdapter
-from captum_ext.attr._utils.attribute_with_modules import forward_logits
-from captum_ext.attr._utils.layer_states import capture_states, read_states
+from captum_ext.attr._core.layer.logat import LogAt as LayerLogAt
+from captum_ext.attr._utils.at_target import at_target
 from captum_ext.attr._utils.result_dtype import result_dtype
 from captum_ext.attr._utils.teacher_forced_attribution import run_teacher_forced
 from captum_ext.attr._utils.token_attribution import TokenAttribution
@@ -26,7 +25,7 @@ from captum_ext.attr._utils.token_attribution import TokenAttribution
 __all__ = ["LogAt"]
 
 
-class LogAt(TokenAttribution, Attribution):  # type: ignore[misc]  # untyped captum
+class LogAt(TokenAttribution, LayerLogAt):
     r"""
     LogAt ("logit attribution") scores token :math:`i` with the logit the model's
     own head-on-top (HoT) gives when it reads token :math:`i`'s final hidden state
@@ -141,15 +140,20 @@ class LogAt(TokenAttribution, Attribution):  # type: ignore[misc]  # untyped cap
                         Default: False (chosen by measurement,
                         docs/generation.rst)
         """
-        Attribution.__init__(self, forward_func)
         self.score_predicting_position = score_predicting_position
         self.decoder = decoder
-        self.head = head
-        self.layer_module = layer if isinstance(layer, nn.Module) else None
+        self.built_from_modules = isinstance(layer, nn.Module)
         if isinstance(layer, nn.Module):
-            self._check_module_route()
-            self.built_from_modules = True
+            if decoder is not None:
+                raise ValueError(
+                    f"{type(self).__name__} built from a layer module applies "
+                    "head=; decoder= belongs to the shortcut (pass a decoder as "
+                    "head= and a vocabulary id as target)"
+                )
+            self._from_modules(forward_func, layer, head)
             return
+        Attribution.__init__(self, forward_func)
+        self.head, self.layer_module = head, None
         if head is not None:
             raise ValueError(
                 f"{type(self).__name__}'s head goes with a layer module (and "
@@ -158,6 +162,15 @@ class LogAt(TokenAttribution, Attribution):  # type: ignore[misc]  # untyped cap
         adapter = self._use_shortcut(forward_func, images=True)
         self.layer = adapter.num_layers if layer is None else adapter.check_layer(layer)
         self._fill_image_modules()
+
+    def _from_modules(
+        self,
+        forward_func: Callable[..., Any],
+        layer: nn.Module,
+        head: Optional[nn.Module],
+    ) -> None:
+        r"""Builds the method Captum's way (:class:`LayerLogAt`)."""
+        LayerLogAt.__init__(self, forward_func, layer, head)
 
     def _image_modules(self, adapter: ModelAdapter) -> None:
         r"""A vision transformer: the classifier on every position of
@@ -172,51 +185,6 @@ class LogAt(TokenAttribution, Attribution):  # type: ignore[misc]  # untyped cap
         self.head = classifier
         if self.layer < last:
             self.head = nn.Sequential(adapter.hidden_state_module(last), classifier)
-
-    def _check_module_route(self) -> None:
-        r"""Built Captum's way: a head, no decoder."""
-        name = type(self).__name__
-        if self.decoder is not None:
-            raise ValueError(
-                f"{name} built from a layer module applies head=; decoder= "
-                "belongs to the shortcut (pass a decoder as head= and a "
-                "vocabulary id as target)"
-            )
-        if self.head is None:
-            raise ValueError(
-                f"{name} built from a layer module needs head=: the model's "
-                "head applied to every position, [batch, pos, d] -> [batch, "
-                "pos, C]"
-            )
-
-    def _module_scores(
-        self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]
-    ) -> Tuple[Tensor, Tensor]:
-        r"""Built Captum's way: the head on every position of the ``layer``
-        module's output, at the target class, ``[batch, pos]``, and
-        ``forward_func``'s outputs ``[batch, C]``."""
-        name = type(self).__name__
-        with HookSet() as hooks:
-            stores = capture_states(hooks, self._read_modules(), False, False)
-            logits = forward_logits(self.forward_func, inputs, args, name)
-        states = read_states(stores, len(logits), name)
-        assert self.head is not None  # checked by the constructor
-        per_position = _head_outputs(self.head, states[0], logits, name)
-        scores = _at_target(per_position, resolve_target(target, logits))
-        scores = scores.to(result_dtype(scores.dtype))  # [batch, pos]
-        factor = self._module_factor(states)
-        return (scores if factor is None else factor * scores), logits
-
-    def _read_modules(self) -> List[nn.Module]:
-        r"""The modules whose outputs :meth:`_module_scores` reads: the final
-        states (NormXLogit adds the embedding output)."""
-        assert self.layer_module is not None  # the route built from modules
-        return [self.layer_module]
-
-    def _module_factor(self, states: Tuple[Tensor, ...]) -> Optional[Tensor]:
-        r"""A per-position factor ``[batch, pos]`` of the route built from
-        modules (NormXLogit's norms); LogAt has none."""
-        return None
 
     def _chunk_scores(
         self, batch: TokenBatch, target: TargetType
@@ -251,10 +219,10 @@ class LogAt(TokenAttribution, Attribution):  # type: ignore[misc]  # untyped cap
         logits = self._position_logits(out.hidden_states[self.layer])  # [b, pos, C]
         if self.decoder is not None:
             check_decoder_vocabulary(logits, self.adapter.config.vocab_size)
-            return _at_target(logits, _vocabulary_target(target, logits))
+            return at_target(logits, _vocabulary_target(target, logits))
         index = resolve_target(target, out.logits)  # [batch]
         if not self.adapter.is_regression:
-            return _at_target(logits, index)
+            return at_target(logits, index)
         position = self.adapter.tokens.classification_position(
             batch.input_ids, batch.attention_mask
         )
@@ -303,12 +271,6 @@ class LogAt(TokenAttribution, Attribution):  # type: ignore[misc]  # untyped cap
         return self.adapter.head_on_every_position(hidden)
 
 
-def _at_target(logits: Tensor, index: Tensor) -> Tensor:
-    r"""``logits[b, i, index[b]]`` for every position: ``[batch, pos]``."""
-    expanded = index[:, None, None].expand(-1, logits.shape[1], 1)
-    return logits.gather(2, expanded)[..., 0]
-
-
 def _logits_of(logits: Tensor, ids: Tensor) -> Tensor:
     r"""``logits[b, i, ids[b, t]]`` as ``[batch, T, pos]`` in float32 or wider:
     the logit of each target at every position (no softmax)."""
@@ -326,21 +288,3 @@ def _vocabulary_target(target: TargetType, logits: Tensor) -> Tensor:
         )
     # Only the shape [batch, V] matters for validating the ids.
     return resolve_target(target, logits[:, 0])
-
-
-def _head_outputs(
-    head: nn.Module, states: Tensor, logits: Tensor, method: str
-) -> Tensor:
-    r"""``head(states)`` ``[batch, pos, C]``, checked to give one output per
-    class of ``forward_func`` (``logits`` ``[batch, C]``, ``C > 1``: a
-    single-output model's LogAt reads the classification position, which only
-    the shortcut knows)."""
-    outputs: Tensor = head(states)
-    expected = (*states.shape[:2], logits.shape[1])
-    if tuple(outputs.shape) != expected or logits.shape[1] < 2:
-        raise ValueError(
-            f"{method}'s head must map the states {tuple(states.shape)} to one "
-            f"output per class of forward_func, {expected} with at least 2 "
-            f"classes, got {tuple(outputs.shape)}"
-        )
-    return outputs

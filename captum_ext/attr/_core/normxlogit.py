@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 r"""NormXLogit: input-embedding norm times the LogAt logit of every token."""
 
-from typing import Any, Callable, List, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Union
 
 from captum._utils.typing import TargetType
 from torch import nn, Tensor
 
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import ModelAdapter
+from captum_ext.attr._core.layer.normxlogit import NormXLogit as LayerNormXLogit
 from captum_ext.attr._core.logat import LogAt
 from captum_ext.attr._utils.result_dtype import result_dtype
 from captum_ext.attr._utils.token_norms import token_norms
@@ -17,7 +18,7 @@ __all__ = ["NormXLogit"]
 _NORMS = ("embedding_output", "word_embedding")
 
 
-class NormXLogit(LogAt):
+class NormXLogit(LogAt, LayerNormXLogit):
     r"""
     NormXLogit multiplies the L2 norm of each token's input representation by
     the logit the model's own head-on-top gives that token's final hidden state
@@ -133,25 +134,18 @@ class NormXLogit(LogAt):
         LogAt._image_modules(self, adapter)
         self.embedding = adapter.hidden_state_module(0)
 
-    def _check_module_route(self) -> None:
-        LogAt._check_module_route(self)
-        if self.embedding is None:
-            raise ValueError(
-                "NormXLogit built from a layer module needs embedding=: the "
-                "module whose output is the input representation x^0"
-            )
+    def _from_modules(
+        self,
+        forward_func: Callable[..., Any],
+        layer: nn.Module,
+        head: Optional[nn.Module],
+    ) -> None:
+        LayerNormXLogit.__init__(self, forward_func, layer, head, self.embedding)
         if self.norm != "embedding_output":
             raise ValueError(
                 "NormXLogit's norm picks the shortcut's embeddings; built from "
                 "modules, name the module whose output is normed as embedding="
             )
-
-    def _read_modules(self) -> List[nn.Module]:
-        assert self.embedding is not None  # checked by the constructor
-        return [*LogAt._read_modules(self), self.embedding]
-
-    def _module_factor(self, states: Tuple[Tensor, ...]) -> Optional[Tensor]:
-        return token_norms(states[1])  # [batch, pos]
 
     def _scores(self, batch: TokenBatch, out: Any, target: TargetType) -> Tensor:
         logits = LogAt._scores(self, batch, out, target)  # [batch, pos]
