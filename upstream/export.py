@@ -13,7 +13,9 @@ every captum_ext module they import, rewritten into Captum's namespace
 (:data:`PACKAGES`), with Captum's ``# pyre-strict`` header, ``captum.log``'s
 ``log_usage`` and Captum's formatting (black + usort as ``ufmt``). The tests
 and test models come from the templates under ``upstream/templates``. It adds
-the public names to ``captum/metrics/__init__.py``, prints the files written
+the public names to ``captum/metrics/__init__.py``, the modules of
+:data:`METHODS` (the methods built Captum's way, captum_ext.attr._core.layer)
+with their names to ``captum/attr/__init__.py``, prints the files written
 and a suggested commit message, and writes nothing outside ``CAPTUM_ROOT``.
 
 It refuses, before writing anything, when an exported file imports anything
@@ -50,13 +52,31 @@ METRICS = (
     "dot_product",
 )
 
-# The methods of the pull request (modules of captum_ext.attr._core), with the
-# public names captum.attr gains. A method joins once its Captum route (built
-# from forward_func and the modules it reads) lives in files that import no
-# Hugging Face adapter: ``python upstream/export.py --check-methods`` names
-# what each method's files still import.
-METHODS: Tuple[str, ...] = ()
-METHOD_NAMES: Tuple[str, ...] = ()
+# The methods of the pull request: modules of captum_ext.attr._core.layer, the
+# classes built Captum's way (from forward_func and the modules they read; the
+# public captum_ext classes add the Hugging Face shortcut on top of them), with
+# the public names captum.attr gains, one per module. Each scores the positions
+# of the states its modules give (a layer's token axis), so all are layer
+# methods. ``python upstream/export.py --check-methods`` names what a module
+# of captum_ext.attr._core.layer still imports that Captum has no place for.
+METHODS = (
+    "cat",
+    "attcat",
+    "logat",
+    "normxlogit",
+    "embedding_norm",
+    "last_layer_attention",
+    "attention_rollout",
+)
+METHOD_NAMES = (
+    "CAT",
+    "AttCAT",
+    "LogAt",
+    "NormXLogit",
+    "EmbeddingNorm",
+    "LastLayerAttention",
+    "AttentionRollout",
+)
 
 # captum_ext package -> Captum package. captum_ext._utils holds helpers shared by
 # methods and metrics; Captum's captum._utils already has a progress.py, so they
@@ -64,8 +84,8 @@ METHOD_NAMES: Tuple[str, ...] = ()
 PACKAGES = (
     ("captum_ext.metrics", "captum.metrics"),
     ("captum_ext._utils", "captum._utils.tokens"),
-    # Layer methods: CAT(forward_func, layer), AttCAT(forward_func, layer, ...).
-    ("captum_ext.attr._core", "captum.attr._core.layer"),
+    # The methods built Captum's way: CAT(forward_func, layer), ...
+    ("captum_ext.attr._core.layer", "captum.attr._core.layer"),
     ("captum_ext.attr._utils", "captum.attr._utils.tokens"),
 )
 # The part of captum_ext.metrics's docstring that Captum's Sphinx page gets.
@@ -96,6 +116,14 @@ PHRASES = (
     ("captum_ext call", "metric's call"),
     ("captum_ext lock", "metric's lock"),
     (":class:`~captum_ext.ClassifierLogits`", "a model wrapper"),
+    (
+        'f"logits), got {got}; wrap a Hugging Face model with "\n'
+        '            "captum_ext.classifier_forward(model), or pass the model itself '
+        '(the "\n'
+        '            "shortcut) to explain a causal LM\'s generated text"',
+        'f"logits), got {got}; for a model whose output is an object, pass a "\n'
+        '            "function returning its .logits"',
+    ),
 )
 
 ALLOWED_ROOTS = frozenset({"torch", "numpy", "tqdm", "captum"})
@@ -240,7 +268,7 @@ def formatted(path: str, text: str) -> str:
 def exported_modules() -> List[str]:
     r"""The captum_ext modules of the pull request."""
     entries = [f"captum_ext.metrics._core.{name}" for name in METRICS]
-    entries += [f"captum_ext.attr._core.{name}" for name in METHODS]
+    entries += [f"captum_ext.attr._core.layer.{name}" for name in METHODS]
     return closure(entries)
 
 
@@ -333,9 +361,33 @@ def public_imports(modules: Sequence[str]) -> Dict[str, str]:
 
 
 def metrics_init(captum_root: Path, modules: Sequence[str]) -> Output:
-    r"""Captum's ``captum/metrics/__init__.py`` with the public names added
-    (to its imports and ``__all__``); names it already has are left alone."""
-    path = "captum/metrics/__init__.py"
+    r"""Captum's ``captum/metrics/__init__.py`` with the public names of the
+    exported metrics added."""
+    return package_init(
+        captum_root,
+        "captum/metrics/__init__.py",
+        public_imports(modules),
+        "captum_ext/metrics/__init__.py (public names)",
+    )
+
+
+def attr_init(captum_root: Path) -> Output:
+    r"""Captum's ``captum/attr/__init__.py`` with :data:`METHOD_NAMES` added."""
+    public = {
+        name: f"from captum.attr._core.layer.{module} import {name}"
+        for module, name in zip(METHODS, METHOD_NAMES)
+    }
+    return package_init(
+        captum_root, "captum/attr/__init__.py", public, "upstream/export.py METHODS"
+    )
+
+
+def package_init(
+    captum_root: Path, path: str, public: Dict[str, str], source: str
+) -> Output:
+    r"""Captum's package ``__init__.py`` at ``path`` with the ``public`` names
+    (``{name: import line}``) added to its imports and ``__all__``; names it
+    already has are left alone."""
     text = (captum_root / path).read_text()
     tree = ast.parse(text)
     listed = next(
@@ -346,7 +398,6 @@ def metrics_init(captum_root: Path, modules: Sequence[str]) -> Output:
     )
     assert isinstance(listed.value, ast.List)
     names = [ast.literal_eval(item) for item in listed.value.elts]
-    public = public_imports(modules)
     added = [name for name in public if name not in names]
     imports = [public[name] for name in added]
     lines = text.splitlines()
@@ -359,13 +410,16 @@ def metrics_init(captum_root: Path, modules: Sequence[str]) -> Output:
         + f"\n__all__ = [\n{entries}]\n"
         + "\n".join(lines[end:])
     )
-    return Output(path, new, "captum_ext/metrics/__init__.py (public names)")
+    return Output(path, new, source)
 
 
 def commit_message(outputs: Sequence[Output]) -> str:
     r"""The suggested commit message of the pull request."""
     tests = sum(1 for o in outputs if o.path.startswith("tests/"))
     body = (
+        f"captum.attr gains {', '.join(METHOD_NAMES)}: token attributions of "
+        "transformers built from forward_func and the modules they read "
+        "(layer states, attention probabilities, the head, the embedding). "
         f"captum.metrics gains {', '.join(METRICS)}: perturbation curves "
         "(AOPC, log-odds, sufficiency, hiding/revealing), class sensitivity "
         "(Kendall tau, token overlap) and plausibility against known evidence "
@@ -375,7 +429,7 @@ def commit_message(outputs: Sequence[Output]) -> str:
         "are in captum._utils.tokens, the tests' plain-PyTorch transformers "
         f"and naive references in captum.testing.helpers; {tests} test files."
     )
-    title = "Add token-level faithfulness and plausibility metrics"
+    title = "Add transformer token attributions and token-level metrics"
     return title + "\n\n" + textwrap.fill(body, 72)
 
 
@@ -389,6 +443,7 @@ def build(captum_root: Path) -> List[Output]:
     outputs = library_outputs(modules) + template_outputs()
     outputs += package_inits(outputs, captum_root)
     outputs.append(metrics_init(captum_root, modules))
+    outputs.append(attr_init(captum_root))
     checked = []
     for output in outputs:
         check_imports(output.text, output.path)
@@ -416,9 +471,14 @@ def python39_notes(outputs: Sequence[Output]) -> List[str]:
 
 def collisions(captum_root: Path, outputs: Sequence[Output]) -> List[str]:
     r"""Files of Captum's tree that the export would replace with other text:
-    any but the two it extends (``captum/metrics/__init__.py``, the Sphinx
-    page). A file an earlier export wrote, unchanged since, is no collision."""
-    extended = {"captum/metrics/__init__.py", "sphinx/source/metrics.rst"}
+    any but those it extends (``captum/attr/__init__.py``,
+    ``captum/metrics/__init__.py``, the Sphinx page). A file an earlier
+    export wrote, unchanged since, is no collision."""
+    extended = {
+        "captum/attr/__init__.py",
+        "captum/metrics/__init__.py",
+        "sphinx/source/metrics.rst",
+    }
     return [
         output.path
         for output in outputs
@@ -440,11 +500,12 @@ def write(captum_root: Path, outputs: Sequence[Output]) -> None:
 
 
 def check_methods() -> int:
-    r"""Prints, for each method of captum_ext.attr, whether its files could be
-    exported and, if not, every import that stops them; 0 if all could."""
+    r"""Prints, for each method of captum_ext.attr._core.layer, whether its
+    files could be exported and, if not, every import that stops them; 0 if
+    all could."""
     blocked = 0
-    for source in sorted((ROOT / "captum_ext/attr/_core").glob("[!_]*.py")):
-        module = f"captum_ext.attr._core.{source.stem}"
+    for source in sorted((ROOT / "captum_ext/attr/_core/layer").glob("[!_]*.py")):
+        module = f"captum_ext.attr._core.layer.{source.stem}"
         try:
             closure([module])
         except ExportError as error:

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 r"""The attention statistics the methods read, reduced one block of query rows
-at a time from :class:`~captum_ext.adapters.AttentionInputs`, so that memory
+at a time from
+:class:`~captum_ext._utils.attention_inputs.AttentionInputs`, so that memory
 stays linear in the prompt whatever the attention implementation (with eager
 maps the one block is the whole map, and the results are exactly those of the
 map).

@@ -21,7 +21,6 @@ __all__ = [
     "attribute_with_modules",
     "forward_logits",
     "ModuleChunkFn",
-    "refuse_generation_options",
 ]
 
 # (chunk inputs, the chunk's target, the chunk's additional forward args)
@@ -90,16 +89,3 @@ def attribute_with_modules(
     attributions = torch.cat(scores)
     check_finite(attributions, f"{method}'s attributions")
     return attributions
-
-
-def refuse_generation_options(method: str, **options: Any) -> None:
-    r"""Raises naming the first option given (not None or False) that only the
-    shortcut honours: explaining a causal LM's generated text needs the
-    Hugging Face model itself, not a ``forward_func`` returning ``[batch, C]``."""
-    for name, value in options.items():
-        if value is not None and value is not False:
-            raise ValueError(
-                f"{method}'s {name} explains a causal LM's generated text, which "
-                f"needs the shortcut: build {method} from the Hugging Face model "
-                "itself, not from forward_func and layer modules"
-            )

@@ -33,11 +33,9 @@ from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
 from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
-from captum_ext.attr._utils.attribute_with_modules import (
-    attribute_with_modules,
-    refuse_generation_options,
-)
+from captum_ext.attr._utils.attribute_with_modules import attribute_with_modules
 from captum_ext.attr._utils.layer_states import RecordedAttention
+from captum_ext.attr._utils.refuse_generation_options import refuse_generation_options
 from captum_ext.attr._utils.shortcut_model import shortcut_model
 from captum_ext.attr._utils.teacher_forced_attribution import attribute_generation
 
