@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import List
 
 import captum
+import captum_ext.attr
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +78,9 @@ def test_export_writes_only_under_root(exported: Path) -> None:
     files = _files(exported)
     assert "captum/metrics/_core/aopc.py" in files
     assert "tests/metrics/test_aopc.py" in files
+    assert "captum/attr/_core/layer/attcat.py" in files
+    assert "tests/attr/layer/test_cat.py" in files
+    assert "captum/testing/helpers/plain_transformers.py" in files
     assert all(f.startswith(("captum/", "tests/")) for f in files)
     for name in files:
         text = (exported / name).read_text()
@@ -89,12 +93,12 @@ def test_export_writes_only_under_root(exported: Path) -> None:
 def test_exported_tests_pass_without_transformers(exported: Path) -> None:
     result = _run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "0"]
-        + ["-W", "ignore::DeprecationWarning", "tests/metrics"],
+        + ["-W", "ignore::DeprecationWarning", "tests/metrics", "tests/attr/layer"],
         exported,
     )
     summary = result.stdout.strip().splitlines()[-1]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert re.search(r"\b(2\d|[3-9]\d) passed", summary), summary  # >= 20 tests
+    assert re.search(r"\b([4-9]\d) passed", summary), summary  # >= 40 tests
     assert "failed" not in summary and "error" not in summary, summary
 
 
@@ -108,6 +112,33 @@ def test_exported_files_pass_captum_lint(exported: Path) -> None:
         exported,
     )
     assert flake8.returncode == 0, flake8.stdout + flake8.stderr
+
+
+@pytest.mark.slow
+def test_exported_methods_are_in_captum_attr(exported: Path) -> None:
+    export = _export_module()
+    code = (
+        "import captum.attr as attr\n"
+        f"for name in {list(export.METHOD_NAMES)!r}:\n"
+        "    cls = getattr(attr, name)\n"
+        "    assert name in attr.__all__, name\n"
+        "    assert cls.__module__.startswith('captum.attr._core.layer.'), cls\n"
+        "    assert hasattr(cls.attribute, '__wrapped__'), name  # log_usage\n"
+    )
+    result = _run([sys.executable, "-c", BLOCKER + code], exported)
+    assert result.returncode == 0, result.stderr
+
+
+def test_public_methods_are_built_on_the_exported_classes() -> None:
+    r"""captum_ext's public method is the exported class plus the shortcut:
+    one source for both, no second copy of the algorithm."""
+    export = _export_module()
+    assert export.check_methods() == 0
+    for module, name in zip(export.METHODS, export.METHOD_NAMES):
+        core = importlib.import_module(f"captum_ext.attr._core.layer.{module}")
+        public = getattr(captum_ext.attr, name)
+        assert issubclass(public, getattr(core, name)), name
+        assert public is not getattr(core, name), name
 
 
 def test_export_refuses_adapters_and_transformers() -> None:
@@ -166,6 +197,10 @@ def test_export_refuses_to_replace_other_files(tmp_path: Path) -> None:
     metrics = tmp_path / "captum" / "metrics"
     (metrics / "_core").mkdir(parents=True)
     shutil.copy(Path(captum.__file__).parent / "metrics/__init__.py", metrics)
+    (tmp_path / "captum" / "attr").mkdir()
+    shutil.copy(
+        Path(captum.__file__).parent / "attr/__init__.py", tmp_path / "captum/attr"
+    )
     (metrics / "_core" / "aopc.py").write_text("x = 1\n")
     command = [sys.executable, str(ROOT / "upstream/export.py"), str(tmp_path)]
     refused = _run(command, ROOT)

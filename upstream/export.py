@@ -88,6 +88,14 @@ PACKAGES = (
     ("captum_ext.attr._core.layer", "captum.attr._core.layer"),
     ("captum_ext.attr._utils", "captum.attr._utils.tokens"),
 )
+# captum_ext's own test models that the exported tests use, at their Captum
+# paths (plain PyTorch, so the same file serves both test suites).
+TEST_HELPERS = (
+    (
+        "tests/attr/plain_transformers.py",
+        "captum/testing/helpers/plain_transformers.py",
+    ),
+)
 # The part of captum_ext.metrics's docstring that Captum's Sphinx page gets.
 SPHINX_SECTION = (".. _metric-arguments:", ".. _generation-metric-arguments:")
 
@@ -111,10 +119,10 @@ PHRASES = (
         ">>> forward = captum_ext.classifier_forward(model)",
         ">>> forward = lambda ids, mask: model(ids, attention_mask=mask).logits",
     ),
-    ("captum_ext runs it in eval", "the metric runs it in eval"),
-    ("no captum_ext call on it", "no metric call on it"),
-    ("captum_ext call", "metric's call"),
-    ("captum_ext lock", "metric's lock"),
+    ("captum_ext runs it in eval", "Captum runs it in eval"),
+    ("no captum_ext call on it", "no method or metric call on it"),
+    ("captum_ext call", "method's or metric's call"),
+    ("captum_ext lock", "method's or metric's lock"),
     (":class:`~captum_ext.ClassifierLogits`", "a model wrapper"),
     (
         'f"logits), got {got}; wrap a Hugging Face model with "\n'
@@ -313,6 +321,15 @@ def template_outputs() -> List[Output]:
     return outputs
 
 
+def test_helper_outputs() -> List[Output]:
+    r"""captum_ext's test models of :data:`TEST_HELPERS`, at their Captum
+    paths."""
+    return [
+        Output(theirs, rewrite((ROOT / ours).read_text(), ours), ours)
+        for ours, theirs in TEST_HELPERS
+    ]
+
+
 def sphinx_output(captum_root: Path, public: Sequence[str]) -> List[Output]:
     r"""Captum's ``sphinx/source/metrics.rst`` with a section on the token
     metrics: captum_ext.metrics's documentation of their shared arguments and
@@ -435,12 +452,14 @@ def commit_message(outputs: Sequence[Output]) -> str:
 
 def build(captum_root: Path) -> List[Output]:
     r"""Every file of the pull request, checked and formatted; writes nothing."""
-    if not (captum_root / "captum" / "metrics" / "__init__.py").is_file():
-        raise ExportError(
-            f"{captum_root} holds no captum package (captum/metrics/__init__.py)"
-        )
+    for package in ("metrics", "attr"):
+        if not (captum_root / "captum" / package / "__init__.py").is_file():
+            raise ExportError(
+                f"{captum_root} holds no captum package "
+                f"(captum/{package}/__init__.py)"
+            )
     modules = exported_modules()
-    outputs = library_outputs(modules) + template_outputs()
+    outputs = library_outputs(modules) + template_outputs() + test_helper_outputs()
     outputs += package_inits(outputs, captum_root)
     outputs.append(metrics_init(captum_root, modules))
     outputs.append(attr_init(captum_root))

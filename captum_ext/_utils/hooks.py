@@ -125,7 +125,8 @@ def single_call(store: List[Tensor], method: str, what: str) -> Tensor:
     if len(store) != 1:
         raise RuntimeError(
             f"{method} expected one call of {what} per forward pass, "
-            f"saw {len(store)}; the model reuses or skips the module"
+            f"saw {len(store)}; the model reuses or skips the module (a "
+            "TorchScript forward function runs no module hooks)"
         )
     return store[0]
 
