@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 r"""CAT built from ``forward_func`` and the modules whose states it reads."""
 
-from contextlib import nullcontext
-from typing import Any, Callable, ContextManager, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 from captum._utils.typing import ModuleOrModuleList, TargetType
@@ -13,10 +12,7 @@ from captum_ext._utils.attention_inputs import AttentionInputs
 from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.target import resolve_target
-from captum_ext.attr._utils.attribute_with_modules import (
-    attribute_with_modules,
-    forward_logits,
-)
+from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.gradient_times_state import gradients_times_states
 from captum_ext.attr._utils.layer_states import (
     as_modules,
@@ -25,11 +21,12 @@ from captum_ext.attr._utils.layer_states import (
     read_states,
     RecordedAttention,
 )
+from captum_ext.attr._utils.layer_token_attribution import LayerTokenAttribution
 
 __all__ = ["CAT"]
 
 
-class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
+class CAT(LayerTokenAttribution, GradientAttribution):  # type: ignore[misc]
     r"""
     Class Activation Tokens (CAT) score token :math:`i` with the gradient of the
     target output :math:`y^c` (e.g. a logit before softmax) times the token's
@@ -61,6 +58,8 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
     2022):
     https://papers.nips.cc/paper_files/paper/2022/hash/20e45668fefa793bd9f2edf19be12c4b-Abstract-Conference.html
     """
+
+    needs_gradients = True
 
     def __init__(
         self,
@@ -136,14 +135,8 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
             >>> cat = CAT(model, list(model.blocks))
             >>> attr = cat.attribute(input_ids, target=1)
         """
-        scores = attribute_with_modules(
-            self.forward_func,
-            inputs,
-            target,
-            additional_forward_args,
-            internal_batch_size,
-            self._module_scores,
-            type(self).__name__,
+        scores = self._attribute_modules(
+            inputs, target, additional_forward_args, internal_batch_size
         )  # [batch, L, pos]
         return scores if return_layers else scores.sum(-2)
 
@@ -170,11 +163,6 @@ class CAT(GradientAttribution):  # type: ignore[misc]  # untyped captum
             with torch.no_grad():
                 weights = self._token_weights(valid.to(hidden[0].device), maps)
         return self._class_scores(logits, hidden, weights, target)
-
-    def _recorded_attention(self) -> ContextManager[RecordedAttention]:
-        r"""Entered around the forward pass: what gives the attention after
-        it where the attention modules return none; None here (they do)."""
-        return nullcontext()
 
     def _attention_reader(
         self, hooks: HookSet, recorded: RecordedAttention

@@ -3,25 +3,21 @@ r"""Embedding norm built from ``forward_func`` and the embedding module."""
 
 from typing import Any, Callable, Optional, Tuple
 
-import torch
 from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import Attribution
 from torch import nn, Tensor
 
 from captum_ext._utils.hooks import HookSet
-from captum_ext._utils.log import log_usage
 from captum_ext._utils.target import resolve_target
-from captum_ext.attr._utils.attribute_with_modules import (
-    attribute_with_modules,
-    forward_logits,
-)
+from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.layer_states import capture_states, read_states
+from captum_ext.attr._utils.layer_token_attribution import LayerTokenAttribution
 from captum_ext.attr._utils.token_norms import token_norms
 
 __all__ = ["EmbeddingNorm"]
 
 
-class EmbeddingNorm(Attribution):  # type: ignore[misc]  # untyped captum
+class EmbeddingNorm(LayerTokenAttribution):
     r"""
     Scores token :math:`i` with the L2 norm of its representation :math:`x_i^0`
     after the embedding layer (the output of ``embedding``):
@@ -56,52 +52,6 @@ class EmbeddingNorm(Attribution):  # type: ignore[misc]  # untyped captum
         """
         Attribution.__init__(self, forward_func)
         self.embedding: Optional[nn.Module] = embedding
-
-    @log_usage()
-    def attribute(
-        self,
-        inputs: Tensor,
-        target: TargetType = None,
-        additional_forward_args: Any = None,
-        *,
-        internal_batch_size: Optional[int] = None,
-    ) -> Tensor:
-        r"""
-        Args:
-
-            inputs (Tensor): ``forward_func``'s first argument ``[batch,
-                        ...]`` (token ids, embeddings, pixel values).
-            target (int, list, or Tensor, optional): Validated only (an
-                        out-of-range index raises): the method is
-                        class-agnostic.
-                        Default: None
-            additional_forward_args (Any, optional): ``forward_func``'s
-                        arguments after ``inputs``; tensors with one row per
-                        example are chunked with them.
-                        Default: None
-            internal_batch_size (int, optional): Run the batch in chunks of
-                        at most this many examples.
-                        Default: None (the whole batch at once)
-
-        Returns:
-            *Tensor* of **attributions**:
-            - **attributions** (*Tensor*): ``[batch, pos]`` non-negative
-                        scores in float32 (float64 for a float64 model).
-
-        Examples::
-
-            >>> attr = EmbeddingNorm(model, model.embeddings).attribute(input_ids)
-        """
-        with torch.no_grad():
-            return attribute_with_modules(
-                self.forward_func,
-                inputs,
-                target,
-                additional_forward_args,
-                internal_batch_size,
-                self._module_scores,
-                type(self).__name__,
-            )
 
     def _module_scores(
         self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]

@@ -2,8 +2,7 @@
 r"""Last-layer attention built from ``forward_func`` and the attention modules
 it reads."""
 
-from contextlib import nullcontext
-from typing import Any, Callable, ContextManager, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 from captum._utils.typing import ModuleOrModuleList, TargetType
@@ -12,25 +11,17 @@ from torch import nn, Tensor
 
 from captum_ext._utils.attention_inputs import AttentionInputs
 from captum_ext._utils.hooks import HookSet
-from captum_ext._utils.log import log_usage
 from captum_ext._utils.target import resolve_target
 from captum_ext.attr._utils.attention_statistics import rolled_out_attention_rows
-from captum_ext.attr._utils.attribute_with_modules import (
-    attribute_with_modules,
-    forward_logits,
-)
-from captum_ext.attr._utils.layer_states import (
-    as_modules,
-    AttentionReader,
-    RecordedAttention,
-    row_index,
-)
+from captum_ext.attr._utils.attribute_with_modules import forward_logits
+from captum_ext.attr._utils.layer_states import as_modules, AttentionReader, row_index
+from captum_ext.attr._utils.layer_token_attribution import LayerTokenAttribution
 from captum_ext.attr._utils.result_dtype import result_dtype
 
 __all__ = ["LastLayerAttention"]
 
 
-class LastLayerAttention(Attribution):  # type: ignore[misc]  # untyped captum
+class LastLayerAttention(LayerTokenAttribution):
     r"""
     Scores token :math:`i` with the attention the position the model classifies
     from, :math:`p` (a class token, or the last token of a causal model), pays
@@ -85,53 +76,6 @@ class LastLayerAttention(Attribution):  # type: ignore[misc]  # untyped captum
             attention, "attention", type(self).__name__
         )
 
-    @log_usage()
-    def attribute(
-        self,
-        inputs: Tensor,
-        target: TargetType = None,
-        additional_forward_args: Any = None,
-        *,
-        internal_batch_size: Optional[int] = None,
-    ) -> Tensor:
-        r"""
-        Args:
-
-            inputs (Tensor): ``forward_func``'s first argument ``[batch,
-                        ...]`` (token ids, embeddings, pixel values).
-            target (int, list, or Tensor, optional): Validated only (an
-                        out-of-range index raises): the method is
-                        class-agnostic.
-                        Default: None
-            additional_forward_args (Any, optional): ``forward_func``'s
-                        arguments after ``inputs``; tensors with one row per
-                        example are chunked with them.
-                        Default: None
-            internal_batch_size (int, optional): Run the batch in chunks of
-                        at most this many examples.
-                        Default: None (the whole batch at once)
-
-        Returns:
-            *Tensor* of **attributions**:
-            - **attributions** (*Tensor*): ``[batch, pos]`` non-negative
-                        scores in float32 (float64 for a float64 model).
-
-        Examples::
-
-            >>> attention = [block.attention.probabilities for block in blocks]
-            >>> attr = LastLayerAttention(model, attention).attribute(input_ids)
-        """
-        with torch.no_grad():
-            return attribute_with_modules(
-                self.forward_func,
-                inputs,
-                target,
-                additional_forward_args,
-                internal_batch_size,
-                self._module_scores,
-                type(self).__name__,
-            )
-
     def _module_scores(
         self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]
     ) -> Tuple[Tensor, Tensor]:
@@ -149,11 +93,6 @@ class LastLayerAttention(Attribution):  # type: ignore[misc]  # untyped captum
         row = torch.full((len(logits), 1), row_index(self.position, positions, name))
         rows = self._rows(layers, row.to(logits.device))  # [batch, 1, pos]
         return rows[:, 0], logits
-
-    def _recorded_attention(self) -> ContextManager[RecordedAttention]:
-        r"""Entered around the forward pass: what gives the attention after
-        it where the attention modules return none; None here (they do)."""
-        return nullcontext()
 
     def _rows(self, layers: List[AttentionInputs], positions: Tensor) -> Tensor:
         r"""Rows ``positions`` ``[batch, rows]`` of the rolled-out layers'

@@ -4,26 +4,22 @@ and that head."""
 
 from typing import Any, Callable, List, Optional, Tuple
 
-import torch
 from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import Attribution
 from torch import nn, Tensor
 
 from captum_ext._utils.hooks import HookSet
-from captum_ext._utils.log import log_usage
 from captum_ext._utils.target import resolve_target
 from captum_ext.attr._utils.at_target import at_target
-from captum_ext.attr._utils.attribute_with_modules import (
-    attribute_with_modules,
-    forward_logits,
-)
+from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.layer_states import capture_states, read_states
+from captum_ext.attr._utils.layer_token_attribution import LayerTokenAttribution
 from captum_ext.attr._utils.result_dtype import result_dtype
 
 __all__ = ["LogAt"]
 
 
-class LogAt(Attribution):  # type: ignore[misc]  # untyped captum
+class LogAt(LayerTokenAttribution):
     r"""
     LogAt ("logit attribution") scores token :math:`i` with the logit the
     model's own head-on-top (HoT) gives when it reads token :math:`i`'s final
@@ -79,55 +75,6 @@ class LogAt(Attribution):  # type: ignore[misc]  # untyped captum
             )
         self.layer_module: Optional[nn.Module] = layer
         self.head: Optional[nn.Module] = head
-
-    @log_usage()
-    def attribute(
-        self,
-        inputs: Tensor,
-        target: TargetType = None,
-        additional_forward_args: Any = None,
-        *,
-        internal_batch_size: Optional[int] = None,
-    ) -> Tensor:
-        r"""
-        Args:
-
-            inputs (Tensor): ``forward_func``'s first argument ``[batch,
-                        ...]`` (token ids, embeddings, pixel values).
-            target (int, list, or Tensor, optional): The class whose logit
-                        each position gets: an int or 0-d tensor for every
-                        example, or a list / 1-d tensor with one class per
-                        example; an out-of-range class raises.
-                        Default: None (the predicted class of each example)
-            additional_forward_args (Any, optional): ``forward_func``'s
-                        arguments after ``inputs``; tensors with one row per
-                        example are chunked with them.
-                        Default: None
-            internal_batch_size (int, optional): Run the batch in chunks of
-                        at most this many examples.
-                        Default: None (the whole batch at once)
-
-        Returns:
-            *Tensor* of **attributions**:
-            - **attributions** (*Tensor*): ``[batch, pos]`` signed scores in
-                        float32 (float64 for a float64 model).
-
-        Examples::
-
-            >>> # head: the classifier on every position of the final states
-            >>> logat = LogAt(model, model.final, head=model.head)
-            >>> attr = logat.attribute(input_ids, target=1)
-        """
-        with torch.no_grad():
-            return attribute_with_modules(
-                self.forward_func,
-                inputs,
-                target,
-                additional_forward_args,
-                internal_batch_size,
-                self._module_scores,
-                type(self).__name__,
-            )
 
     def _module_scores(
         self, inputs: Tensor, target: TargetType, args: Tuple[Any, ...]

@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 
-from typing import List
+from typing import Any, List
 
 import torch
 from captum.attr import AttentionRollout, LastLayerAttention
 from captum.testing.helpers import BaseTest
 from captum.testing.helpers.basic import assertTensorAlmostEqual
 from captum.testing.helpers.plain_transformers import plain_classifier, PLAIN_VARIANTS
-from torch import nn, Tensor
+from torch import Tensor
 
 
-def _maps(model: nn.Module, ids: Tensor) -> List[Tensor]:
+def _maps(model: Any, ids: Tensor) -> List[Tensor]:
     r"""Every block's attention probabilities ``[batch, heads, pos, pos]``."""
     maps: List[Tensor] = []
     handles = [

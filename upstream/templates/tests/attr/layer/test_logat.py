@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import torch
 from captum.attr import EmbeddingNorm, LogAt, NormXLogit
@@ -29,7 +29,7 @@ def _outputs(model: nn.Module, modules: List[nn.Module], ids: Tensor) -> List[Te
     return [seen[k] for k in range(len(modules))]
 
 
-def _naive_logat(model: nn.Module, final: Tensor) -> Tensor:
+def _naive_logat(model: Any, final: Tensor) -> Tensor:
     r"""``head(final[b, i])[target_b]`` one position at a time."""
     rows = []
     for b, target in enumerate(TARGET):
