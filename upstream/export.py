@@ -330,6 +330,25 @@ def test_helper_outputs() -> List[Output]:
     ]
 
 
+def sphinx_methods_output(captum_root: Path) -> List[Output]:
+    r"""Captum's ``sphinx/source/layer.rst`` with an entry per method of
+    :data:`METHOD_NAMES` (its ``attribute`` may be inherited from the shared
+    base); none in a tree without it."""
+    path = "sphinx/source/layer.rst"
+    if not (captum_root / path).is_file():
+        return []
+    entries = [
+        f"{name}\n{'^' * len(name)}\n\n.. autoclass:: captum.attr.{name}\n"
+        "    :members:\n    :inherited-members: Attribution\n"
+        for name in METHOD_NAMES
+    ]
+    text = (captum_root / path).read_text()
+    # A second export replaces the entries of the first.
+    first = entries[0].split("\n")[0] + "\n^"
+    text = text.split(first)[0].rstrip("\n") + "\n\n" + "\n".join(entries)
+    return [Output(path, text, "upstream/export.py METHOD_NAMES")]
+
+
 def sphinx_output(captum_root: Path, public: Sequence[str]) -> List[Output]:
     r"""Captum's ``sphinx/source/metrics.rst`` with a section on the token
     metrics: captum_ext.metrics's documentation of their shared arguments and
@@ -468,7 +487,8 @@ def build(captum_root: Path) -> List[Output]:
         check_imports(output.text, output.path)
         text = formatted(output.path, output.text)
         checked.append(Output(output.path, text, output.source))
-    return checked + sphinx_output(captum_root, list(public_imports(modules)))
+    sphinx = sphinx_output(captum_root, list(public_imports(modules)))
+    return checked + sphinx + sphinx_methods_output(captum_root)
 
 
 def python39_notes(outputs: Sequence[Output]) -> List[str]:
@@ -491,11 +511,12 @@ def python39_notes(outputs: Sequence[Output]) -> List[str]:
 def collisions(captum_root: Path, outputs: Sequence[Output]) -> List[str]:
     r"""Files of Captum's tree that the export would replace with other text:
     any but those it extends (``captum/attr/__init__.py``,
-    ``captum/metrics/__init__.py``, the Sphinx page). A file an earlier
+    ``captum/metrics/__init__.py``, the Sphinx pages). A file an earlier
     export wrote, unchanged since, is no collision."""
     extended = {
         "captum/attr/__init__.py",
         "captum/metrics/__init__.py",
+        "sphinx/source/layer.rst",
         "sphinx/source/metrics.rst",
     }
     return [
