@@ -8,8 +8,10 @@ A method is built one of two ways:
 - **Captum's way**, from ``forward_func`` (``inputs -> [batch, C]``) and the
   modules it reads (``layer``, ``attention``, ...): any model, any input
   tensor (token ids, embeddings, pixel values); the scores are over the
-  sequence axis of the states the modules give. The method implements
-  :meth:`TokenAttribution._module_scores`.
+  sequence axis of the states the modules give. The method's class of
+  ``captum_ext/attr/_core/layer/`` (what upstream/export.py exports to
+  Captum; the public class subclasses it) implements ``_module_scores``
+  (GlobEnc and the decoded layer methods still implement it themselves).
 - **The shortcut**, from a Hugging Face model of a family that
   :func:`~captum_ext.get_adapter` knows: the adapter finds the modules, the
   token ids and masks are checked, padding scores exactly zero, and a causal
