@@ -85,16 +85,18 @@ def test_aopc_log_odds_sufficiency_equal_a_hand_loop(mode: str) -> None:
     scores = CAT(model).attribute(pixels, target=target)  # [3, 1 + 9]
     view = PatchTokens(pixels, PATCH)
     forward = view.forward_func(_logits(model))
-    results = {}
-    for name, metric in (("aopc", aopc), ("log_odds", log_odds)):
-        protocol = replace(get_protocol(name), mode=mode)
-        results[name] = metric(
+    # The three metrics share the default protocol.
+    protocol = replace(get_protocol("aopc"), mode=mode)
+    results = {
+        name: metric(
             forward, view.input_ids, scores, target, preset=protocol, tokens=view.tokens
         ).score
-    protocol = replace(get_protocol("sufficiency"), mode=mode)
-    results["sufficiency"] = sufficiency(
-        forward, view.input_ids, scores, target, preset=protocol, tokens=view.tokens
-    ).score
+        for name, metric in (
+            ("aopc", aopc),
+            ("log_odds", log_odds),
+            ("sufficiency", sufficiency),
+        )
+    }
     for b in range(3):
         t = int(target[b])
         base = _prob(model, pixels[b], t)
