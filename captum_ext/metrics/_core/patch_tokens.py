@@ -61,8 +61,9 @@ class PatchTokens:
 
         >>> view = PatchTokens(pixel_values, patch_size=16)
         >>> scores = AttCAT(model).attribute(pixel_values, target=target)
-        >>> aopc(view.forward_func(ImageClassifierLogits(model)),
-        ...      view.input_ids, scores, target=target, tokens=view.tokens)
+        >>> logits = lambda pixels: model(pixel_values=pixels).logits
+        >>> aopc(view.forward_func(logits), view.input_ids, scores,
+        ...      target=target, tokens=view.tokens)
     """
 
     def __init__(
