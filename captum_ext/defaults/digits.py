@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from captum_ext._utils.progress import Progress
-from captum_ext.defaults.cache import cached_directory
+from captum_ext.defaults.cache import cached_directory, recipe_fingerprint
 from captum_ext.defaults.library_bars import quiet_library_bars
 
 __all__ = [
@@ -65,8 +65,7 @@ class DigitsRecipe:
 
     def fingerprint(self) -> str:
         r"""Hex digest of the recipe and the training code's version."""
-        text = json.dumps([_CODE_VERSION, asdict(self)], sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return recipe_fingerprint(_CODE_VERSION, asdict(self))
 
     @property
     def grid(self) -> Tuple[int, int]:

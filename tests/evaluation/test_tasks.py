@@ -15,7 +15,7 @@ from captum_ext._utils.progress import duration
 from captum_ext.attr import AttCAT
 from captum_ext.defaults import digits
 from captum_ext.defaults.data import TaskExamples
-from captum_ext.defaults.digits import DIGITS_RECIPE, digits_split
+from captum_ext.defaults.digits import digits_cache_name, DIGITS_RECIPE, digits_split
 from captum_ext.defaults.flags import FlagTask
 from captum_ext.defaults.generator import DEFAULT_RECIPE, generator_cache_name
 from captum_ext.evaluation import tasks
@@ -227,6 +227,13 @@ def test_the_first_run_is_estimated_from_the_measured_pieces(
     assert f"about {duration(bench)} in all" in cached
     source = tasks.first_run_estimate(["source"], 8)
     assert f"source {duration(pieces['source'])}" in source
+    # digits: its preparation (no decoders), and 8 images per example.
+    images = tasks.first_run_estimate(["digits"], 16)
+    bench = 128 * per_example["digits"]
+    assert f"(digits {duration(pieces['digits'])})" in images
+    assert f"about {duration(pieces['digits'] + bench)} in all" in images
+    (tmp_path / digits_cache_name()).mkdir()
+    assert "preparing" not in tasks.first_run_estimate(["digits"], 16)
 
 
 def test_the_benchmark_estimate_scales_with_n_up_to_a_task_s_cap() -> None:
@@ -238,6 +245,9 @@ def test_the_benchmark_estimate_scales_with_n_up_to_a_task_s_cap() -> None:
     )
     both = tasks.benchmark_seconds(["flags", "recall_long"], 8)
     assert both == 8 * (per_example["flags"] + per_example["recall_long"])
+    # digits runs 8 images per example, at most its 359 held-out ones.
+    assert tasks.task_examples("digits", 4) == 32
+    assert tasks.task_examples("digits", 64) == len(digits_split("test")) == 359
 
 
 def _tiny_digits_vit() -> Any:
