@@ -229,6 +229,26 @@ def _markdown_frontier(result: BenchmarkResult) -> str:
     return "\n".join(lines).rstrip()
 
 
+def _markdown_patches(result: BenchmarkResult) -> str:
+    r"""Links to the image tasks' patch heatmaps (:func:`plot_all` draws
+    them)."""
+    lines = [
+        f"![{_md(task)}: patch scores]({patch_path(Path(), task).name})"
+        for task in result.tasks
+        if _patch_methods(result, task)
+    ]
+    return "\n\n".join(["### Patch scores", *lines]) if lines else ""
+
+
+def _patch_methods(result: BenchmarkResult, task: str) -> List[str]:
+    r"""The :data:`PATCH_METHODS` an image task's kept examples have scores
+    of (none for another task)."""
+    examples = result.examples.get(task, [])
+    if not examples or held_out_images(task) is None:
+        return []
+    return [m for m in PATCH_METHODS if m in examples[0].scores]
+
+
 def _example_for(
     result: BenchmarkResult, task: str, tokens: Sequence[str]
 ) -> Optional[Explanation]:
@@ -273,12 +293,12 @@ def _image_caption(example: Explanation) -> str:
 def _patch_heatmaps(result: BenchmarkResult, task: str, path: Path) -> bool:
     r"""Draws an image task's kept examples with the patch scores of
     :data:`PATCH_METHODS`; False (nothing drawn) for another task."""
+    methods = _patch_methods(result, task)
     held_out = held_out_images(task)
-    examples = result.examples.get(task, [])
-    methods = [m for m in PATCH_METHODS if examples and m in examples[0].scores]
     if held_out is None or not methods:
         return False
     images, grid = held_out
+    examples = result.examples[task]
     rows = [int(str(example.text).split()[-1]) for example in examples]
     scores = {
         m: torch.stack([torch.as_tensor(e.scores[m]) for e in examples])
@@ -393,7 +413,7 @@ def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
     for name in result.layer_maps.get(task, {}):
         path = layer_path(out_dir, task, name)
         body.append(figure_html(path, _layer_caption(result, task, name)))
-    if held_out_images(task) is not None and patch_path(out_dir, task).is_file():
+    if _patch_methods(result, task):
         body.append(figure_html(patch_path(out_dir, task), _PATCH_CAPTION))
     body.append("<h3>examples</h3>")
     body += examples_html(
@@ -428,13 +448,13 @@ def write_report(result: BenchmarkResult, out_dir: Path) -> Dict[str, Path]:
     }
     result.to_csv(paths["csv"])
     result.to_json(paths["json"])
-    markdown = "\n\n".join(
-        [
-            markdown_table(result),
-            _markdown_frontier(result),
-            _markdown_definitions(result),
-        ]
-    )
+    parts = [
+        markdown_table(result),
+        _markdown_frontier(result),
+        _markdown_patches(result),
+        _markdown_definitions(result),
+    ]
+    markdown = "\n\n".join(part for part in parts if part)
     write_text_atomically(
         paths["markdown"], lambda handle: handle.write(markdown + "\n")
     )

@@ -288,3 +288,4 @@ def test_digits_runs_the_vit_methods_on_patch_tokens(
     paths = write_report(result, tmp_path)
     assert (tmp_path / "digits_patches.png").stat().st_size > 1000
     assert 'alt="digits_patches"' in paths["html"].read_text()
+    assert "(digits_patches.png)" in paths["markdown"].read_text()
