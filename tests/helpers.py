@@ -588,15 +588,16 @@ _VISION_CLASSES = {
 }
 
 
-def tiny_vision(family: str, attention: str = "eager") -> Any:
-    r"""A float64 random-init image classifier: 8 x 8 images, 4 x 4 patches."""
+def tiny_vision(family: str, attention: str = "eager", image_size: int = 8) -> Any:
+    r"""A float64 random-init image classifier: ``image_size`` square images
+    (8 x 8 by default), 4 x 4 patches."""
     torch.manual_seed(0)
     options: Dict[str, Any] = dict(
         hidden_size=16,
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=32,
-        image_size=8,
+        image_size=image_size,
         patch_size=4,
         num_channels=3,
         num_labels=4,

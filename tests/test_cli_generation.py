@@ -291,10 +291,10 @@ def test_benchmark_tasks_default_to_the_first_run_and_full_to_all():
     from captum_ext.cli.parser import parse_command
     from captum_ext.evaluation.tasks import BUILT_IN_TASKS
 
-    built_in = ("sentiment", "source", "recall", "recall_long", "flags")
+    built_in = ("sentiment", "source", "digits", "recall", "recall_long", "flags")
     assert BENCHMARK_TASKS == BUILT_IN_TASKS == built_in
     default = parse_command(["benchmark"]).options
-    assert default.built_in_tasks() == ["sentiment", "recall", "flags"]
+    assert default.built_in_tasks() == ["sentiment", "digits", "recall", "flags"]
     assert default.examples() == 16
     full = parse_command(["benchmark", "--full"]).options
     assert (full.built_in_tasks(), full.examples()) == (list(BUILT_IN_TASKS), 64)

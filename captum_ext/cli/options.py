@@ -49,16 +49,16 @@ __all__ = [
 ]
 
 TASKS = ("sentiment", "source")
-# The benchmark's built-in tasks: the two classifiers and the default
-# generators' key-value recall, long recall and flag sum (evaluation/tasks.py
-# BUILT_IN_TASKS).
-BENCHMARK_TASKS = TASKS + ("recall", "recall_long", "flags")
-# What a first run does without flags: one classifier task and the two
-# generation tasks whose generators train in minutes, at DEFAULT_N examples,
-# so that with the one-time model preparation it fits 15 minutes on 2 CPU
-# cores (evaluation/tasks.py adds up the measured pieces); --full runs every
+# The benchmark's built-in tasks: the two classifiers, the digits ViT and the
+# default generators' key-value recall, long recall and flag sum
+# (evaluation/tasks.py BUILT_IN_TASKS).
+BENCHMARK_TASKS = TASKS + ("digits", "recall", "recall_long", "flags")
+# What a first run does without flags: one classifier task, the digits ViT
+# and the two generation tasks whose models train in minutes, at DEFAULT_N
+# examples, so that with the one-time model preparation it fits 15 minutes on
+# 2 CPU cores (evaluation/tasks.py adds up the measured pieces); --full runs every
 # task at FULL_N.
-DEFAULT_TASKS = ("sentiment", "recall", "flags")
+DEFAULT_TASKS = ("sentiment", "digits", "recall", "flags")
 DEFAULT_N = 16
 FULL_N = 64
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
@@ -304,7 +304,8 @@ class BenchmarkCommand(JobCommand):
     tasks: Optional[Sequence[str]] = option(
         nargs="+",
         choices=BENCHMARK_TASKS,
-        help="built-in tasks: the sentiment and source classifiers, and recall, "
+        help="built-in tasks: the sentiment and source classifiers, digits (a "
+        "vision transformer on 8 x 8 handwritten digits), and recall, "
         "recall_long (over 1,024 prompt tokens, 16 prompts at most) and flags "
         "(an answer decided by two tokens it does not copy): what the default "
         "generators generate, scored against planted evidence; default: "

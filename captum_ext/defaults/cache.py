@@ -31,9 +31,15 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, List, Tuple
+from typing import Any, Callable, Iterator, List, Tuple
 
-__all__ = ["cache_root", "cached_directory", "remove_orphans", "sha256_of"]
+__all__ = [
+    "cache_root",
+    "cached_directory",
+    "recipe_fingerprint",
+    "remove_orphans",
+    "sha256_of",
+]
 
 CACHE_ENV = "CAPTUM_EXT_CACHE"
 _MANIFEST = "MANIFEST.json"
@@ -61,6 +67,13 @@ def sha256_of(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def recipe_fingerprint(*parts: Any) -> str:
+    r"""16 hex digits of the SHA-256 of ``parts`` as JSON with sorted keys:
+    the key of a cache name, so that a changed recipe builds anew."""
+    text = json.dumps(list(parts), sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _files(directory: Path) -> Iterator[Path]:

@@ -13,7 +13,6 @@ the fingerprint hashes the whole recipe, so a changed recipe trains anew and
 never loads stale weights.
 """
 
-import hashlib
 import json
 import math
 import random
@@ -28,7 +27,7 @@ from torch import Tensor
 from captum_ext._utils.progress import Progress
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX, teacher_forced_batch
 from captum_ext.adapters import get_adapter
-from captum_ext.defaults.cache import cached_directory
+from captum_ext.defaults.cache import cached_directory, recipe_fingerprint
 from captum_ext.defaults.flags import FlagTask
 from captum_ext.defaults.recall import (
     encode_examples,
@@ -99,8 +98,7 @@ class GeneratorRecipe:
         r"""Hex digest of the recipe and the training code's version."""
         # Fields left at None are left out: a field added later keeps the
         # names (and caches) of the recipes that do not use it.
-        text = json.dumps([_CODE_VERSION, _without_none(asdict(self))], sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return recipe_fingerprint(_CODE_VERSION, _without_none(asdict(self)))
 
     def seeds(self) -> Tuple[int, int, int]:
         r"""``(first training batch, validation, test)`` seeds of

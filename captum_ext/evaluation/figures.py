@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 r"""The benchmark's figures, drawn from a task's rows and plain data: each
-metric against cost with its front, the per-level curves of a metric,
-and a method's per-layer heatmap. Each is drawn on a
-:class:`matplotlib.figure.Figure` (no pyplot, no backend switch), so importing
+metric against cost with its front, the per-level curves of a metric, a
+method's per-layer heatmap and an image task's patch scores on its images.
+Each is drawn on a :class:`matplotlib.figure.Figure` (no pyplot, no backend
+switch), so importing
 this module changes no global state and figures are drawn headless; each PNG
 is written atomically, under the names of
 :mod:`captum_ext.evaluation.result_views`. This module does not import
@@ -14,11 +15,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from captum.attr import visualization as captum_visualization
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import Bbox
+from torch import Tensor
 
 from captum_ext.evaluation._utils.atomic import atomic_path
 from captum_ext.evaluation.frontier import (
@@ -29,7 +32,7 @@ from captum_ext.evaluation.frontier import (
     frontier_points,
 )
 from captum_ext.evaluation.result_rows import MethodResult, TaskRows
-from captum_ext.visualization import display_texts, normalize, word_groups
+from captum_ext.visualization import display_texts, normalize, patch_pixels, word_groups
 
 __all__ = [
     "curve_figure",
@@ -37,6 +40,7 @@ __all__ = [
     "frontier_drawing",
     "frontier_figure",
     "layer_figure",
+    "patch_figure",
 ]
 
 _MARKERS = ("o", "s", "^", "D", "v", "P", "*")  # 7 is coprime with 10 colours
@@ -330,3 +334,40 @@ def frontier_figure(table: TaskRows, path: Path) -> bool:
         return False
     _save(fig, path)
     return True
+
+
+def patch_figure(
+    images: Tensor,
+    scores: Dict[str, Tensor],
+    grid: Tuple[int, int],
+    captions: Sequence[str],
+    path: Path,
+) -> None:
+    r"""Each image ``[k, channels, height, width]`` (one row each) beside
+    each method's patch scores ``[k, 1 + patches]`` laid on its pixels
+    (:func:`~captum_ext.visualization.patch_pixels`) and blended over it by
+    Captum's ``visualize_image_attr`` (green supports the class, red speaks
+    against it, each panel scaled by its own largest magnitude)."""
+    rows, cols = len(images), 1 + len(scores)
+    fig = Figure(figsize=(1.9 * cols, 2.0 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for row, image in enumerate(images):
+        low, high = image.min(), image.max()
+        shown = ((image - low) / (high - low + 1e-12)).permute(1, 2, 0).numpy()
+        axes[row, 0].imshow(shown.mean(2), cmap="gray")
+        axes[row, 0].set_title(captions[row], fontsize=8)
+        axes[row, 0].axis("off")
+        for col, (name, values) in enumerate(scores.items(), start=1):
+            heat = patch_pixels(values[row : row + 1], grid, tuple(image.shape[1:]))
+            captum_visualization.visualize_image_attr(
+                heat[0].numpy(),
+                shown,
+                method="blended_heat_map",
+                sign="all",
+                plt_fig_axis=(fig, axes[row, col]),
+                alpha_overlay=0.5,
+                title=name,
+                use_pyplot=False,
+            )
+            axes[row, col].title.set_fontsize(8)
+    _save(fig, path)

@@ -11,6 +11,7 @@ __all__ = [
     "GENERATION_METHOD_CHOICES",
     "GENERATION_METHOD_NAMES",
     "GENERATION_METRIC_NAMES",
+    "IMAGE_METHOD_NAMES",
     "METHOD_CHOICES",
     "METHOD_NAMES",
     "METRIC_NAMES",
@@ -47,6 +48,18 @@ METHOD_NAMES = (
 CLASSIFIER_ONLY_METHOD_NAMES = ("Embedding norm", "Saliency")
 GENERATION_METHOD_NAMES = tuple(
     name for name in METHOD_NAMES if name not in CLASSIFIER_ONLY_METHOD_NAMES
+)
+# The methods that explain a vision transformer's images (the image task):
+# the others read token ids or word embeddings.
+IMAGE_METHOD_NAMES = (
+    "NormXLogit",
+    "LogAt",
+    "AttCAT",
+    "CAT",
+    "Attention",
+    "Attention rollout",
+    "Embedding norm",
+    "Random",
 )
 # The four methods' causal-LM definitions a careful reader could defend
 # (docs/generation.rst, "Choosing the causal-LM definitions"): run only when

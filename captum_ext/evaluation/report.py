@@ -16,12 +16,15 @@ import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import torch
+
 from captum_ext.evaluation._utils.atomic import write_text_atomically
 from captum_ext.evaluation.figures import (
     curve_figure,
     curve_rows,
     frontier_figure,
     layer_figure,
+    patch_figure,
 )
 from captum_ext.evaluation.frontier import frontier_metrics
 from captum_ext.evaluation.result_rows import KENDALL
@@ -35,11 +38,13 @@ from captum_ext.evaluation.result_views import (
     html_table,
     layer_path,
     NOT_APPLICABLE,
+    patch_path,
     table_cells,
     TIME_COLUMN,
     TIME_DEFINITION,
 )
 from captum_ext.evaluation.results import BenchmarkResult
+from captum_ext.evaluation.tasks import held_out_images
 from captum_ext.visualization import (
     display_texts,
     Explanation,
@@ -151,6 +156,8 @@ GENERATION_CURVE_AXES = {
     "Sufficiency": ("drop in p(y_t) at this level", "fraction of prompt tokens kept"),
 }
 AREAS = ("Hide", "Reveal")  # summarised by the area under the curve
+# The methods an image task's heatmaps show, where they ran.
+PATCH_METHODS = ("AttCAT", "CAT", "NormXLogit")
 
 
 def _md(text: str) -> str:
@@ -222,6 +229,26 @@ def _markdown_frontier(result: BenchmarkResult) -> str:
     return "\n".join(lines).rstrip()
 
 
+def _markdown_patches(result: BenchmarkResult) -> str:
+    r"""Links to the image tasks' patch heatmaps (:func:`plot_all` draws
+    them)."""
+    lines = [
+        f"![{_md(task)}: patch scores]({patch_path(Path(), task).name})"
+        for task in result.tasks
+        if _patch_methods(result, task)
+    ]
+    return "\n\n".join(["### Patch scores", *lines]) if lines else ""
+
+
+def _patch_methods(result: BenchmarkResult, task: str) -> List[str]:
+    r"""The :data:`PATCH_METHODS` an image task's kept examples have scores
+    of (none for another task)."""
+    examples = result.examples.get(task, [])
+    if not examples or held_out_images(task) is None:
+        return []
+    return [m for m in PATCH_METHODS if m in examples[0].scores]
+
+
 def _example_for(
     result: BenchmarkResult, task: str, tokens: Sequence[str]
 ) -> Optional[Explanation]:
@@ -250,7 +277,36 @@ def plot_all(result: BenchmarkResult, out_dir: Path) -> List[Path]:
             path = layer_path(out_dir, task, name)
             layer_figure(tokens, scores, specials, f"{name} per layer, {task}", path)
             paths.append(path)
+        if _patch_heatmaps(result, task, patch_path(out_dir, task)):
+            paths.append(patch_path(out_dir, task))
     return paths
+
+
+def _image_caption(example: Explanation) -> str:
+    names = example.label_names
+    caption = f"{example.text}: {names[example.pred_class]} ({example.pred_prob:.2f})"
+    if example.true_class not in (None, example.pred_class):
+        caption += f", true {names[example.true_class]}"
+    return caption
+
+
+def _patch_heatmaps(result: BenchmarkResult, task: str, path: Path) -> bool:
+    r"""Draws an image task's kept examples with the patch scores of
+    :data:`PATCH_METHODS`; False (nothing drawn) for another task."""
+    methods = _patch_methods(result, task)
+    held_out = held_out_images(task)
+    if held_out is None or not methods:
+        return False
+    images, grid = held_out
+    examples = result.examples[task]
+    rows = [int(str(example.text).split()[-1]) for example in examples]
+    scores = {
+        m: torch.stack([torch.as_tensor(e.scores[m]) for e in examples])
+        for m in methods
+    }
+    captions = [_image_caption(example) for example in examples]
+    patch_figure(images[rows], scores, grid, captions, path)
+    return True
 
 
 def _config_value(value: Any) -> str:
@@ -289,6 +345,14 @@ def _definitions_html(result: BenchmarkResult) -> str:
     )
 
 
+_PATCH_CAPTION = html_safe(
+    "Each digit (left; its predicted class and probability) with each "
+    "method's scores of its patches blended over it (Captum's "
+    "visualize_image_attr, blended_heat_map): green supports the predicted "
+    "class, red speaks against it, each panel scaled by its own peak. The "
+    "metrics remove a patch by setting its pixels to 0, the training images' "
+    "mean pixel."
+)
 _GENERATED_NOTE = (
     "; for generated text, each continuation token's log-probability given the "
     "prompt and the tokens before it (one heatmap row per token)"
@@ -349,6 +413,8 @@ def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
     for name in result.layer_maps.get(task, {}):
         path = layer_path(out_dir, task, name)
         body.append(figure_html(path, _layer_caption(result, task, name)))
+    if _patch_methods(result, task):
+        body.append(figure_html(patch_path(out_dir, task), _PATCH_CAPTION))
     body.append("<h3>examples</h3>")
     body += examples_html(
         result.examples.get(task, []),
@@ -382,13 +448,13 @@ def write_report(result: BenchmarkResult, out_dir: Path) -> Dict[str, Path]:
     }
     result.to_csv(paths["csv"])
     result.to_json(paths["json"])
-    markdown = "\n\n".join(
-        [
-            markdown_table(result),
-            _markdown_frontier(result),
-            _markdown_definitions(result),
-        ]
-    )
+    parts = [
+        markdown_table(result),
+        _markdown_frontier(result),
+        _markdown_patches(result),
+        _markdown_definitions(result),
+    ]
+    markdown = "\n\n".join(part for part in parts if part)
     write_text_atomically(
         paths["markdown"], lambda handle: handle.write(markdown + "\n")
     )

@@ -44,6 +44,7 @@ __all__ = [
     "frontier_sentence",
     "html_table",
     "layer_path",
+    "patch_path",
     "table_cells",
 ]
 
@@ -202,6 +203,11 @@ def frontier_path(out_dir: Path, task: str) -> Path:
 def layer_path(out_dir: Path, task: str, name: str) -> Path:
     r"""Where the per-layer map of method ``name`` on ``task`` is drawn."""
     return out_dir / f"{_slug(task)}_{_slug(name)}_layers.png"
+
+
+def patch_path(out_dir: Path, task: str) -> Path:
+    r"""Where an image task's patch scores on its images are drawn."""
+    return out_dir / f"{_slug(task)}_patches.png"
 
 
 def figure_html(path: Path, caption: str) -> str:

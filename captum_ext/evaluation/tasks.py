@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 r"""The built-in tasks as plain inputs of the engines: a default fine-tuned
 classifier (:mod:`captum_ext.defaults.models`) and the first examples of its
-held-out split (:mod:`captum_ext.defaults.data`), and the default generators
+held-out split (:mod:`captum_ext.defaults.data`), the default digits ViT on
+held-out digits (``digits``, :mod:`captum_ext.defaults.digits`: its images
+as patch tokens, :class:`~captum_ext.evaluation.image_tokens.ImageTokenizer`),
+and the default generators
 (:mod:`captum_ext.defaults.generator`) on held-out prompts with their planted
 evidence: key-value recall (``recall``, :mod:`captum_ext.defaults.recall`),
 its long-context variant (``recall_long``: over 1,024 prompt tokens, 16
@@ -20,6 +23,12 @@ from captum_ext._utils.progress import duration
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX
 from captum_ext.defaults.cache import cache_root
 from captum_ext.defaults.data import load_split, TaskExamples, TASKS
+from captum_ext.defaults.digits import (
+    digits_cache_name,
+    DIGITS_RECIPE,
+    digits_split,
+    load_default_vit,
+)
 from captum_ext.defaults.generator import (
     DEFAULT_RECIPE,
     FLAG_RECIPE,
@@ -32,10 +41,12 @@ from captum_ext.defaults.models import load_default_model, MAX_LENGTH
 from captum_ext.defaults.recall import encode_examples, RecallTask
 from captum_ext.evaluation.engine import run_benchmark
 from captum_ext.evaluation.engine.causal_lm import run_generation_benchmark
+from captum_ext.evaluation.image_tokens import ImageTokenizer
 from captum_ext.evaluation.names import (
     check_names,
     GENERATION_METHOD_CHOICES,
     GENERATION_METRIC_NAMES,
+    IMAGE_METHOD_NAMES,
     METHOD_CHOICES,
     METHOD_NAMES,
     METRIC_NAMES,
@@ -50,11 +61,14 @@ __all__ = [
     "DefaultTask",
     "GENERATION_TASK",
     "GENERATION_TASKS",
+    "IMAGE_TASK",
     "benchmark_default_tasks",
     "benchmark_seconds",
     "default_decoder_texts",
     "default_task",
     "first_run_estimate",
+    "task_examples",
+    "held_out_images",
     "recall_data",
     "run_default_tasks",
 ]
@@ -70,7 +84,13 @@ GENERATION_TASKS: Dict[str, Tuple[GeneratorRecipe, Optional[int]]] = {
     "recall_long": (LONG_RECALL_RECIPE, 16),
     "flags": (FLAG_RECIPE, None),
 }
-BUILT_IN_TASKS = TASKS + tuple(GENERATION_TASKS)
+# The image task: the default digits ViT on held-out digits, IMAGES_PER_EXAMPLE
+# images per example of the other tasks: an image costs far less than a text
+# (a 17-token, 2-layer model), and Captum's metrics measure one example in 8
+# (Infidelity) and in 32 (SensMax), so 16 images would leave SensMax empty.
+IMAGE_TASK = "digits"
+IMAGES_PER_EXAMPLE = 8
+BUILT_IN_TASKS = TASKS + (IMAGE_TASK,) + tuple(GENERATION_TASKS)
 
 
 # The first run's pieces on an idle 2-core CPU. Preparation: each one-time
@@ -79,12 +99,16 @@ BUILT_IN_TASKS = TASKS + tuple(GENERATION_TASKS)
 # model's loading included, from a run of the task on its own (sentiment: 32
 # examples; its wall time on a loaded machine scaled by the fine-tuning's in
 # the same run against the idle figure above; the generation tasks and source
-# from earlier runs of them; recall_long runs 16 prompts at most).
+# from earlier runs of them; recall_long runs 16 prompts at most; digits: per
+# image, from `captum-ext benchmark --tasks digits --n 16` on an empty cache
+# on a loaded machine, 128 images in 11 s, its preparation the other 32 s of
+# the run's 43, the training 21 s of them on one thread).
 # docs/measurements.rst gives the first run these add up to.
 PREPARATION_SECONDS = {
     "sentiment": 222.0,
     "source": 30.0,
     "decoders": 78.0,
+    IMAGE_TASK: 32.0,
     GENERATION_TASK: 155.0,
     "recall_long": 222.0,
     "flags": 11.0,
@@ -92,6 +116,7 @@ PREPARATION_SECONDS = {
 BENCHMARK_SECONDS_PER_EXAMPLE = {
     "sentiment": 8.0,
     "source": 6.5,
+    IMAGE_TASK: 0.09,
     GENERATION_TASK: 2.0,
     "recall_long": 40.0,
     "flags": 2.0,
@@ -105,6 +130,7 @@ def _missing(tasks: Sequence[str]) -> List[str]:
         "sentiment": any(root.glob("default-sentiment-*")),
         "source": any(root.glob("default-source-*")),
         "decoders": any(root.glob("fitted-decoder-*")),
+        IMAGE_TASK: (root / digits_cache_name()).is_dir(),
         **{
             task: (root / generator_cache_name(recipe)).is_dir()
             for task, (recipe, _) in GENERATION_TASKS.items()
@@ -116,13 +142,20 @@ def _missing(tasks: Sequence[str]) -> List[str]:
     return [piece for piece in wanted if not cached[piece]]
 
 
+def task_examples(task: str, n: int) -> int:
+    r"""The examples ``task`` runs at ``n`` examples a task: at most a
+    generation task's cap; :data:`IMAGES_PER_EXAMPLE` images per example for
+    the image task (at most its held-out split)."""
+    if task == IMAGE_TASK:
+        return min(IMAGES_PER_EXAMPLE * n, len(digits_split("test")))
+    return min(n, GENERATION_TASKS.get(task, (None, None))[1] or n)
+
+
 def benchmark_seconds(tasks: Sequence[str], n: int) -> float:
-    r"""The benchmark's seconds for ``tasks`` at ``n`` examples each (fewer
-    where a task caps them), from :data:`BENCHMARK_SECONDS_PER_EXAMPLE`."""
+    r"""The benchmark's seconds for ``tasks`` at ``n`` examples each
+    (:func:`task_examples`), from :data:`BENCHMARK_SECONDS_PER_EXAMPLE`."""
     return sum(
-        BENCHMARK_SECONDS_PER_EXAMPLE[task]
-        * min(n, GENERATION_TASKS.get(task, (None, None))[1] or n)
-        for task in tasks
+        BENCHMARK_SECONDS_PER_EXAMPLE[task] * task_examples(task, n) for task in tasks
     )
 
 
@@ -164,14 +197,36 @@ def default_decoder_texts() -> List[str]:
 
 
 def default_task(name: str, n: int, device: Any = None) -> DefaultTask:
-    r"""Task ``name`` (``"sentiment"`` or ``"source"``) with its first ``n``
-    held-out examples."""
-    if name not in TASKS:
-        raise ValueError(f"task must be one of {TASKS}, got {name!r}")
+    r"""Task ``name`` (``"sentiment"``, ``"source"`` or ``"digits"``) with
+    its first ``n`` held-out examples."""
+    if name not in TASKS + (IMAGE_TASK,):
+        raise ValueError(f"task must be one of {TASKS + (IMAGE_TASK,)}, got {name!r}")
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
+    if name == IMAGE_TASK:
+        return _digits_task(n, device)
     model, tokenizer = load_default_model(name, device=device)
     return DefaultTask(name, model, tokenizer, load_split(name).head(n))
+
+
+def _digits_task(n: int, device: Any) -> DefaultTask:
+    r"""The digits ViT and its first ``n`` held-out images, as patch tokens
+    whose masked patches are 0 (the training pixels' mean)."""
+    images = digits_split("test").head(n)
+    tokenizer = ImageTokenizer(images.images, DIGITS_RECIPE.patch_size)
+    data = TaskExamples(
+        ImageTokenizer.texts(len(images)), images.labels, images.label_names
+    )
+    model = load_default_vit(device)
+    return DefaultTask(IMAGE_TASK, model, tokenizer, data, tokenizer.model_max_length)
+
+
+def held_out_images(task: str) -> Optional[Tuple[Tensor, Tuple[int, int]]]:
+    r"""An image task's held-out images ``[n, channels, height, width]`` (its
+    examples ``"image i"`` in order) and patch grid; None for another task."""
+    if task != IMAGE_TASK:
+        return None
+    return digits_split("test").images, DIGITS_RECIPE.grid
 
 
 def recall_data(
@@ -257,6 +312,8 @@ def _task_options(name: str, options: BenchmarkOptions) -> Optional[BenchmarkOpt
     methods = _applicable(
         options.methods, GENERATION_METHOD_CHOICES if generation else METHOD_NAMES
     )
+    if name == IMAGE_TASK:  # only the methods that explain a vision transformer
+        methods = _applicable(methods or IMAGE_METHOD_NAMES, IMAGE_METHOD_NAMES)
     metrics = _applicable(
         options.metrics, GENERATION_METRIC_NAMES if generation else METRIC_NAMES
     )
@@ -307,15 +364,15 @@ def run_default_tasks(
         if for_task is None:
             continue
         if isinstance(for_task, GenerationBenchmarkOptions):
-            recipe, most = GENERATION_TASKS[name]
+            recipe, _ = GENERATION_TASKS[name]
             model, tokenizer = load_default_generator(options.device, recipe)
-            data = recall_data(min(n, most or n), tokenizer, recipe)
+            data = recall_data(task_examples(name, n), tokenizer, recipe)
             results.append(run_generation_benchmark(model, tokenizer, data, for_task))
             continue
         chosen = check_names(for_task.methods, METHOD_NAMES, "method")
         if decoder_texts is None and needs_decoders(chosen):
             decoder_texts = default_decoder_texts()
-        task = default_task(name, n, device=options.device)
+        task = default_task(name, task_examples(name, n), device=options.device)
         for_task = replace(
             for_task, max_length=task.max_length, decoder_texts=decoder_texts
         )

@@ -11,7 +11,8 @@ text: :func:`generation_aopc`, :func:`generation_sufficiency`,
 :func:`average_precision`, :func:`dot_product`. Captum's own
 :func:`captum.metrics.infidelity` and :func:`captum.metrics.sensitivity_max`
 run on token ids with :class:`TokenSubsetPerturbation` as their
-``perturb_func``. Each has one clean default,
+``perturb_func``. On a vision transformer's images, :class:`PatchTokens`
+gives every one of them patch tokens to mask. Each has one clean default,
 documented in its docstring, and presets reproducing the papers' protocols
 (``preset="attcat"``, ``"normxlogit"``, ``"decoded"``, ``"ferret"``), all in
 one typed table (:func:`get_protocol`). The tokenizer's ids go in one
@@ -187,6 +188,7 @@ from captum_ext.metrics._core.generation_sufficiency import generation_sufficien
 from captum_ext.metrics._core.hiding_revealing import hiding_revealing
 from captum_ext.metrics._core.kendall_tau import kendall_tau
 from captum_ext.metrics._core.log_odds import log_odds
+from captum_ext.metrics._core.patch_tokens import PatchTokens
 from captum_ext.metrics._core.sufficiency import sufficiency
 from captum_ext.metrics._core.token_overlap import token_overlap
 from captum_ext.metrics._core.token_subset_perturbation import TokenSubsetPerturbation
@@ -208,6 +210,7 @@ __all__ = [
     "HidingRevealingResult",
     "KendallProtocol",
     "MetricResult",
+    "PatchTokens",
     "PerturbationProtocol",
     "TokenOptions",
     "TokenOverlapResult",

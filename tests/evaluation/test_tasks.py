@@ -4,16 +4,25 @@ one combined result out; the decoders' training texts are read only when a
 chosen method fits decoders; recall is the default generator on held-out
 prompts with their planted evidence."""
 
+from dataclasses import replace
 from pathlib import Path
-from typing import List, Tuple
+from typing import Any, List, Tuple
 
 import pytest
+import torch
+from captum_ext._utils.model_forward import ImageClassifierLogits
 from captum_ext._utils.progress import duration
+from captum_ext.attr import AttCAT
+from captum_ext.defaults import digits
 from captum_ext.defaults.data import TaskExamples
+from captum_ext.defaults.digits import digits_cache_name, DIGITS_RECIPE, digits_split
 from captum_ext.defaults.flags import FlagTask
 from captum_ext.defaults.generator import DEFAULT_RECIPE, generator_cache_name
 from captum_ext.evaluation import tasks
+from captum_ext.evaluation.names import IMAGE_METHOD_NAMES
 from captum_ext.evaluation.options import BenchmarkOptions
+from captum_ext.evaluation.report import write_report
+from captum_ext.metrics import aopc, PatchTokens
 
 from tests.helpers import (
     TINY_LABEL_NAMES,
@@ -218,6 +227,13 @@ def test_the_first_run_is_estimated_from_the_measured_pieces(
     assert f"about {duration(bench)} in all" in cached
     source = tasks.first_run_estimate(["source"], 8)
     assert f"source {duration(pieces['source'])}" in source
+    # digits: its preparation (no decoders), and 8 images per example.
+    images = tasks.first_run_estimate(["digits"], 16)
+    bench = 128 * per_example["digits"]
+    assert f"(digits {duration(pieces['digits'])})" in images
+    assert f"about {duration(pieces['digits'] + bench)} in all" in images
+    (tmp_path / digits_cache_name()).mkdir()
+    assert "preparing" not in tasks.first_run_estimate(["digits"], 16)
 
 
 def test_the_benchmark_estimate_scales_with_n_up_to_a_task_s_cap() -> None:
@@ -229,3 +245,47 @@ def test_the_benchmark_estimate_scales_with_n_up_to_a_task_s_cap() -> None:
     )
     both = tasks.benchmark_seconds(["flags", "recall_long"], 8)
     assert both == 8 * (per_example["flags"] + per_example["recall_long"])
+    # digits runs 8 images per example, at most its 359 held-out ones.
+    assert tasks.task_examples("digits", 4) == 32
+    assert tasks.task_examples("digits", 64) == len(digits_split("test")) == 359
+
+
+def _tiny_digits_vit() -> Any:
+    r"""A random float32 ViT with the default digits ViT's input and classes."""
+    torch.manual_seed(0)
+    small = replace(DIGITS_RECIPE, hidden_size=16, heads=2, intermediate_size=32)
+    return digits._model(small).eval()
+
+
+def test_digits_runs_the_vit_methods_on_patch_tokens(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    model = _tiny_digits_vit()
+    monkeypatch.setattr(tasks, "load_default_vit", lambda device=None: model)
+    result = tasks.benchmark_default_tasks(
+        1, ("digits",), metrics=["aopc", "infidelity"], progress=False
+    )
+    assert [r.method for r in result.rows] == list(IMAGE_METHOD_NAMES)
+    assert all(r.n == tasks.IMAGES_PER_EXAMPLE for r in result.rows)
+    assert result.task_columns("digits") == ["AOPC", "Infidelity"]
+    # The engine's AOPC is the library's on the images, masking patches.
+    images = digits_split("test").images[: tasks.IMAGES_PER_EXAMPLE]
+    view = PatchTokens(images, 4)
+    forward = view.forward_func(ImageClassifierLogits(model))
+    with torch.no_grad():
+        target = model(pixel_values=images).logits.argmax(-1)
+    scores = AttCAT(model).attribute(images, target=target)
+    expected = aopc(forward, view.input_ids, scores, target, tokens=view.tokens)
+    row = next(r for r in result.rows if r.method == "AttCAT")
+    want = expected.score[row.rows].tolist()
+    assert row.per_example["AOPC"] == pytest.approx(want, abs=1e-5)
+    # GlobEnc reads token ids: left out of the image task, not an error.
+    chosen = tasks.benchmark_default_tasks(
+        1, ("digits",), methods=["GlobEnc", "CAT"], metrics=["aopc"], progress=False
+    )
+    assert [r.method for r in chosen.rows] == ["CAT"]
+    # The report draws the kept images with their patch scores.
+    paths = write_report(result, tmp_path)
+    assert (tmp_path / "digits_patches.png").stat().st_size > 1000
+    assert 'alt="digits_patches"' in paths["html"].read_text()
+    assert "(digits_patches.png)" in paths["markdown"].read_text()

@@ -44,6 +44,7 @@ from captum_ext.evaluation.engine.skeleton import (
     run_config,
     run_engine,
 )
+from captum_ext.evaluation.image_tokens import ImageTokenizer
 from captum_ext.evaluation.names import check_names
 from captum_ext.evaluation.options import BenchmarkOptions
 from captum_ext.evaluation.registry import (
@@ -62,8 +63,11 @@ __all__ = ["ClassifierStrategy", "benchmark", "run_benchmark"]
 
 
 # -------------------------------------------------------------------- timing
-def _forward_for(model: nn.Module) -> Callable[..., Tensor]:
-    r"""The logits function every timing and metric uses (a seam for tests)."""
+def _forward_for(model: nn.Module, tokenizer: Any) -> Callable[..., Tensor]:
+    r"""The logits function every timing and metric uses (a seam for tests):
+    on the images of an image task's patch token ids."""
+    if isinstance(tokenizer, ImageTokenizer):
+        return tokenizer.forward_func(model)
     return classifier_forward(model)
 
 
@@ -177,7 +181,7 @@ class ClassifierStrategy(EngineStrategy[_Batch]):
             max_length=self.max_length,
             device=device,
         )
-        forward = _forward_for(self.model)
+        forward = _forward_for(self.model, self.tokenizer)
         for batch in batches:
             _predict(forward, batch)
         return batches
@@ -209,7 +213,7 @@ class ClassifierStrategy(EngineStrategy[_Batch]):
             for m in self.metrics
             if not (spec.class_agnostic and m.explains_other_classes)
         ]
-        forward = _forward_for(self.model)
+        forward = _forward_for(self.model, self.tokenizer)
         keep, tokenizer = self.keep, self.tokenizer
 
         def score(batch: _Batch, shard: MethodShard) -> None:

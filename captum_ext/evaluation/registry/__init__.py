@@ -25,6 +25,7 @@ differ.
 from captum_ext.evaluation.names import (
     GENERATION_METHOD_NAMES,
     GENERATION_METRIC_NAMES,
+    IMAGE_METHOD_NAMES,
     METHOD_NAMES,
     METRIC_NAMES,
 )
@@ -101,15 +102,24 @@ __all__ = [
 ]
 
 _GENERATION = tuple(name for name, spec in METHODS.items() if spec.causal_lm)
-if (tuple(METHODS), _GENERATION, tuple(METRICS), tuple(GENERATION_METRICS)) != (
+_IMAGES = tuple(name for name, spec in METHODS.items() if spec.images)
+if (
+    tuple(METHODS),
+    _GENERATION,
+    _IMAGES,
+    tuple(METRICS),
+    tuple(GENERATION_METRICS),
+) != (
     METHOD_NAMES,
     GENERATION_METHOD_NAMES,
+    IMAGE_METHOD_NAMES,
     METRIC_NAMES,
     GENERATION_METRIC_NAMES,
 ):
     raise ImportError(
         "the registry's methods and metrics differ from the names of "
         "captum_ext/evaluation/names.py, from which the command line builds its "
-        f"choices: {list(METHODS)}, {list(_GENERATION)}, {list(METRICS)}, "
+        f"choices: {list(METHODS)}, {list(_GENERATION)}, {list(_IMAGES)}, "
+        f"{list(METRICS)}, "
         f"{list(GENERATION_METRICS)}"
     )

@@ -45,8 +45,9 @@ from captum_ext.attr import (
     LogAt,
     NormXLogit,
 )
-from captum_ext.attr._utils.token_attribution import TokenAttribution
+from captum_ext.attr._utils.token_attribution import IMAGE_METHODS, TokenAttribution
 from captum_ext.defaults.decoders import load_fitted_decoders
+from captum_ext.evaluation.image_tokens import image_inputs
 from captum_ext.evaluation.names import GENERATION_METHOD_NAMES, VARIANT_METHOD_NAMES
 from captum_ext.evaluation.registry.call_convention import (
     _explainer,
@@ -113,6 +114,9 @@ class MethodSpec:
             prompts of a batch one after the other (Captum's LLM API takes one
             prompt): the benchmark then divides its time by forward passes of
             one prompt each, not by one forward over the padded batch.
+        images (bool): True when it explains a vision transformer's images
+            (its ``factory`` given an
+            :class:`~captum_ext.evaluation.image_tokens.ImageTokenizer`).
     """
 
     name: str
@@ -126,6 +130,7 @@ class MethodSpec:
     layer_map: Optional[MethodFactory] = None
     generation: Optional[GenerationFactory] = None
     one_prompt_at_a_time: bool = False
+    images: bool = False
 
     def __post_init__(self) -> None:
         if self.causal_lm != (self.generation is not None):
@@ -193,14 +198,16 @@ def needs_decoders(names: Sequence[str]) -> bool:
 # ----------------------------------------------------------- captum_ext methods
 def _captum_ext(method: Callable[[nn.Module], Any], **options: Any) -> MethodFactory:
     r"""Factory for a captum_ext ``Attribution``: ``method(model).attribute(...)``
-    with the engine's call convention and fixed keyword ``options``."""
+    with the engine's call convention and fixed keyword ``options`` (on the
+    pixels of an image task's patch token ids)."""
 
     def factory(model: nn.Module, tokenizer: Any) -> MethodFn:
         attribution = method(model)
 
         def scores(input_ids: Tensor, target: Tensor, args: tuple) -> Tensor:
+            inputs, forward_args = image_inputs(tokenizer, input_ids, args)
             return attribution.attribute(
-                input_ids, target=target, additional_forward_args=args, **options
+                inputs, target=target, additional_forward_args=forward_args, **options
             )
 
         return _explainer(scores)
@@ -348,6 +355,7 @@ def _needs(
     needs: Dict[str, Any] = dict(
         needs_gradients=method.needs_gradients,
         needs_attention_weights=method.reads_attention,
+        images=method.__name__ in IMAGE_METHODS,
     )
     if method.explains_generation:
         built = generation_method or method
@@ -421,7 +429,12 @@ register_method(
     one_prompt_at_a_time=True,
 )
 register_method(
-    "Random", _random, "control", causal_lm=True, generation=_random_generation
+    "Random",
+    _random,
+    "control",
+    causal_lm=True,
+    generation=_random_generation,
+    images=True,
 )
 
 # The causal-LM variants of the four methods (docs/generation.rst), run on

@@ -198,7 +198,9 @@ def test_paired_timings_survive_a_slow_forward_on_one_batch(monkeypatch):
         return factory
 
     monkeypatch.setattr(classifier, "clock_for", lambda device: clock)
-    monkeypatch.setattr(classifier, "_forward_for", lambda model: timed_forward)
+    monkeypatch.setattr(
+        classifier, "_forward_for", lambda model, tokenizer: timed_forward
+    )
     monkeypatch.setitem(
         METHODS, "Three", MethodSpec("Three", method_costing(3.0), "captum")
     )
