@@ -30,7 +30,8 @@ TIME = "time_ratio"
 HEADERS = {TIME: "time (× forward)", "n": "n", "no_signal": "no signal"}
 MARKER = re.compile(
     r"^(?:<!-- |\.\. )results: (?P<run>\S+)(?: task=(?P<task>\S+) "
-    r"columns=(?P<columns>\S+))?(?: -->)?$"
+    r"columns=(?P<columns>\S+)(?: methods=(?P<methods>[^,>][^>]*?))?)?"
+    r"(?: -->)?$"
 )
 END = ("<!-- end results -->", ".. end results")
 
@@ -40,6 +41,7 @@ class Table(NamedTuple):
     task: Optional[str]  # None: the run itself (run.json), not its rows
     columns: List[str]
     markdown: bool
+    methods: Optional[List[str]] = None  # None: every row
 
 
 def documents() -> List[Path]:
@@ -52,13 +54,21 @@ def read_run(run: str) -> Dict[str, object]:
     return json.loads((RESULTS / run / "run.json").read_text(encoding="utf-8"))
 
 
-def read_rows(run: str, task: str) -> List[Dict[str, str]]:
-    r"""The rows of ``task`` in ``docs/results/RUN/results.csv``, in its order."""
+def read_rows(
+    run: str, task: str, methods: Optional[List[str]] = None
+) -> List[Dict[str, str]]:
+    r"""The rows of ``task`` in ``docs/results/RUN/results.csv``, in its order
+    (only those of ``methods`` where given)."""
     with open(RESULTS / run / "results.csv", newline="", encoding="utf-8") as f:
         rows = [row for row in csv.DictReader(f) if row["task"] == task]
     if not rows:
         raise ValueError(f"docs/results/{run}/results.csv has no task {task!r}")
-    return rows
+    if methods is None:
+        return rows
+    missing = sorted(set(methods) - {row["method"] for row in rows})
+    if missing:
+        raise ValueError(f"docs/results/{run}: task {task!r} has no rows {missing}")
+    return [row for row in rows if row["method"] in methods]
 
 
 def cell(row: Dict[str, str], column: str) -> str:
@@ -132,7 +142,7 @@ def render(table: Table) -> List[str]:
         return run_lines(table.run, table.markdown)
     run = read_run(table.run)
     directions: Dict[str, bool] = run.get("higher_is_better", {})  # type: ignore
-    rows = read_rows(table.run, table.task)
+    rows = read_rows(table.run, table.task, table.methods)
     titles = ["method"] + [header(c, directions) for c in table.columns]
     body = [[row["method"]] + [cell(row, c) for c in table.columns] for row in rows]
     quote = "`" if table.markdown else "``"
@@ -148,7 +158,9 @@ def _table(line: str, markdown: bool) -> Optional[Table]:
     if not match:
         return None
     columns = (match.group("columns") or "").split(",")
-    return Table(match.group("run"), match.group("task"), columns, markdown)
+    methods = match.group("methods")
+    chosen = methods.split(",") if methods else None
+    return Table(match.group("run"), match.group("task"), columns, markdown, chosen)
 
 
 def rendered(path: Path) -> str:

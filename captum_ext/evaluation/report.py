@@ -326,7 +326,7 @@ def _config_html(result: BenchmarkResult) -> str:
         f"<dt>{html_safe(str(key))}</dt><dd>{html_safe(_config_value(value))}</dd>"
         for key, value in items.items()
     )
-    return f'<h2>configuration</h2><dl class="config">{rows}</dl>'
+    return f'<h2 id="configuration">configuration</h2><dl class="config">{rows}</dl>'
 
 
 def _definitions_html(result: BenchmarkResult) -> str:
@@ -335,7 +335,7 @@ def _definitions_html(result: BenchmarkResult) -> str:
         for name, text in metric_definitions(result)
     )
     return (
-        '<h2>how to read this page</h2><dl class="config">'
+        '<h2 id="how-to-read">how to read this page</h2><dl class="config">'
         f'{items}</dl><p class="note">* best per column, where it beats Random; '
         "↑/↓ give the better direction. No signal: the examples on which a "
         "method's scores were constant over the ranked tokens (e.g. all zero "
@@ -401,9 +401,29 @@ def _curve_caption(result: BenchmarkResult, task: str, metric: str) -> str:
     )
 
 
-def _task_html(result: BenchmarkResult, task: str, out_dir: Path) -> List[str]:
+def _contents_html(result: BenchmarkResult) -> str:
+    r"""Links to each task's section and to the definitions and configuration
+    below them (the page is long: the frontier panels come first)."""
+    links = [
+        f'<a href="#task-{index}">{html_safe(task)}</a>'
+        for index, task in enumerate(result.tasks)
+    ]
+    links += [
+        '<a href="#how-to-read">how to read this page</a>',
+        '<a href="#configuration">configuration</a>',
+    ]
+    return f'<p class="note">on this page: {" · ".join(links)}</p>'
+
+
+def _task_html(
+    result: BenchmarkResult, task: str, index: int, out_dir: Path
+) -> List[str]:
     table = result.task_rows(task)
-    body = [f"<h2>{html_safe(task)}</h2>", html_table(table_cells(table))]
+    body = [
+        f'<h2 id="task-{index}">{html_safe(task)}</h2>',
+        # Wide tables (a generation task has a dozen metrics) scroll, not clip.
+        f'<div class="wide">{html_table(table_cells(table))}</div>',
+    ]
     for metric in table.columns:
         # The rule plot_all drew by, not the files in out_dir: an earlier run's
         # plot of a metric without a curve now must not be shown.
@@ -428,10 +448,11 @@ def write_html(result: BenchmarkResult, path: Path) -> None:
     r"""The self-contained report page; the PNGs of :func:`plot_all` must already
     be in ``path``'s directory."""
     tables = [result.task_rows(task) for task in result.tasks]
-    body = frontier_html(tables, path.parent)
+    body = [_contents_html(result)] + frontier_html(tables, path.parent)
+    for index, task in enumerate(result.tasks):
+        body += _task_html(result, task, index, path.parent)
+    # What the tables need to be read, after them: the results come first.
     body += [_definitions_html(result), _config_html(result)]
-    for task in result.tasks:
-        body += _task_html(result, task, path.parent)
     page = html_page("captum_ext benchmark", "\n".join(body))
     write_text_atomically(path, lambda handle: handle.write(page))
 

@@ -88,6 +88,9 @@ img { max-width: 100%; }
 figure { margin: 1em 0; }
 figcaption, .note { color: #555; font-size: 0.9em; }
 div.wide { overflow-x: auto; }
+div.wide th, div.wide td { padding: 0.3em 0.45em; }
+div.wide th:first-child, div.wide td:first-child {
+  position: sticky; left: 0; background: #fff; }
 table.heatmap th { font-weight: normal; }
 td.evidence { outline: 2px solid black; outline-offset: -2px; font-weight: 600; }
 th.predicting { border-bottom: 2px dashed #888; }

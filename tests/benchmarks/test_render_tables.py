@@ -76,6 +76,21 @@ def test_a_markdown_table_is_rendered_from_its_rows(
     ]
 
 
+def test_methods_keep_those_rows_in_the_files_order(
+    results: Path, tmp_path: Path
+) -> None:
+    page = tmp_path / "page.md"
+    marker = "columns=AOPC,Kendall-tau,time_ratio"
+    page.write_text(MARKDOWN.replace(marker, marker + " methods=LogAt"))
+    lines = render_tables.rendered(page).split("\n")
+    assert [line for line in lines if line.startswith("| ")][1:] == [
+        "| LogAt | 0.500 | n/a | ⚠ 0.0 |"
+    ]
+    page.write_text(MARKDOWN.replace(marker, marker + " methods=LogAt,Grad CAM"))
+    with pytest.raises(ValueError, match=r"has no rows \['Grad CAM'\]"):
+        render_tables.rendered(page)
+
+
 def test_a_changed_results_file_makes_the_check_fail(
     results: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -129,3 +129,37 @@ def test_random_scores_depend_on_the_example_and_class_not_the_batch():
     assert (batch[mask == 0] == 0).all() and (batch[mask == 1] > 0).all()
     other = explain(alone["input_ids"], alone["attention_mask"], torch.tensor([1]))
     assert not torch.equal(other, single)
+
+
+def test_integrated_gradients_in_chunks_of_examples_equal_one_pass_over_the_batch():
+    r"""The benchmark's IntegratedGradients runs IG_ROWS // IG_STEPS examples
+    at a time, each with all its steps in one pass: the scores of one pass over
+    the whole batch (float64, so equal to rounding)."""
+    from captum.attr import LayerIntegratedGradients
+    from captum_ext import classifier_forward
+    from captum_ext.evaluation.registry import IG_ROWS, IG_STEPS
+
+    model, tokenizer = tiny_labelled_bert().double(), tiny_tokenizer()
+    n = 2 * IG_ROWS // IG_STEPS + 1  # two full chunks and one of a single example
+    texts = [TINY_TEXTS[i % len(TINY_TEXTS)] for i in range(n)]
+    encoded = tokenizer(texts, padding=True, return_tensors="pt")
+    ids, mask = encoded["input_ids"], encoded["attention_mask"]
+    target = torch.arange(n) % 3
+    scores = METHODS["IntegratedGradients"].factory(model, tokenizer)(ids, mask, target)
+    special = torch.tensor(sorted(set(tokenizer.all_special_ids)))
+    reference = torch.where(torch.isin(ids, special), ids, tokenizer.pad_token_id)
+    ig = LayerIntegratedGradients(
+        classifier_forward(model), model.get_input_embeddings()
+    )
+    whole = (
+        ig.attribute(
+            ids,
+            baselines=reference,
+            target=target,
+            additional_forward_args=(mask,),
+            n_steps=IG_STEPS,
+            internal_batch_size=n * IG_STEPS,
+        ).sum(-1)
+        * mask
+    )  # [n, pos]
+    torch.testing.assert_close(scores, whole, rtol=0, atol=1e-12)

@@ -213,7 +213,8 @@ def test_html_report_is_self_contained_and_escaped(tmp_path: Path) -> None:
     page = paths["html"].read_text()
     assert "<script" not in page
     assert "&lt;script&gt;" in page
-    assert not re.search(r"""(src|href)=["']?(https?:|//|[^"'d])""", page)
+    # Nothing outside the page: data URIs and links to its own sections only.
+    assert not re.search(r"""(src|href)=["']?(https?:|//|[^"'d#])""", page)
     images = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
     assert len(images) == 3
     assert base64.b64decode(images[0])[:4] == b"\x89PNG"
@@ -427,13 +428,27 @@ def test_frontier_is_at_the_top_of_the_report_and_in_results_md(tmp_path: Path) 
     paths = write_report(_frontier_result(), tmp_path)
     page = paths["html"].read_text()
     body = page.split("<body>", 1)[1]
-    assert body.index("faithfulness against cost") < body.index("how to read")
+    assert body.index("faithfulness against cost") < body.index('id="how-to-read"')
     assert 'alt="sentiment_frontier"' in page
     assert (tmp_path / "sentiment_frontier.png").read_bytes()[:4] == b"\x89PNG"
     text = paths["markdown"].read_text()
     assert "![sentiment: each metric against cost](sentiment_frontier.png)" in text
     table = _frontier_result().task_rows("sentiment")
     assert result_views.frontier_sentence(table, "AOPC") in text
+
+
+def test_the_report_links_its_sections_and_puts_the_tables_before_the_definitions(
+    tmp_path: Path,
+) -> None:
+    page = write_report(_frontier_result(), tmp_path)["html"].read_text()
+    body = page.split("<body>", 1)[1]
+    links = '<a href="#task-0">sentiment</a> · <a href="#how-to-read">'
+    assert body.index(links) < body.index("faithfulness against cost")
+    table = '<h2 id="task-0">sentiment</h2><div class="wide"><table>'
+    assert body.index(table.replace("<div", "\n<div")) < body.index(
+        '<h2 id="how-to-read">'
+    )
+    assert body.index('<h2 id="how-to-read">') < body.index('id="configuration"')
 
 
 # ---------------------------------------------------------------- reprs
