@@ -89,6 +89,16 @@ def run(command: List[str]) -> Dict[str, Any]:
     }
 
 
+def _directions(out: Path) -> Dict[str, bool]:
+    r"""Each metric's direction from the main job's ``results.json``; none for a
+    benchmark that writes only ``results.csv``."""
+    path = out / "results.json"
+    if not path.exists():
+        return {}
+    written = json.loads(path.read_text(encoding="utf-8"))
+    return {name: m["higher_is_better"] for name, m in written["metrics"].items()}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -109,11 +119,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "machine": machine(),
         **run(command),
     }
-    written = json.loads((args.out / "results.json").read_text(encoding="utf-8"))
-    record["higher_is_better"] = {
-        name: metric["higher_is_better"] for name, metric in written["metrics"].items()
-    }
-    record["higher_is_better"]["time_ratio"] = False
+    record["higher_is_better"] = {**_directions(args.out), "time_ratio": False}
     target = RESULTS / args.name
     target.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(args.out / "results.csv", target / "results.csv")

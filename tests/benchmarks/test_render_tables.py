@@ -149,6 +149,10 @@ def test_record_run_keeps_the_results_and_what_the_command_printed(
     assert record["peak_rss_bytes"] > 2**20 and record["wall_seconds"] > 0
     assert record["cpu_seconds"] >= 0
     assert record["machine"]["cores"] >= 1
+    (out / "results.json").unlink()  # a benchmark that writes only results.csv
+    assert record_run.main(argv[:3] + ["--", sys.executable, "-c", "1"]) == 0
+    record = json.loads((run / "run.json").read_text())
+    assert record["higher_is_better"] == {"time_ratio": False}
     failing = ["demo", "--out", str(out), "--", sys.executable, "-c", "exit(3)"]
     with pytest.raises(SystemExit, match="exited with 3"):
         record_run.main(failing)
