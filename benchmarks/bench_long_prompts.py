@@ -503,7 +503,7 @@ def write_results(
     results: Dict[str, List[Dict[str, Any]]], options: argparse.Namespace
 ) -> None:
     r"""``--out``/results.csv for :mod:`benchmarks.render_tables`: a task per
-    prompt length (``"2048 tokens"``), a row per method with its peak over the
+    prompt length (``"2048"``), a row per method with its peak over the
     forward's, its time over the forward's and over the plain gradients' row
     (empty where that row did not run), written then renamed."""
     out = Path(options.out)
@@ -519,7 +519,7 @@ def write_results(
             ok = "error" not in result and "error" not in forward
             rows.append(
                 {
-                    "task": f"{length} tokens",
+                    "task": str(length),
                     "method": name,
                     "n": 1,
                     "peak_mib": result.get("peak_mib", "nan"),

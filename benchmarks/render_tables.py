@@ -27,7 +27,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 TIME = "time_ratio"
 # Column headers a reader knows (the benchmark's own names otherwise).
-HEADERS = {TIME: "time (× forward)", "n": "n", "no_signal": "no signal"}
+HEADERS = {
+    TIME: "time (× forward)",
+    "n": "n",
+    "no_signal": "no signal",
+    "peak_ratio": "peak (× forward)",
+    "time_over_plain_gradients": "time (× plain gradients)",
+}
 MARKER = re.compile(
     r"^(?:<!-- |\.\. )results: (?P<run>\S+)(?: task=(?P<task>\S+) "
     r"columns=(?P<columns>\S+)(?: methods=(?P<methods>[^,>][^>]*?))?)?"
