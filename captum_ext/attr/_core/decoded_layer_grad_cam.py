@@ -17,6 +17,9 @@ from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.attr._core.decoded_layer_attribution import DecodedLayerAttribution
+from captum_ext.attr._core.layer.decoded_layer_grad_cam import (
+    DecodedLayerGradCam as LayerDecodedLayerGradCam,
+)
 from captum_ext.attr._utils.block_recomputation import BlockRecomputation
 from captum_ext.attr._utils.decoded_aggregation import (
     aggregate,
@@ -36,7 +39,7 @@ from captum_ext.attr._utils.teacher_forced_attribution import (
 __all__ = ["DecodedLayerGradCam"]
 
 
-class DecodedLayerGradCam(DecodedLayerAttribution):
+class DecodedLayerGradCam(DecodedLayerAttribution, LayerDecodedLayerGradCam):
     r"""
     Decoded Grad-CAM, the configuration of Hou & Castanon (*Decoding Layer
     Saliency in Language Transformers*, ICML 2023,

@@ -9,7 +9,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
-from captum_ext._utils.token_batch import TokenBatch
+from captum_ext._utils.token_ids import TokenBatch
 
 __all__ = ["aggregate", "check_aggregation_options", "RELU_MODES"]
 

@@ -9,9 +9,9 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
+from captum_ext._utils.decoder_vocabulary import check_decoder_vocabulary
 from captum_ext._utils.hooks import eval_semantics
-from captum_ext._utils.model_forward import check_decoder_vocabulary
-from captum_ext._utils.token_batch import TokenBatch
+from captum_ext._utils.token_ids import TokenBatch
 from captum_ext.attr._utils.result_dtype import result_dtype
 
 __all__ = [
