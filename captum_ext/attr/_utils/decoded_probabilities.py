@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 r"""Hidden states decoded through the vocabulary onto the input tokens, for
-:class:`~captum_ext.attr.DecodedLayerAttribution`: the probabilities ``D[b, j, i]
-= softmax(decoder(h[b, j]))[t_i]`` (Hou & Castanon, ICML 2023, Eq. 4), or their
-sums against per-position scores without forming ``D``."""
+decoded layer attribution
+(:mod:`captum_ext.attr._core.layer.decoded_layer_attribution`): the
+probabilities ``D[b, j, i] = softmax(decoder(h[b, j]))[t_i]`` (Hou &
+Castanon, ICML 2023, Eq. 4), or their sums against per-position scores
+without forming ``D``."""
 
 from typing import Callable, Optional
 

@@ -357,7 +357,10 @@ def _tensor_module(module: nn.Module, outputs: Dict[nn.Module, Any]) -> nn.Modul
     if isinstance(output, Tensor):
         return module
     if output is None:
-        raise RuntimeError(f"{type(module).__name__} was not called in the forward")
+        raise RuntimeError(
+            f"{type(module).__name__} was not called in the forward pass (a "
+            "TorchScript forward function runs no module hooks)"
+        )
     first = output[0] if isinstance(output, (tuple, list)) and output else None
     for sub in module.modules():
         if sub is not module and first is not None and outputs.get(sub) is first:
