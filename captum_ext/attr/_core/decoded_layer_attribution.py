@@ -71,31 +71,20 @@ class DecodedLayerAttribution(TokenAttribution, LayerDecodedLayerAttribution):
     Decoded layer attribution (Hou & Castanon, *Decoding Layer Saliency in
     Language Transformers*, ICML 2023,
     https://proceedings.mlr.press/v202/hou23a.html), generalised from Grad-CAM to
-    any Captum layer attribution method.
+    any Captum layer attribution method: the equations (the wrapped method's
+    ``a_j``, the decoded ``D``, the top-tau mask, the ReLU modes) are those of
+    the class built from ``forward_func``, the layer module and a decoder
+    (:mod:`captum_ext.attr._core.layer.decoded_layer_attribution`). This class
+    adds the shortcut from a Hugging Face model, where ``h_l`` is
+    ``hidden_states[l]`` (``0`` = embedding output, ``L`` = last block), the
+    unique tokens exclude pads (special tokens kept) and pads score 0, and
+    causal language models.
 
-    Let ``h_l`` (``[n, d]``) be ``hidden_states[l]`` (``0`` = embedding output,
-    ``L`` = last block) and ``t_1..t_T`` the unique token ids of the input (pads
-    excluded, special tokens kept).
-
-    - ``alpha = method.attribute(...)`` on the module that outputs ``h_l``,
-      ``[n, d]`` (for the default ``LayerGradientXActivation``,
-      ``alpha = (dy/dh_l) * h_l``, Eq. 1); its output is used unchanged, and
-      ``a_j = sum_k alpha[j, k]``.
-    - ``D[i, j] = softmax(decoder(h_l[j]))[t_i]``, ``[T, n]``: softmax over the
-      full vocabulary (Eq. 4), then the columns of the input's unique tokens.
-    - ``M[i, j] = 1`` if ``D[i, j]`` is among the top ``tau`` values of column
-      ``j`` (Alg. 1 l.8); ``tau=None`` keeps all (``M = 1``).
-    - ``relu="outside"`` (default, Eq. 6): ``s_i = ReLU(sum_j M_ij D_ij a_j)``;
-      ``relu="inside"`` (Alg. 1 l.9 read literally):
-      ``s_i = sum_j M_ij D_ij ReLU(a_j)``; ``relu=None``: signed
-      ``sum_j M_ij D_ij a_j``.
-
-    Every position holding ``t_i`` gets ``s_i``; pads get 0. The decoder is any
-    module mapping hidden states to vocabulary logits: a pre-trained MLM head
-    (the paper's setting, e.g. ``get_adapter(mlm_model).mlm_head()``), the tied
-    input embeddings (:class:`~captum_ext.attr.EmbeddingDecoder`), or a decoder
-    fitted on the frozen encoder
-    (:func:`~captum_ext.defaults.decoders.load_fitted_decoder`).
+    The decoder is any module mapping hidden states to vocabulary logits: a
+    pre-trained MLM head (the paper's setting, e.g.
+    ``get_adapter(mlm_model).mlm_head()``), the tied input embeddings
+    (:class:`~captum_ext.attr.EmbeddingDecoder`), or a decoder fitted on the
+    frozen encoder (:func:`~captum_ext.defaults.decoders.load_fitted_decoder`).
 
     The wrapped method receives the token ids, or their word embeddings for
     methods that interpolate or add noise in input space (``LayerConductance``,
