@@ -347,14 +347,15 @@ def test_helper_outputs() -> List[Output]:
 def sphinx_methods_output(captum_root: Path) -> List[Output]:
     r"""Captum's ``sphinx/source/layer.rst`` with an entry per method of
     :data:`METHOD_NAMES` (its ``attribute`` may be inherited from the shared
-    base); none in a tree without it."""
+    base) and per name of :data:`ATTR_HELPERS`; none in a tree without it."""
     path = "sphinx/source/layer.rst"
     if not (captum_root / path).is_file():
         return []
+    inherited = "    :inherited-members: Attribution\n"
     entries = [
         f"{name}\n{'^' * len(name)}\n\n.. autoclass:: captum.attr.{name}\n"
-        "    :members:\n    :inherited-members: Attribution\n"
-        for name in METHOD_NAMES
+        "    :members:\n" + (inherited if name in METHOD_NAMES else "")
+        for name in METHOD_NAMES + tuple(name for _, name in ATTR_HELPERS)
     ]
     text = (captum_root / path).read_text()
     # A second export replaces the entries of the first.
