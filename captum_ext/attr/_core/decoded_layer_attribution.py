@@ -192,8 +192,8 @@ class DecodedLayerAttribution(TokenAttribution, LayerDecodedLayerAttribution):
     ) -> nn.Module:
         r"""The module of ``h_l``; the shortcut's index ``l`` names the module
         whose output is ``hidden_states[l]``."""
-        if isinstance(layer, int):
-            layer = self.adapter.hidden_state_module(layer)
+        if layer is not None and not isinstance(layer, nn.Module):
+            layer = self.adapter.hidden_state_module(layer)  # checks the index
         return LayerDecodedLayerAttribution._layer_module(self, layer, method)
 
     def _own_decoder(self, module: nn.Module) -> Decoder:
