@@ -67,16 +67,26 @@ METHODS = (
     "embedding_norm",
     "last_layer_attention",
     "attention_rollout",
+    "globenc",
+    "decoded_layer_attribution",
+    "decoded_layer_grad_cam",
 )
-METHOD_NAMES = (
-    "CAT",
-    "AttCAT",
-    "LogAt",
-    "NormXLogit",
-    "EmbeddingNorm",
-    "LastLayerAttention",
-    "AttentionRollout",
-)
+# Public names captum.attr gains beside the methods: the record of the modules
+# GlobEnc reads (captum_ext module, name).
+ATTR_HELPERS = (("captum_ext._utils.block_parts", "BlockParts"),)
+
+
+def method_name(module: str) -> str:
+    r"""The class a module of :data:`METHODS` defines: the first name of its
+    ``__all__``."""
+    path = module_file(f"captum_ext.attr._core.layer.{module}")
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == (
+            "__all__"
+        ):
+            return str(ast.literal_eval(node.value)[0])
+    raise ExportError(f"{path.relative_to(ROOT)} has no __all__")
+
 
 # captum_ext package -> Captum package. captum_ext._utils holds helpers shared by
 # methods and metrics; Captum's captum._utils already has a progress.py, so they
@@ -156,6 +166,10 @@ def module_file(module: str) -> Path:
     r"""The source file of a captum_ext module."""
     path = ROOT.joinpath(*module.split("."))
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+# The public names of :data:`METHODS`, one per module.
+METHOD_NAMES = tuple(method_name(module) for module in METHODS)
 
 
 def imported_modules(text: str, where: str) -> List[Tuple[str, int]]:
@@ -333,14 +347,15 @@ def test_helper_outputs() -> List[Output]:
 def sphinx_methods_output(captum_root: Path) -> List[Output]:
     r"""Captum's ``sphinx/source/layer.rst`` with an entry per method of
     :data:`METHOD_NAMES` (its ``attribute`` may be inherited from the shared
-    base); none in a tree without it."""
+    base) and per name of :data:`ATTR_HELPERS`; none in a tree without it."""
     path = "sphinx/source/layer.rst"
     if not (captum_root / path).is_file():
         return []
+    inherited = "    :inherited-members: Attribution\n"
     entries = [
         f"{name}\n{'^' * len(name)}\n\n.. autoclass:: captum.attr.{name}\n"
-        "    :members:\n    :inherited-members: Attribution\n"
-        for name in METHOD_NAMES
+        "    :members:\n" + (inherited if name in METHOD_NAMES else "")
+        for name in METHOD_NAMES + tuple(name for _, name in ATTR_HELPERS)
     ]
     text = (captum_root / path).read_text()
     # A second export replaces the entries of the first.
@@ -408,11 +423,14 @@ def metrics_init(captum_root: Path, modules: Sequence[str]) -> Output:
 
 
 def attr_init(captum_root: Path) -> Output:
-    r"""Captum's ``captum/attr/__init__.py`` with :data:`METHOD_NAMES` added."""
+    r"""Captum's ``captum/attr/__init__.py`` with :data:`METHOD_NAMES` and
+    :data:`ATTR_HELPERS` added."""
     public = {
         name: f"from captum.attr._core.layer.{module} import {name}"
         for module, name in zip(METHODS, METHOD_NAMES)
     }
+    for module, name in ATTR_HELPERS:
+        public[name] = f"from {captum_name(module)} import {name}"
     return package_init(
         captum_root, "captum/attr/__init__.py", public, "upstream/export.py METHODS"
     )
@@ -455,7 +473,8 @@ def commit_message(outputs: Sequence[Output]) -> str:
     body = (
         f"captum.attr gains {', '.join(METHOD_NAMES)}: token attributions of "
         "transformers built from forward_func and the modules they read "
-        "(layer states, attention probabilities, the head, the embedding). "
+        "(layer states, attention probabilities, the head, the embedding, the "
+        "decomposed blocks, a decoder onto the vocabulary). "
         f"captum.metrics gains {', '.join(METRICS)}: perturbation curves "
         "(AOPC, log-odds, sufficiency, hiding/revealing), class sensitivity "
         "(Kendall tau, token overlap) and plausibility against known evidence "

@@ -17,7 +17,6 @@ from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
 __all__ = [
     "CausalLMLogits",
     "ClassifierLogits",
-    "check_decoder_vocabulary",
     "causal_lm_forward",
     "classifier_forward",
     "ImageClassifierLogits",
@@ -62,17 +61,6 @@ def _check_classifier_logits(adapter: ModelAdapter, logits: Optional[Tensor]) ->
             f"{type(adapter.model).__name__} has no sequence-classification head: "
             f"it returns {got}, not [batch, classes]; load it with "
             "AutoModelForSequenceClassification"
-        )
-
-
-def check_decoder_vocabulary(logits: Tensor, vocab_size: int) -> None:
-    r"""Raises unless a decoder's logits ``[..., V]`` cover the model's vocabulary
-    of ``vocab_size`` tokens."""
-    if logits.shape[-1] != vocab_size:
-        raise ValueError(
-            f"the decoder maps hidden states to {logits.shape[-1]} logits but the "
-            f"model's vocabulary has {vocab_size} tokens; use a decoder made for this "
-            "model's tokenizer"
         )
 
 

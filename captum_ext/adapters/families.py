@@ -11,6 +11,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch import nn, Tensor
 
+from captum_ext._utils.block_parts import BlockParts as _BlockParts
 from captum_ext.adapters.errors import UnsupportedModelError
 from captum_ext.adapters.placement import read_parameter
 from captum_ext.adapters.pre_norm import (
@@ -19,46 +20,20 @@ from captum_ext.adapters.pre_norm import (
     _LLAMA_PRE_NORM,
     _PreNormPaths,
     _VIT_PRE_NORM,
-    NormParams,
 )
 from captum_ext.adapters.wrappers import _effective_layer, _typed
 
 
 @dataclass(frozen=True)
-class BlockParts:
-    r"""Modules of one post-LN encoder block used by norm-based decompositions.
+class BlockParts(_BlockParts):
+    r"""A registered family's :class:`~captum_ext._utils.block_parts.BlockParts`,
+    whose weights load through accelerate's hook where the module is
+    offloaded (:func:`~captum_ext.adapters.placement.read_parameter`)."""
 
-    ``value`` maps ``[batch, pos, d_model] -> [batch, pos, heads * head_dim]``
-    (bias included; a LoRA-wrapped projection stays wrapped, since only its output
-    is used); ``attention_output`` is the projection after the heads (``W_O``,
-    ``b_O``), whose weight is read; ``layernorm1`` follows attention + residual,
-    ``layernorm2`` follows feed-forward + residual. Weights are read through
-    ``output_weight``, ``norm1`` and ``norm2``, which load them through
-    accelerate's hook where the module is offloaded.
-    """
-
-    value: nn.Module
-    attention_output: nn.Linear
-    layernorm1: nn.LayerNorm
-    layernorm2: nn.LayerNorm
-
-    @property
-    def output_weight(self) -> Tensor:  # [d, heads * head_dim]
-        weight = read_parameter(self.attention_output, "weight")
-        assert weight is not None  # an nn.Linear (_block_parts)
+    def parameter(self, module: nn.Module, name: str) -> Tensor:
+        weight = read_parameter(module, name)
+        assert weight is not None  # nn.Linear and affine nn.LayerNorm (_block_parts)
         return weight
-
-    @property
-    def norm1(self) -> NormParams:
-        return _layer_norm_params(self.layernorm1)
-
-    @property
-    def norm2(self) -> NormParams:
-        return _layer_norm_params(self.layernorm2)
-
-
-def _layer_norm_params(norm: nn.LayerNorm) -> NormParams:
-    return NormParams(norm, float(norm.eps), centred=True)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,6 +11,7 @@ from captum_ext.adapters import BlockParts
 from captum_ext.attr import GlobEnc
 from captum_ext.attr._core import globenc
 from captum_ext.attr._utils import encoder_decomposition
+from captum_ext.attr._utils.encoder_capture import capture_encoder
 from captum_ext.attr._utils.encoder_decomposition import EncoderLayer
 from captum_ext.defaults.data import load_split
 from captum_ext.defaults.models import MAX_LENGTH
@@ -73,7 +74,7 @@ def test_decomposition_reproduces_both_layernorm_outputs(family: str) -> None:
     with HookSet() as hooks, torch.no_grad():
         ln1_out = [hooks.capture_output(p.layernorm1) for p in parts]
         ln2_out = [hooks.capture_output(p.layernorm2) for p in parts]
-        _, layers = encoder_decomposition.capture_encoder(adapter, batch)
+        _, layers = capture_encoder(adapter, batch)
     matrices = _matrices(model, tokens, rollout=False)
     for k, (layer, part) in enumerate(zip(layers, parts)):
         b_out = part.attention_output.bias

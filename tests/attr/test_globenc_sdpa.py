@@ -11,8 +11,8 @@ import pytest
 import torch
 from captum_ext._utils import attention_inputs as attention_module
 from captum_ext.attr import AttCAT, GlobEnc
-from captum_ext.attr._core.globenc import VARIANTS
 from captum_ext.attr._utils.decoder_decomposition import DECODER_VARIANTS
+from captum_ext.attr._utils.encoder_decomposition import VARIANTS
 from captum_ext.attr._utils.norm_decomposition import Factors
 from torch import nn, Tensor
 from transformers import PreTrainedModel

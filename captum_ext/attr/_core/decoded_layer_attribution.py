@@ -3,9 +3,8 @@ r"""Decoded layer attribution: any Captum layer attribution on ``hidden_states[l
 decoded onto the input tokens through the vocabulary (Hou & Castanon, ICML 2023,
 https://proceedings.mlr.press/v202/hou23a.html)."""
 
-import inspect
 from functools import partial
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 from captum._utils.typing import TargetType
@@ -13,7 +12,6 @@ from captum.attr import LayerConductance, LayerGradientShap, LayerGradientXActiv
 from captum.attr._utils.attribution import LayerAttribution
 from torch import nn, Tensor
 
-from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.model_forward import (
     classifier_forward,
@@ -23,7 +21,11 @@ from captum_ext._utils.model_forward import (
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import get_adapter, UnsupportedModelError
-from captum_ext.attr._utils.attribute_with_modules import forward_logits
+from captum_ext.attr._core.layer.decoded_layer_attribution import (
+    DecodedLayerAttribution as LayerDecodedLayerAttribution,
+    LayerMethod,
+    shared_options,
+)
 from captum_ext.attr._utils.decoded_aggregation import (
     _with_relu,
     aggregate,
@@ -35,7 +37,6 @@ from captum_ext.attr._utils.decoded_probabilities import (
     Decoder,
 )
 from captum_ext.attr._utils.recomputed_scores import check_recompute
-from captum_ext.attr._utils.result_dtype import result_dtype
 from captum_ext.attr._utils.teacher_forced_attribution import (
     run_teacher_forced,
     TeacherForcedLogProbs,
@@ -43,9 +44,6 @@ from captum_ext.attr._utils.teacher_forced_attribution import (
 from captum_ext.attr._utils.token_attribution import TokenAttribution
 
 __all__ = ["DecodedLayerAttribution"]
-
-# The wrapped Captum layer method: its class, or an instance aimed at h_l.
-LayerMethod = Union[Type[LayerAttribution], LayerAttribution]
 
 # Captum layer methods that interpolate or add noise in input space: token ids
 # cannot be interpolated, so they get word embeddings as inputs.
@@ -68,69 +66,25 @@ def _input_space(method: LayerMethod, input_space: Optional[str]) -> str:
     return input_space
 
 
-def _capture_all(hooks: HookSet, module: nn.Module) -> Dict[nn.Module, Any]:
-    r"""First output of ``module`` and of each of its submodules in the next
-    forward pass, as they are (tensors or tuples)."""
-    outputs: Dict[nn.Module, Any] = {}
-
-    def hook(sub: nn.Module, _inputs: Tuple[Any, ...], output: Any) -> None:
-        outputs.setdefault(sub, output)
-
-    for sub in module.modules():
-        hooks.forward(sub, hook)
-    return outputs
-
-
-def _tensor_module(module: nn.Module, outputs: Dict[nn.Module, Any]) -> nn.Module:
-    r"""``module`` when its output is a tensor; else the first submodule whose
-    output *is* its first output (e.g. DeBERTa's ``(hidden, None)`` blocks), so
-    Captum's layer hooks see a plain tensor."""
-    output = outputs.get(module)
-    if isinstance(output, Tensor):
-        return module
-    if output is None:
-        raise RuntimeError(f"{type(module).__name__} was not called in the forward")
-    first = output[0] if isinstance(output, (tuple, list)) and output else None
-    for sub in module.modules():
-        if sub is not module and first is not None and outputs.get(sub) is first:
-            return sub
-    raise UnsupportedModelError(
-        f"{type(module).__name__} returns {type(output).__name__} and no submodule "
-        "returns its hidden state as a tensor; Captum's layer hooks need a module "
-        "whose output is one tensor"
-    )
-
-
-class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: ignore[misc]
+class DecodedLayerAttribution(TokenAttribution, LayerDecodedLayerAttribution):
     r"""
     Decoded layer attribution (Hou & Castanon, *Decoding Layer Saliency in
     Language Transformers*, ICML 2023,
     https://proceedings.mlr.press/v202/hou23a.html), generalised from Grad-CAM to
-    any Captum layer attribution method.
+    any Captum layer attribution method: the equations (the wrapped method's
+    ``a_j``, the decoded ``D``, the top-tau mask, the ReLU modes) are those of
+    the class built from ``forward_func``, the layer module and a decoder
+    (:mod:`captum_ext.attr._core.layer.decoded_layer_attribution`). This class
+    adds the shortcut from a Hugging Face model, where ``h_l`` is
+    ``hidden_states[l]`` (``0`` = embedding output, ``L`` = last block), the
+    unique tokens exclude pads (special tokens kept) and pads score 0, and
+    causal language models.
 
-    Let ``h_l`` (``[n, d]``) be ``hidden_states[l]`` (``0`` = embedding output,
-    ``L`` = last block) and ``t_1..t_T`` the unique token ids of the input (pads
-    excluded, special tokens kept).
-
-    - ``alpha = method.attribute(...)`` on the module that outputs ``h_l``,
-      ``[n, d]`` (for the default ``LayerGradientXActivation``,
-      ``alpha = (dy/dh_l) * h_l``, Eq. 1); its output is used unchanged, and
-      ``a_j = sum_k alpha[j, k]``.
-    - ``D[i, j] = softmax(decoder(h_l[j]))[t_i]``, ``[T, n]``: softmax over the
-      full vocabulary (Eq. 4), then the columns of the input's unique tokens.
-    - ``M[i, j] = 1`` if ``D[i, j]`` is among the top ``tau`` values of column
-      ``j`` (Alg. 1 l.8); ``tau=None`` keeps all (``M = 1``).
-    - ``relu="outside"`` (default, Eq. 6): ``s_i = ReLU(sum_j M_ij D_ij a_j)``;
-      ``relu="inside"`` (Alg. 1 l.9 read literally):
-      ``s_i = sum_j M_ij D_ij ReLU(a_j)``; ``relu=None``: signed
-      ``sum_j M_ij D_ij a_j``.
-
-    Every position holding ``t_i`` gets ``s_i``; pads get 0. The decoder is any
-    module mapping hidden states to vocabulary logits: a pre-trained MLM head
-    (the paper's setting, e.g. ``get_adapter(mlm_model).mlm_head()``), the tied
-    input embeddings (:class:`~captum_ext.attr.EmbeddingDecoder`), or a decoder
-    fitted on the frozen encoder
-    (:func:`~captum_ext.defaults.decoders.load_fitted_decoder`).
+    The decoder is any module mapping hidden states to vocabulary logits: a
+    pre-trained MLM head (the paper's setting, e.g.
+    ``get_adapter(mlm_model).mlm_head()``), the tied input embeddings
+    (:class:`~captum_ext.attr.EmbeddingDecoder`), or a decoder fitted on the
+    frozen encoder (:func:`~captum_ext.defaults.decoders.load_fitted_decoder`).
 
     The wrapped method receives the token ids, or their word embeddings for
     methods that interpolate or add noise in input space (``LayerConductance``,
@@ -192,12 +146,8 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
                 else ``"ids"``. An instance's forward function must accept it.
         """
         is_class = isinstance(method, type)
-        if method_kwargs and not is_class:
-            raise ValueError("method_kwargs apply only when method is a class")
+        self._set_method(method, method_kwargs)
         self.input_space = _input_space(method, input_space)
-        self._method = method
-        self._method_kwargs = dict(method_kwargs or {})
-        self._built: Dict[nn.Module, LayerAttribution] = {}
         if isinstance(layer, nn.Module) and not _registered(model):
             self._build_from_modules(model, layer, decoder)
             return
@@ -222,73 +172,29 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
     def _build_from_modules(
         self, forward_func: Any, layer: nn.Module, decoder: Optional[Decoder]
     ) -> None:
-        r"""Captum's way: ``forward_func`` on token ids, ``layer`` a module of
-        it, and the decoder given."""
-        name = type(self).__name__
-        if decoder is None:
+        r"""Captum's way (:class:`LayerDecodedLayerAttribution`), on token ids:
+        the word embeddings of ``input_space="embeddings"`` are the
+        shortcut's."""
+        if decoder is not None and self.input_space != "ids":
             raise ValueError(
-                f"{name} built from forward_func and a layer module needs "
-                "decoder=: a module mapping its states to vocabulary logits"
+                f"{type(self).__name__}'s input_space='embeddings' embeds the ids "
+                "with a Hugging Face model's word embeddings: build it from the "
+                "model (the shortcut), or give forward_func and a method that "
+                "takes ids"
             )
-        if self.input_space != "ids":
-            raise ValueError(
-                f"{name}'s input_space='embeddings' embeds the ids with a Hugging "
-                "Face model's word embeddings: build it from the model (the "
-                "shortcut), or give forward_func and a method that takes ids"
-            )
-        method = self._method
-        forward = method.forward_func if not isinstance(method, type) else forward_func
-        LayerAttribution.__init__(self, forward, self._layer_module(layer, method))
-        self.decoder = decoder
+        LayerDecodedLayerAttribution.__init__(
+            self, forward_func, layer, decoder, self._method, self._method_kwargs
+        )
         self.built_from_modules = True
-
-    def _module_scores(
-        self,
-        inputs: Tensor,
-        target: TargetType,
-        args: Tuple[Any, ...],
-        tau: Optional[int] = None,
-        relu: Optional[str] = "outside",
-        internal_batch_size: Optional[int] = None,
-        **attribute_kwargs: Any,
-    ) -> Tuple[Tensor, Tensor]:
-        r"""Built from modules: the decoded scores of the token ids
-        ``inputs`` ``[batch, pos]`` (every position a real token), and
-        ``forward_func``'s outputs ``[batch, C]``."""
-        kwargs = dict(_shared_options(attribute_kwargs))
-        batch = TokenBatch(inputs, torch.ones_like(inputs))
-        name = type(self).__name__
-        with torch.no_grad():
-            hidden, logits, module = self._captured(
-                lambda: forward_logits(self.forward_func, inputs, args, name)
-            )
-        kwargs = self._with_batch_size(module, kwargs, internal_batch_size)
-        index = resolve_target(target, logits)
-        scores = self._position_scores(module, batch, index, kwargs, args)
-        # The decoder's own vocabulary, which must hold every input id.
-        decoded = decoded_input_probabilities(self.decoder, hidden, batch, None)
-        return aggregate(decoded, scores, batch, tau, relu), logits
 
     def _layer_module(
         self, layer: Optional[Union[int, nn.Module]], method: LayerMethod
     ) -> nn.Module:
-        own = None if isinstance(method, type) else method.layer
-        if own is not None and not isinstance(own, nn.Module):
-            raise ValueError("the method instance must be aimed at one module")
-        if layer is None:
-            if own is None:
-                raise ValueError("pass a layer index or module (or a method instance)")
-            return own
-        if isinstance(layer, nn.Module):
-            module = layer
-        else:
-            module = self.adapter.hidden_state_module(layer)
-        if own is not None and own is not module:
-            raise ValueError(
-                f"the method instance is aimed at {type(own).__name__}, not at the "
-                f"module of layer {layer!r} ({type(module).__name__})"
-            )
-        return module
+        r"""The module of ``h_l``; the shortcut's index ``l`` names the module
+        whose output is ``hidden_states[l]``."""
+        if layer is not None and not isinstance(layer, nn.Module):
+            layer = self.adapter.hidden_state_module(layer)  # checks the index
+        return LayerDecodedLayerAttribution._layer_module(self, layer, method)
 
     def _own_decoder(self, module: nn.Module) -> Decoder:
         r"""A causal LM's own next-token head (final norm + LM head) as the
@@ -309,35 +215,6 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
         )
         return partial(self.adapter.lm_head_on_every_position, layer=index)
 
-    def _wrapped(self, module: nn.Module) -> LayerAttribution:
-        r"""The layer method aimed at ``module`` (built once per module)."""
-        if not isinstance(self._method, type):
-            if module is not self._method.layer:
-                raise UnsupportedModelError(
-                    f"the method instance is aimed at {type(self.layer).__name__}, "
-                    "whose output is not a single tensor; pass the method class "
-                    f"instead, or aim it at its submodule {type(module).__name__}"
-                )
-            return self._method
-        if module not in self._built:
-            self._built[module] = self._method(
-                self.forward_func, module, **self._method_kwargs
-            )
-        return self._built[module]
-
-    def _with_batch_size(
-        self,
-        module: nn.Module,
-        kwargs: Dict[str, Any],
-        internal_batch_size: Optional[int],
-    ) -> Dict[str, Any]:
-        r"""The wrapped method's options, with ``internal_batch_size`` where
-        its ``attribute`` takes one (Integrated Gradients, Conductance)."""
-        wrapped = self._wrapped(module)
-        if internal_batch_size is None or not _takes_internal_batch_size(wrapped):
-            return kwargs
-        return {**kwargs, "internal_batch_size": internal_batch_size}
-
     @property
     def vocab_size(self) -> int:
         return int(self.adapter.config.vocab_size)
@@ -349,20 +226,11 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
             hidden, out, module = self._captured(lambda: run_model(self.adapter, batch))
         return hidden, out.logits, module
 
-    def _captured(self, forward: Callable[[], Any]) -> Tuple[Tensor, Any, nn.Module]:
-        r"""Runs ``forward()`` capturing ``h_l``: ``h_l`` ``[batch, pos, d]``, what
-        ``forward`` returned and the module whose tensor output is ``h_l``."""
-        with HookSet() as hooks:
-            outputs = _capture_all(hooks, self.layer)
-            result = forward()
-        module = _tensor_module(self.layer, outputs)
-        return outputs[module], result, module
-
     def _method_inputs(
         self, batch: TokenBatch, kwargs: Dict[str, Any]
     ) -> Tuple[Tensor, Dict[str, Any]]:
         if self.input_space == "ids":
-            return batch.input_ids, kwargs
+            return LayerDecodedLayerAttribution._method_inputs(self, batch, kwargs)
         embed = self.adapter.word_embeddings()
         with torch.no_grad():
             inputs = embed(batch.input_ids)
@@ -370,42 +238,6 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
             if isinstance(baselines, Tensor) and not baselines.is_floating_point():
                 kwargs = {**kwargs, "baselines": embed(baselines)}
         return inputs, kwargs
-
-    def _position_scores(
-        self,
-        module: nn.Module,
-        batch: TokenBatch,
-        target: Union[int, Tensor],
-        kwargs: Dict[str, Any],
-        forward_args: Optional[Tuple[Any, ...]] = None,
-    ) -> Tensor:
-        r"""Runs the wrapped method; returns ``a_j = sum_k alpha[j, k]``,
-        ``[batch, pos]``. ``forward_args``: the additional forward arguments
-        (default: the masks)."""
-        if kwargs.get("return_convergence_delta"):
-            raise ValueError(
-                "return_convergence_delta is not supported: the decoded scores use "
-                "the wrapped method's attributions only; call the method itself "
-                "for its delta"
-            )
-        inputs, kwargs = self._method_inputs(batch, kwargs)
-        alpha = self._wrapped(module).attribute(
-            inputs,
-            target=target,
-            additional_forward_args=(
-                batch.forward_args() if forward_args is None else forward_args
-            ),
-            **kwargs,
-        )
-        shape = tuple(batch.input_ids.shape)
-        if not isinstance(alpha, Tensor) or tuple(alpha.shape[:2]) != shape:
-            got = tuple(alpha.shape) if isinstance(alpha, Tensor) else type(alpha)
-            raise ValueError(
-                f"the wrapped method returned {got}; decoding needs one tensor "
-                f"[batch, pos, ...] with [batch, pos] = {list(shape)}"
-            )
-        alpha = alpha.detach().reshape(*shape, -1)  # [batch, pos, features]
-        return alpha.to(result_dtype(alpha.dtype)).sum(-1)  # [batch, pos]
 
     @log_usage()
     def attribute(
@@ -507,7 +339,7 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
                 "the wrapped method; a generic Captum method runs its own "
                 "forward and backward passes (pass recompute=None or False)"
             )
-        kwargs = dict(_shared_options(attribute_kwargs))
+        kwargs = dict(shared_options(attribute_kwargs))
         with torch.no_grad():
             hidden, _, module = self._captured(
                 lambda: run_teacher_forced(
@@ -588,17 +420,6 @@ class DecodedLayerAttribution(TokenAttribution, LayerAttribution):  # type: igno
         return aggregate(decoded, scores, batch, tau, relu), logits
 
 
-def _shared_options(attribute_kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    r"""Causal LMs: the wrapped method's options, which every prompt shares."""
-    for key, value in attribute_kwargs.items():
-        if isinstance(value, Tensor) and value.dim() > 0:
-            raise ValueError(
-                f"{key}: per-example tensors are not supported on causal LMs (the "
-                "method runs on prompt + continuation); pass a scalar instead"
-            )
-    return attribute_kwargs
-
-
 def _registered(model: Any) -> bool:
     r"""Whether the adapter table knows ``model`` (the shortcut)."""
     try:
@@ -606,7 +427,3 @@ def _registered(model: Any) -> bool:
     except UnsupportedModelError:
         return False
     return True
-
-
-def _takes_internal_batch_size(method: LayerAttribution) -> bool:
-    return "internal_batch_size" in inspect.signature(method.attribute).parameters

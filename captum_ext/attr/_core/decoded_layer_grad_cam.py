@@ -17,6 +17,9 @@ from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.teacher_forcing import predicted_log_probs, TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.attr._core.decoded_layer_attribution import DecodedLayerAttribution
+from captum_ext.attr._core.layer.decoded_layer_grad_cam import (
+    DecodedLayerGradCam as LayerDecodedLayerGradCam,
+)
 from captum_ext.attr._utils.block_recomputation import BlockRecomputation
 from captum_ext.attr._utils.decoded_aggregation import (
     aggregate,
@@ -36,22 +39,18 @@ from captum_ext.attr._utils.teacher_forced_attribution import (
 __all__ = ["DecodedLayerGradCam"]
 
 
-class DecodedLayerGradCam(DecodedLayerAttribution):
+class DecodedLayerGradCam(DecodedLayerAttribution, LayerDecodedLayerGradCam):
     r"""
     Decoded Grad-CAM, the configuration of Hou & Castanon (*Decoding Layer
     Saliency in Language Transformers*, ICML 2023,
-    https://proceedings.mlr.press/v202/hou23a.html):
-    :class:`DecodedLayerAttribution` with Captum's ``LayerGradientXActivation``.
-
-    - ``alpha = (dy/dh_l) * h_l`` (Eq. 1), ``[n, d]``, with ``y`` the target's
-      pre-softmax logit and ``h_l = hidden_states[l]``; ``a_j = sum_k
-      alpha[j, k]``. (This is not Captum's ``LayerGradCam``, which mean-pools
-      the gradients.)
-    - ``D[i, j] = softmax(decoder(h_l[j]))[t_i]`` over the input's unique tokens
-      ``t_i`` (pads excluded, special tokens kept); ``M`` the per-position top-tau
-      mask.
-    - ``relu="outside"`` (Eq. 6): ``s_i = ReLU(sum_j M_ij D_ij a_j)``;
-      ``"inside"`` (Alg. 1): ``s_i = sum_j M_ij D_ij ReLU(a_j)``; None: signed.
+    https://proceedings.mlr.press/v202/hou23a.html): :class:`DecodedLayerAttribution`
+    with Captum's ``LayerGradientXActivation``, ``alpha = (dy/dh_l) * h_l``
+    (Eq. 1; the equations are those of
+    :mod:`captum_ext.attr._core.layer.decoded_layer_grad_cam`, built from
+    ``forward_func``, the layer module and a decoder). This class adds the
+    shortcut (``h_l = hidden_states[l]``, ``y`` the target's pre-softmax
+    logit), :meth:`attribute_all_layers` and the causal LMs' per-block
+    recomputation.
 
     :meth:`attribute_all_layers` gives every layer ``0..L`` from one forward and
     one backward pass.

@@ -3,21 +3,20 @@ r"""GlobEnc: global token attribution from norms of the decomposed transformer
 blocks (post-LN encoders; pre-LN decoders explaining generated tokens)."""
 
 from functools import partial
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from captum._utils.typing import ModuleOrModuleList, TargetType
 from captum.attr._utils.attribution import Attribution
-from torch import nn, Tensor
+from torch import Tensor
 
-from captum_ext._utils.hooks import HookSet
 from captum_ext._utils.log import log_usage
 from captum_ext._utils.model_forward import resolve_target
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
 from captum_ext.adapters import BlockParts, NormParams, PreNormParts
+from captum_ext.attr._core.layer.globenc import GlobEnc as LayerGlobEnc
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
-from captum_ext.attr._utils.attribute_with_modules import forward_logits
 from captum_ext.attr._utils.decoder_decomposition import (
     capture_decoder,
     decoder_factors,
@@ -25,75 +24,32 @@ from captum_ext.attr._utils.decoder_decomposition import (
     DecoderLayer,
     next_norms,
 )
-from captum_ext.attr._utils.encoder_decomposition import (
-    capture_encoder,
-    capture_parts,
-    encoder_factors,
-    encoder_layers,
-    EncoderLayer,
-    in_work_dtype,
-    VARIANTS,
-)
-from captum_ext.attr._utils.layer_states import (
-    as_modules,
-    AttentionReader,
-    capture_states,
-    read_states,
-    row_index,
-)
+from captum_ext.attr._utils.encoder_capture import capture_encoder
+from captum_ext.attr._utils.encoder_decomposition import encoder_work_factors, VARIANTS
 from captum_ext.attr._utils.norm_decomposition import Factors
-from captum_ext.attr._utils.result_dtype import result_dtype
-from captum_ext.attr._utils.rollout import (
-    rollout_products,
-    rollout_rows_in_blocks,
-    RowBlocks,
+from captum_ext.attr._utils.norm_rollout import (
+    check_variant,
+    masked_blocks,
+    rolled_out_rows,
 )
+from captum_ext.attr._utils.result_dtype import result_dtype
+from captum_ext.attr._utils.rollout import rollout_products, RowBlocks
 from captum_ext.attr._utils.token_attribution import TokenAttribution
 
 __all__ = ["GlobEnc", "VARIANTS"]
 
 
-class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
+class GlobEnc(TokenAttribution, LayerGlobEnc):
     r"""
     GlobEnc (Modarressi et al., NAACL 2022) attributes a prediction to the input
-    tokens by decomposing every post-LayerNorm encoder block into one vector per
-    source token, taking the vectors' norms as a token-to-token matrix per layer,
-    and rolling the matrices out across layers.
-
-    For block ``l`` with input ``x`` (``hidden_states[l - 1]``), attention
-    probabilities ``A_h``, value vectors ``v_h,j = x_j W_V,h + b_V,h`` and output
-    projection ``W_O,h``, let ``f_h(x_j) = v_h,j W_O,h`` (``b_O`` is left out).
-    Source token ``j``'s share of receiving token ``i`` is
-
-    .. math::
-        z_{ij} = \sum_h A_h[i,j] f_h(x_j) + 1[i=j]\, x_i
-
-        y_{ij} = \gamma_1 \odot \frac{z_{ij} - m(z_{ij})}
-                 {\sqrt{\mathrm{Var}(p^{(1)}_i) + \epsilon_1}}  \quad \text{(LN1)}
-
-        e_{ij} = \gamma_2 \odot \frac{y_{ij} - m(y_{ij})}
-                 {\sqrt{\mathrm{Var}(p^{(2)}_i) + \epsilon_2}}  \quad \text{(LN2)}
-
-    where ``m`` is the mean over the hidden dimension, ``Var`` the population
-    variance, and ``p^(1)``, ``p^(2)`` the *real* inputs of the two LayerNorms
-    (``p^(2) = FFN(out1) + out1``: the feed-forward network is not decomposed but
-    enters through the variance). ``beta_1``, ``beta_2`` and ``b_O`` are dropped.
-    The per-layer matrix is ``N^l[i, j] = ||e_ij||`` (variant ``"N_enc"``), zeroed
-    on pad rows and columns. The layers are rolled out without normalisation or
-    identity (as the reference code does):
-
-    .. math::
-        G^1 = N^1, \qquad G^l = N^l G^{l-1}
-
-    and the attribution is the row of ``G^L`` at the position the model
-    classifies from ([CLS] / <s> for these encoders).
-
-    Variants (``variant=``): ``"N"`` uses ``||sum_h A_h[i,j] f_h(x_j)||`` (attention
-    only); ``"N_res"`` uses ``||z_ij||`` (plus residual); ``"N_resln"`` uses
-    ``||y_ij||`` (plus LN1, Kobayashi et al. 2021); ``"N_enc"`` uses ``||e_ij||``
-    (the whole encoder block: GlobEnc, the default).
-
-    GlobEnc is class-agnostic: the attribution does not depend on ``target``.
+    tokens from the norms of every block decomposed into one vector per source
+    token, rolled out across layers. The post-LayerNorm encoder's
+    decomposition, its variants and the rollout are
+    :class:`captum_ext.attr._core.layer.globenc.GlobEnc`'s (built from
+    ``forward_func`` and modules); this class adds the shortcut from a Hugging
+    Face model (the modules found by its adapter, the row read at the position
+    the model classifies from, zero on pad rows and columns,
+    :meth:`attribute_matrices`) and causal language models.
 
     **Causal language models** (``*ForCausalLM`` of GPT-2 and the Llama family:
     Llama, Mistral, Qwen2, Qwen3, Gemma) explain a given continuation ``y_1 ..
@@ -208,17 +164,9 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
                         Default: False (chosen by measurement,
                         docs/generation.rst)
         """
-        Attribution.__init__(self, forward_func)
         self.score_predicting_position = score_predicting_position
-        self.position = 0 if position is None else position
-        self.layer: Optional[List[nn.Module]] = None
         if layer is not None:
-            self.layer = as_modules(layer, "layer", "GlobEnc")
-            self.attention = as_modules(
-                _required(attention, "attention"), "attention", "GlobEnc"
-            )
-            self.parts = list(_required(parts, "parts"))
-            _check_one_per_block(len(self.layer), len(self.attention), len(self.parts))
+            LayerGlobEnc.__init__(self, forward_func, layer, attention, parts, position)
             self.built_from_modules = True
             return
         if (attention, parts, position) != (None, None, None):
@@ -226,6 +174,8 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
                 "GlobEnc's attention, parts and position go with layer modules "
                 "(and forward_func); the shortcut finds a Hugging Face model's"
             )
+        Attribution.__init__(self, forward_func)
+        self.layer = None
         adapter = self._use_shortcut(forward_func)
         # Raise UnsupportedModelError for families without the parts.
         if adapter.is_causal_lm:
@@ -380,39 +330,7 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
         r"""``variant`` among the decompositions defined for this kind of model
         (a pre-LN decoder has no ``"N_resln"``)."""
         causal = not self.built_from_modules and self.adapter.is_causal_lm
-        _check_variant(variant, DECODER_VARIANTS if causal else VARIANTS)
-
-    def _module_scores(
-        self,
-        inputs: Tensor,
-        target: TargetType,
-        args: Tuple[Any, ...],
-        variant: str = "N_enc",
-        rollout: bool = True,
-    ) -> Tuple[Tensor, Tensor]:
-        r"""Built from modules: row ``position`` of ``G^L`` (``N^L`` without
-        ``rollout``), ``[batch, pos]``, and ``forward_func``'s outputs."""
-        assert self.layer is not None  # built from modules
-        with HookSet() as hooks:
-            inputs_of = capture_states(hooks, self.layer, True, False)
-            attention = AttentionReader(hooks, self.attention)
-            captures = capture_parts(hooks, self.parts)
-            logits = forward_logits(self.forward_func, inputs, args, "GlobEnc")
-        resolve_target(target, logits)  # validated only: GlobEnc is class-agnostic
-        hidden = read_states(inputs_of, len(logits), "GlobEnc")
-        positions = hidden[0].shape[1]
-        maps = attention.maps("GlobEnc", positions)
-        valid = torch.ones(hidden[0].shape[:2], dtype=torch.bool, device=logits.device)
-        layers: List[RowBlocks] = [
-            partial(
-                _masked_blocks, partial(_work_factors, layer, parts, variant), valid
-            )
-            for layer, parts in zip(encoder_layers(hidden, maps, captures), self.parts)
-        ]
-        row = torch.full(
-            (len(logits), 1), row_index(self.position, positions, "GlobEnc")
-        )
-        return _rolled_out_rows(layers, row, rollout)[:, 0], logits
+        check_variant(variant, DECODER_VARIANTS if causal else VARIANTS)
 
     def _in_chunks(
         self,
@@ -445,7 +363,7 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
         position = self.adapter.tokens.classification_position(
             batch.input_ids, batch.attention_mask
         )
-        return _rolled_out_rows(layers, position[:, None], rollout)[:, 0], logits
+        return rolled_out_rows(layers, position[:, None], rollout)[:, 0], logits
 
     def _generated_scores(
         self,
@@ -461,7 +379,7 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
         layers, _ = self._norm_blocks(TokenBatch.of(ids, mask), None, variant)
         positions = forced.predicting_positions()  # [T]
         every = positions.expand(len(ids), -1)  # [chunk, T]
-        rows = _rolled_out_rows(layers, every, rollout)  # [chunk, T, P + T - 1]
+        rows = rolled_out_rows(layers, every, rollout)  # [chunk, T, P + T - 1]
         if self.score_predicting_position:
             return rows
         return rows.masked_fill(forced.predicting_mask(rows.shape[-1]), 0)
@@ -488,7 +406,7 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
             factors, logits = self._decoder_factors(batch, variant)
         else:
             factors, logits = self._encoder_factors(batch, target, variant)
-        return [partial(_masked_blocks, f, batch.valid) for f in factors], logits
+        return [partial(masked_blocks, f, batch.valid) for f in factors], logits
 
     def _encoder_factors(
         self, batch: TokenBatch, target: TargetType, variant: str
@@ -497,7 +415,7 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
         logits, layers = capture_encoder(adapter, batch)
         resolve_target(target, logits)  # validated only: GlobEnc is class-agnostic
         factors: List[Callable[[], Factors]] = [
-            partial(_work_factors, layer, adapter.block_parts(k + 1), variant)
+            partial(encoder_work_factors, layer, adapter.block_parts(k + 1), variant)
             for k, layer in enumerate(layers)
         ]
         return factors, logits
@@ -525,10 +443,6 @@ class GlobEnc(TokenAttribution, Attribution):  # type: ignore[misc]
         return factors, logits.masked_fill_(~batch.valid[..., None], 0)
 
 
-def _work_factors(layer: EncoderLayer, parts: BlockParts, variant: str) -> Factors:
-    return encoder_factors(in_work_dtype(layer), parts, variant)
-
-
 def _decoder_work_factors(
     layer: DecoderLayer,
     dtype: torch.dtype,
@@ -537,61 +451,6 @@ def _decoder_work_factors(
     variant: str,
 ) -> Factors:
     return decoder_factors(layer.to(dtype), parts, norm, variant)
-
-
-def _masked_blocks(
-    factors: Callable[[], Factors], valid: Tensor
-) -> Iterator[Tuple[int, Tensor]]:
-    r"""One layer's ``N^l`` a block of rows at a time, its factors built (in
-    the work dtype) only now: zero on pad rows and pad columns (also where a
-    padded row is NaN, as Llama's eager mask makes it in float64)."""
-    for start, block in factors().norm_blocks():  # [batch, rows, pos]
-        rows = valid[:, start : start + block.shape[1]]
-        yield start, torch.where(rows[:, :, None] & valid[:, None, :], block, 0)
-
-
-def _rolled_out_rows(
-    layers: List[RowBlocks], positions: Tensor, rollout: bool
-) -> Tensor:
-    r"""Rows ``positions`` ``[batch, rows]`` of ``G^L`` (of ``N^L`` alone
-    without ``rollout``), ``[batch, rows, pos]``: the top layer's rows, then
-    every lower layer multiplied in a block at a time."""
-    return rollout_rows_in_blocks(layers if rollout else layers[-1:], positions)
-
-
-def _required(value: Any, name: str) -> Any:
-    if value is None:
-        raise ValueError(
-            f"GlobEnc built from layer modules needs {name}=: "
-            + (
-                "each block's attention probabilities module"
-                if name == "attention"
-                else "each block's BlockParts (value, attention_output, "
-                "layernorm1, layernorm2)"
-            )
-        )
-    return value
-
-
-def _check_one_per_block(blocks: int, attention: int, parts: int) -> None:
-    if not blocks == attention == parts:
-        raise ValueError(
-            f"GlobEnc needs one attention module and one BlockParts per block: "
-            f"got {blocks} blocks, {attention} attention modules, {parts} parts"
-        )
-
-
-def _check_variant(variant: str, variants: Tuple[str, ...]) -> None:
-    if variant in variants:
-        return
-    if variant == "N_resln":
-        raise ValueError(
-            'variant "N_resln" (attention + residual + the LayerNorm after them) '
-            "has no counterpart in a pre-LayerNorm decoder: no norm acts on the "
-            "residual stream between the attention and MLP sublayers (norm2 "
-            f"only feeds the MLP); use one of {variants}"
-        )
-    raise ValueError(f"variant must be one of {variants}, got {variant!r}")
 
 
 def _check_classifier_call(

@@ -8,11 +8,8 @@ from captum._utils.typing import TargetType
 from captum.attr._utils.attribution import Attribution
 from torch import nn, Tensor
 
-from captum_ext._utils.model_forward import (
-    check_decoder_vocabulary,
-    resolve_target,
-    run_model,
-)
+from captum_ext._utils.decoder_vocabulary import check_decoder_vocabulary
+from captum_ext._utils.model_forward import resolve_target, run_model
 from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import TokenBatch
 from captum_ext.adapters import check_head_reproduces, ModelAdapter

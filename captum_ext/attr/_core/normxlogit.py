@@ -20,44 +20,24 @@ _NORMS = ("embedding_output", "word_embedding")
 
 class NormXLogit(LogAt, LayerNormXLogit):
     r"""
-    NormXLogit multiplies the L2 norm of each token's input representation by
-    the logit the model's own head-on-top gives that token's final hidden state
-    (:class:`LogAt`):
-
-    .. math::
-        \mathrm{NormXLogit}(x_i) = \lVert x_i^0 \rVert_2 \cdot
-        \mathrm{LogAt}(x_i) = \lVert x_i^0 \rVert_2 \cdot
-        \mathrm{HoT}(x_i^L)[c]
-
-    where :math:`c` is the target class (by default the model's predicted class),
-    taken before softmax. For a regression model (``num_labels == 1``)
-    :math:`\mathrm{LogAt}(x_i) = |\mathrm{HoT}(x_i^L) - \mathrm{HoT}(x_{cls}^L)|`,
-    the distance to the model's output.
-
-    :math:`x_i^0` is ``hidden_states[0]``, the embedding layer's output (for BERT:
-    LayerNorm of word + position + segment embeddings), as in the authors' code;
-    ``norm="word_embedding"`` uses the raw row of the input word-embedding table
-    instead, as the paper's wording suggests. For Llama the two coincide.
-
-    The per-layer variant (``layer`` and ``decoder``, see :class:`LogAt`) keeps
-    the norm of layer 0: :math:`\lVert x_i^0 \rVert_2 \cdot
-    \mathrm{decoder}(x_i^l)[t]`.
-
-    Scores are signed, exactly zero on padding, and come from one forward pass
-    (per chunk of ``internal_batch_size`` examples) without gradients in the
-    model's dtype; the norm and the product are taken in float32, the dtype of
-    the result.
+    NormXLogit: the L2 norm of each token's input representation times the
+    logit the model's own head-on-top gives its final hidden state (the
+    equation and the paper are
+    :class:`captum_ext.attr._core.layer.normxlogit.NormXLogit`'s, built from
+    ``forward_func`` and modules). This class adds the shortcut from a Hugging
+    Face model, where :math:`x_i^0` is ``hidden_states[0]`` (the authors'
+    code) or, with ``norm="word_embedding"``, the raw row of the input
+    word-embedding table (the paper's wording; for Llama the two coincide).
+    For a regression model (``num_labels == 1``) :math:`\mathrm{LogAt}(x_i)
+    = |\mathrm{HoT}(x_i^L) - \mathrm{HoT}(x_{cls}^L)|`, the distance to the
+    model's output. The per-layer variant (``layer`` and ``decoder``, see
+    :class:`LogAt`) keeps the norm of layer 0: :math:`\lVert x_i^0 \rVert_2
+    \cdot \mathrm{decoder}(x_i^l)[t]`. Scores are exactly zero on padding.
 
     **Causal LMs** (docs/generation.rst): row :math:`t` of ``[batch, T, P]`` is
     :math:`\lVert x_i^0 \rVert_2 \cdot \mathrm{logits}_i[y_t]`, the causal
     :class:`LogAt` row times the same norms, all rows from one forward pass
     (``score_predicting_position`` as in :class:`LogAt`).
-
-    More details can be found in the original paper (Abbasi, Modarres and
-    Pilehvar, "NormXLogit: The Head-on-Top Never Lies", EMNLP 2025):
-    https://aclanthology.org/2025.emnlp-main.1769/ (arXiv:
-    https://arxiv.org/abs/2411.16252) and the authors' code:
-    https://github.com/sinaabbasi1/NormXLogit
     """
 
     def __init__(

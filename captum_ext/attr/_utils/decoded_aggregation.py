@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-r"""The per-row reduction of :class:`~captum_ext.attr.DecodedLayerAttribution`:
-token scores ``s_i`` from the decoded probabilities ``D`` and the per-position
-scores ``a_j`` (Hou & Castanon, ICML 2023, Eq. 6 and Alg. 1), with the top-tau
-mask and the ReLU modes."""
+r"""The per-row reduction of decoded layer attribution
+(:mod:`captum_ext.attr._core.layer.decoded_layer_attribution`): token scores
+``s_i`` from the decoded probabilities ``D`` and the per-position scores
+``a_j`` (Hou & Castanon, ICML 2023, Eq. 6 and Alg. 1), with the top-tau mask
+and the ReLU modes."""
 
 from typing import Callable, Optional
 
 import torch
 from torch import Tensor
 
-from captum_ext._utils.token_batch import TokenBatch
+from captum_ext._utils.token_ids import TokenBatch
 
 __all__ = ["aggregate", "check_aggregation_options", "RELU_MODES"]
 

@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 r"""Hidden states decoded through the vocabulary onto the input tokens, for
-:class:`~captum_ext.attr.DecodedLayerAttribution`: the probabilities ``D[b, j, i]
-= softmax(decoder(h[b, j]))[t_i]`` (Hou & Castanon, ICML 2023, Eq. 4), or their
-sums against per-position scores without forming ``D``."""
+decoded layer attribution
+(:mod:`captum_ext.attr._core.layer.decoded_layer_attribution`): the
+probabilities ``D[b, j, i] = softmax(decoder(h[b, j]))[t_i]`` (Hou &
+Castanon, ICML 2023, Eq. 4), or their sums against per-position scores
+without forming ``D``."""
 
 from typing import Callable, Optional
 
 import torch
 from torch import Tensor
 
+from captum_ext._utils.decoder_vocabulary import check_decoder_vocabulary
 from captum_ext._utils.hooks import eval_semantics
-from captum_ext._utils.model_forward import check_decoder_vocabulary
-from captum_ext._utils.token_batch import TokenBatch
+from captum_ext._utils.token_ids import TokenBatch
 from captum_ext.attr._utils.result_dtype import result_dtype
 
 __all__ = [

@@ -1,18 +1,17 @@
 #!/usr/bin/env python3
-r"""GlobEnc's decomposition of post-LayerNorm encoder blocks (BERT, RoBERTa,
-ELECTRA, DistilBERT) into one vector per source token, one layer at a time; the
-equations are in :class:`~captum_ext.attr.GlobEnc` (pre-LayerNorm decoders:
-:mod:`captum_ext.attr._utils.decoder_decomposition`)."""
+r"""GlobEnc's decomposition of post-LayerNorm encoder blocks into one vector
+per source token, one layer at a time; the equations are in
+:class:`~captum_ext.attr._core.layer.globenc.GlobEnc` (pre-LayerNorm
+decoders: :mod:`captum_ext.attr._utils.decoder_decomposition`)."""
 
 from dataclasses import dataclass, fields, replace
 from typing import List, NamedTuple, Sequence, Tuple
 
 from torch import Tensor
 
+from captum_ext._utils.attention_inputs import AttentionInputs
+from captum_ext._utils.block_parts import BlockParts
 from captum_ext._utils.hooks import HookSet, single_call
-from captum_ext._utils.model_forward import run_model
-from captum_ext._utils.token_batch import TokenBatch
-from captum_ext.adapters import AttentionInputs, BlockParts, ModelAdapter, NormParams
 from captum_ext.attr._utils.norm_decomposition import Factors, through_norm
 from captum_ext.attr._utils.result_dtype import result_dtype
 
@@ -20,10 +19,10 @@ __all__ = [
     "EncoderLayer",
     "PartCaptures",
     "VARIANTS",
-    "capture_encoder",
     "capture_parts",
     "encoder_layers",
     "encoder_factors",
+    "encoder_work_factors",
     "in_work_dtype",
 ]
 
@@ -80,24 +79,6 @@ def encoder_layers(
     ]
 
 
-def capture_encoder(
-    adapter: ModelAdapter, batch: TokenBatch
-) -> Tuple[Tensor, List[EncoderLayer]]:
-    r"""One forward pass; returns the logits and every block's inputs."""
-    parts = [adapter.block_parts(layer) for layer in range(1, adapter.num_layers + 1)]
-    capture = adapter.attention_capture("GlobEnc")
-    with HookSet() as hooks, capture:
-        captures = capture_parts(hooks, parts)
-        output = run_model(
-            adapter,
-            batch,
-            hidden_states=True,
-            attentions=capture.output_attentions,
-        )
-    attention = capture.layers(output)
-    return output.logits, encoder_layers(output.hidden_states, attention, captures)
-
-
 def in_work_dtype(layer: EncoderLayer) -> EncoderLayer:
     r"""One layer's inputs in float32 (or wider), where its decomposition runs:
     norms of half-precision sums lose too many digits (the attention's blocks
@@ -127,5 +108,16 @@ def encoder_factors(layer: EncoderLayer, parts: BlockParts, variant: str) -> Fac
     return factors
 
 
-def _through_layernorm(factors: Factors, pre_ln: Tensor, norm: NormParams) -> Factors:
-    return through_norm(factors, pre_ln, norm.weight, norm.eps, centred=True)
+def _through_layernorm(
+    factors: Factors, pre_ln: Tensor, norm: Tuple[Tensor, float]
+) -> Factors:
+    gamma, eps = norm  # [d], LayerNorm's epsilon
+    return through_norm(factors, pre_ln, gamma, eps, centred=True)
+
+
+def encoder_work_factors(
+    layer: EncoderLayer, parts: BlockParts, variant: str
+) -> Factors:
+    r""":func:`encoder_factors` of one block, its inputs in the work dtype
+    (:func:`in_work_dtype`)."""
+    return encoder_factors(in_work_dtype(layer), parts, variant)

@@ -3,7 +3,8 @@ r"""The base of the token methods built Captum's way, from ``forward_func`` and
 the modules they read."""
 
 from contextlib import nullcontext
-from typing import Any, ContextManager, Optional, Tuple
+from functools import partial
+from typing import Any, ContextManager, Mapping, Optional, Tuple
 
 import torch
 from captum._utils.typing import TargetType
@@ -85,8 +86,10 @@ class LayerTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captu
         target: TargetType,
         additional_forward_args: Any,
         internal_batch_size: Optional[int],
+        options: Optional[Mapping[str, Any]] = None,
     ) -> Tensor:
-        r"""The scores of :meth:`_module_scores` on every chunk, concatenated."""
+        r"""The scores of :meth:`_module_scores` (given ``options`` as keyword
+        arguments) on every chunk, concatenated."""
         grad = nullcontext() if self.needs_gradients else torch.no_grad()
         with grad:
             return attribute_with_modules(
@@ -95,7 +98,7 @@ class LayerTokenAttribution(Attribution):  # type: ignore[misc]  # untyped captu
                 target,
                 additional_forward_args,
                 internal_batch_size,
-                self._module_scores,
+                partial(self._module_scores, **(options or {})),
                 type(self).__name__,
             )
 

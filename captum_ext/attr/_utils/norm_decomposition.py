@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 r"""GlobEnc's decomposition of one transformer layer in factored form, shared by
 the post-LN encoder and the pre-LN decoder decompositions
-(:mod:`captum_ext.attr._core.globenc`,
+(:mod:`captum_ext.attr._core.layer.globenc`,
 :mod:`captum_ext.attr._utils.decoder_decomposition`)."""
 
 from dataclasses import dataclass, replace

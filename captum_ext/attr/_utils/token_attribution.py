@@ -10,8 +10,7 @@ A method is built one of two ways:
   tensor (token ids, embeddings, pixel values); the scores are over the
   sequence axis of the states the modules give. The method's class of
   ``captum_ext/attr/_core/layer/`` (what upstream/export.py exports to
-  Captum; the public class subclasses it) implements ``_module_scores``
-  (GlobEnc and the decoded layer methods still implement it themselves).
+  Captum; the public class subclasses it) implements ``_module_scores``.
 - **The shortcut**, from a Hugging Face model of a family that
   :func:`~captum_ext.get_adapter` knows: the adapter finds the modules, the
   token ids and masks are checked, padding scores exactly zero, and a causal
@@ -35,7 +34,6 @@ from captum_ext._utils.teacher_forcing import TeacherForcedBatch
 from captum_ext._utils.token_batch import parse_token_batch, TokenBatch
 from captum_ext.adapters import get_adapter, ModelAdapter, UnsupportedModelError
 from captum_ext.attr._utils.attribute_in_chunks import attribute_in_chunks
-from captum_ext.attr._utils.attribute_with_modules import attribute_with_modules
 from captum_ext.attr._utils.layer_states import RecordedAttention
 from captum_ext.attr._utils.refuse_generation_options import refuse_generation_options
 from captum_ext.attr._utils.shortcut_model import shortcut_model
@@ -82,6 +80,9 @@ class TokenAttribution:
     # (:class:`~captum_ext.attr._utils.attribute_with_modules.ModuleChunkFn`):
     # the method's upstream class, built Captum's way, defines it.
     _module_scores: Callable[..., Tuple[Tensor, Tensor]]
+    # Built from modules, the scores of every chunk: the upstream class's base,
+    # LayerTokenAttribution, defines it.
+    _attribute_modules: Callable[..., Tensor]
 
     @log_usage()
     def attribute(
@@ -238,16 +239,13 @@ class TokenAttribution:
                 contrast_target=contrast_target,
                 **asked,
             )
-            with grad:
-                return attribute_with_modules(
-                    self.forward_func,
-                    inputs,
-                    target,
-                    additional_forward_args,
-                    internal_batch_size,
-                    partial(self._module_scores, **options, **(per_example or {})),
-                    name,
-                )
+            return self._attribute_modules(
+                inputs,
+                target,
+                additional_forward_args,
+                internal_batch_size,
+                {**options, **(per_example or {})},
+            )
         generation = self.explains_generation and self._explains_generation(
             self.adapter, target, contrast_target, attribute_generated
         )

@@ -7,9 +7,14 @@ import torch
 from captum.attr import (
     AttCAT,
     AttentionRollout,
+    BlockParts,
     CAT,
+    DecodedLayerAttribution,
+    DecodedLayerGradCam,
     EmbeddingNorm,
+    GlobEnc,
     LastLayerAttention,
+    LayerIntegratedGradients,
     LogAt,
     NormXLogit,
 )
@@ -26,6 +31,11 @@ def _methods(model: Any, forward: Callable[..., Tensor]) -> List[Tuple[str, Any]
     blocks = list(model.blocks)
     probs = [block.attention.probabilities for block in blocks]
     head, final, embedded = model.head, model.final, model.embeddings
+    parts = [
+        BlockParts(b.attention.value, b.attention.out, b.ln1, b.ln2) for b in blocks
+    ]
+    decoder = nn.Linear(16, 50, bias=False).double()
+    decoder.weight = model.tokens.weight
     return [
         ("CAT", CAT(forward, blocks)),
         ("AttCAT", AttCAT(forward, blocks, attention=probs)),
@@ -34,6 +44,14 @@ def _methods(model: Any, forward: Callable[..., Tensor]) -> List[Tuple[str, Any]
         ("EmbeddingNorm", EmbeddingNorm(forward, embedded)),
         ("LastLayerAttention", LastLayerAttention(forward, probs)),
         ("AttentionRollout", AttentionRollout(forward, probs)),
+        ("GlobEnc", GlobEnc(forward, blocks, probs, parts)),
+        ("DecodedLayerGradCam", DecodedLayerGradCam(forward, blocks[1], decoder)),
+        (
+            "DecodedLayerAttribution",
+            DecodedLayerAttribution(
+                forward, blocks[1], decoder, LayerIntegratedGradients
+            ),
+        ),
     ]
 
 
@@ -56,7 +74,7 @@ class _FailingForward(nn.Module):
 
 class Test(BaseTest):
     def test_hooks_are_removed_after_an_error(self) -> None:
-        model, ids = plain_classifier("pre-LN encoder")
+        model, ids = plain_classifier("post-LN encoder")
         for name, method in _methods(model, _FailingForward(model)):
             with self.assertRaisesRegex(RuntimeError, "forward failed", msg=name):
                 method.attribute(ids, target=TARGET)
@@ -80,18 +98,18 @@ class Test(BaseTest):
     def test_jit_forward_func_is_refused(self) -> None:
         # A TorchScript forward function runs no Python module hooks: the
         # methods read no state from it and say so instead of scoring zeros.
-        model, ids = plain_classifier("pre-LN encoder")
+        model, ids = plain_classifier("post-LN encoder")
         traced = torch.jit.trace(model, ids)
         for name, method in _methods(model, traced):
             with self.assertRaisesRegex(
-                (RuntimeError, ValueError), "TorchScript|one call", msg=name
+                (RuntimeError, ValueError), "TorchScript", msg=name
             ):
                 method.attribute(ids, target=TARGET)
             self.assertEqual(_hook_count(model), 0, name)
 
     @unittest.skipIf(not torch.cuda.is_available(), "Skipping as CUDA unavailable")
     def test_data_parallel(self) -> None:
-        model, ids = plain_classifier("pre-LN decoder")
+        model, ids = plain_classifier("post-LN decoder")
         model, ids = model.cuda(), ids.cuda()
         expected = {
             name: m.attribute(ids, TARGET) for name, m in _methods(model, model)
