@@ -93,25 +93,26 @@ IMAGES_PER_EXAMPLE = 8
 BUILT_IN_TASKS = TASKS + (IMAGE_TASK,) + tuple(GENERATION_TASKS)
 
 
-# The first run's pieces on an idle 2-core CPU. Preparation: each one-time
-# piece's seconds in a fresh clone's first run (recall_long's and flags': their
-# training's CPU seconds). Benchmark: each task's seconds per example, its
-# model's loading included: sentiment, recall and flags from the CPU seconds
-# each took in one cached run of the default job (16 examples, the report's
-# writing counted with the last task), scaled by that job's idle wall time over
-# its CPU time (two threads); source and recall_long from earlier runs of them
-# (recall_long runs 16 prompts at most); digits per image, from `captum-ext
-# benchmark --tasks digits --n 16` on an empty cache on a loaded machine (128
-# images in 11 s; its preparation the other 32 s of the run's 43).
+# The first run's pieces on an idle 2-core CPU. Preparation: the seconds each
+# one-time piece took in the idle first run of docs/results/main (sentiment's
+# fine-tuning, the digits ViT's training, the decoders' fitting, the recall and
+# flags generators' training); source's and recall_long's from earlier first
+# runs. Benchmark: each task's seconds per example, its model's loading
+# included: sentiment, recall and flags from the CPU seconds each took in one
+# cached run of the default job (16 examples, the report's writing counted with
+# the last task), scaled by that job's idle wall time over its CPU time (two
+# threads); source and recall_long from earlier runs of them (recall_long runs
+# 16 prompts at most); digits per image, from `captum-ext benchmark --tasks
+# digits --n 16` (128 images in 11 s).
 # docs/measurements.rst gives the first run these add up to.
 PREPARATION_SECONDS = {
-    "sentiment": 222.0,
+    "sentiment": 305.0,
     "source": 30.0,
-    "decoders": 78.0,
-    IMAGE_TASK: 32.0,
-    GENERATION_TASK: 155.0,
+    "decoders": 30.0,
+    IMAGE_TASK: 20.0,
+    GENERATION_TASK: 298.0,
     "recall_long": 222.0,
-    "flags": 11.0,
+    "flags": 15.0,
 }
 BENCHMARK_SECONDS_PER_EXAMPLE = {
     "sentiment": 7.0,
