@@ -86,9 +86,9 @@ Usage::
 import argparse
 import csv
 import gc
-import os
 import json
 import math
+import os
 import subprocess
 import time
 from pathlib import Path
