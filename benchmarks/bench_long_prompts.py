@@ -88,11 +88,11 @@ import csv
 import gc
 import json
 import math
-import os
 import subprocess
 import time
+from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, TextIO, Tuple
 
 import torch
 import transformers
@@ -117,6 +117,7 @@ from captum_ext.attr import (
     LastLayerAttention,
 )
 from captum_ext.attr._utils.teacher_forced_attribution import target_gradients
+from captum_ext.evaluation._utils.atomic import write_text_atomically
 from torch import nn, Tensor
 
 MODULE = "benchmarks.bench_long_prompts"
@@ -530,12 +531,13 @@ def write_results(
                     ),
                 }
             )
-    partial = out / "results.csv.partial"
-    with open(partial, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(partial, out / "results.csv")
+    write_text_atomically(out / "results.csv", partial(_write_csv, columns, rows))
+
+
+def _write_csv(columns: List[str], rows: List[Dict[str, Any]], handle: TextIO) -> None:
+    writer = csv.DictWriter(handle, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
 
 
 def _ratio_cell(
