@@ -86,13 +86,8 @@ class ImageTokenizer:
         r"""``f(input_ids, attention_mask=None, token_type_ids=None) ->
         logits``: the model on the images of the ids."""
         logits = ImageClassifierLogits(model)
-
-        def forward(
-            input_ids: Tensor, attention_mask: Optional[Tensor] = None, _: Any = None
-        ) -> Tensor:
-            return logits(self.pixels(input_ids, attention_mask))
-
-        return forward
+        # The engine passes a text model's token_type_ids third: images have none.
+        return self.patches.forward_func(lambda pixels, _=None: logits(pixels))
 
 
 def image_inputs(tokenizer: Any, input_ids: Tensor, args: tuple) -> Tuple[Any, Any]:
