@@ -6,9 +6,10 @@ plain arguments or the job's own options record to the evaluation layer."""
 import os
 import sys
 import time
+from contextlib import nullcontext
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Optional, Tuple, Type, TypeVar
+from typing import Any, ContextManager, Optional, Tuple, Type, TypeVar
 
 from captum_ext._utils.progress import duration
 from captum_ext.cli.checks import (
@@ -254,6 +255,17 @@ def _run_benchmark(options: BenchmarkCommand) -> Any:
     return run_benchmark(model, tokenizer, data, own)
 
 
+def _alongside(options: BenchmarkCommand) -> ContextManager[Any]:
+    r"""The default generators trained in a second process while the main one
+    prepares the rest: on the built-in tasks, in a single process (under
+    torchrun the ranks already use the cores)."""
+    if options.model is not None or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return nullcontext()
+    from captum_ext.evaluation.tasks import preparing_generators_alongside
+
+    return preparing_generators_alongside(options.built_in_tasks())
+
+
 def benchmark(options: BenchmarkCommand) -> int:
     check_benchmark_names(options)
     check_model_flags(options)
@@ -278,7 +290,7 @@ def benchmark(options: BenchmarkCommand) -> int:
         print(estimate, file=sys.stderr, flush=True)
     start = time.perf_counter()
     # One process group for all tasks (each benchmark call joins this one).
-    with distributed_context(options.device) as ctx:
+    with distributed_context(options.device) as ctx, _alongside(options):
         result = _run_benchmark(options)
     if not ctx.is_main:
         return 0

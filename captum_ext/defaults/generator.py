@@ -41,6 +41,7 @@ __all__ = [
     "GeneratorRecipe",
     "generator_cache_name",
     "load_default_generator",
+    "prepare_default_generator",
     "recall_accuracy",
 ]
 
@@ -169,11 +170,16 @@ def load_default_generator(
         and continuations come from :class:`captum_ext.defaults.recall.RecallTask`
         (``recipe.task``).
     """
-    path = cached_directory(
+    model, tokenizer = _load(prepare_default_generator(recipe))
+    return model.to(torch.device(device or "cpu")).eval(), tokenizer
+
+
+def prepare_default_generator(recipe: GeneratorRecipe = DEFAULT_RECIPE) -> Path:
+    r"""The cache directory of ``recipe``'s trained model, training it first
+    when the cache lacks it (another process training it is waited for)."""
+    return cached_directory(
         generator_cache_name(recipe), lambda out: _build(recipe, out)
     )
-    model, tokenizer = _load(path)
-    return model.to(torch.device(device or "cpu")).eval(), tokenizer
 
 
 @torch.no_grad()

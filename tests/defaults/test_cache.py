@@ -210,3 +210,25 @@ def test_every_torch_load_refuses_pickled_code():
             if not safe:
                 unsafe.append(f"{path.relative_to(package)}:{call.lineno}")
     assert unsafe == []
+
+
+def test_a_builder_waits_for_another_with_a_notice(build, capsys):
+    r"""A second builder of the same artifact waits for the first (saying so on
+    stderr) and reuses its directory instead of building again."""
+    started, finish = threading.Event(), threading.Event()
+
+    def slow(directory: Path) -> None:
+        started.set()
+        assert finish.wait(timeout=60)
+        build(directory)
+
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(cached_directory, "artifact-v1", slow)
+        assert started.wait(timeout=60)
+        threading.Timer(0.5, finish.set).start()
+        second = cached_directory("artifact-v1", build)
+        assert first.result(timeout=60) == second
+    assert build.calls == 1
+    assert "artifact-v1: another process is building it, waiting" in (
+        capsys.readouterr().err
+    )
