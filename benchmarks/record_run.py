@@ -2,10 +2,10 @@
 r"""Runs a benchmark command and keeps its results for the docs: copies the
 ``results.csv`` it wrote into ``docs/results/NAME/`` beside ``run.json``, which
 holds the command, the commit, the date, the machine (CPU, cores, load average
-before and after, torch's version), the wall and CPU time, the peak resident memory of
-the command's processes, and the estimate and the total ``captum-ext benchmark``
-prints first and last. :mod:`benchmarks.render_tables` renders the docs' tables from
-these files.
+before and after, torch's version), the wall and CPU time, the peak resident memory
+of the command's processes together, and the estimate and the total
+``captum-ext benchmark`` prints first and last. :mod:`benchmarks.render_tables`
+renders the docs' tables from these files.
 
 Usage: ``python -m benchmarks.record_run NAME --out DIR -- COMMAND ...``
 (``DIR``: where the command writes its results, e.g. its ``--out``).
@@ -21,10 +21,12 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
+import psutil
 from benchmarks.render_tables import RESULTS, ROOT
 
 
@@ -57,6 +59,33 @@ def machine() -> Dict[str, Any]:
     }
 
 
+class _TreePeak(threading.Thread):
+    r"""The largest resident memory of a process and its descendants together,
+    sampled every ``interval`` seconds: processes that run side by side (the
+    first run trains the generators beside the rest) count together, where
+    ``ru_maxrss`` gives the largest single one."""
+
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
+        super().__init__(daemon=True)
+        self.root, self.interval = psutil.Process(pid), interval
+        self.peak, self.done = 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(self.interval):
+            try:
+                processes = [self.root, *self.root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return
+            self.peak = max(self.peak, sum(map(_rss, processes)))
+
+
+def _rss(process: psutil.Process) -> int:
+    try:
+        return process.memory_info().rss
+    except psutil.NoSuchProcess:  # ended since it was listed
+        return 0
+
+
 def run(command: List[str]) -> Dict[str, Any]:
     r"""Runs ``command``, echoing what it prints; what it took, its estimate
     (the first line starting ``estimate:``) and its total (the last line
@@ -67,17 +96,22 @@ def run(command: List[str]) -> Dict[str, Any]:
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     assert process.stdout is not None
+    sampler = _TreePeak(process.pid)
+    sampler.start()
     printed = []
     for line in process.stdout:
         sys.stdout.write(line)
         printed.append(line.rstrip("\n"))
     code = process.wait()
     wall = time.perf_counter() - start
+    sampler.done.set()
+    sampler.join()
     if code != 0:
         raise SystemExit(f"the command exited with {code}")
-    # ru_maxrss: KiB on Linux, the largest of the waited-for processes.
+    # ru_maxrss: KiB on Linux, the largest of the waited-for processes (a
+    # peak shorter than the sampling interval shows only here).
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    peak = usage.ru_maxrss * 1024
+    peak = max(sampler.peak, usage.ru_maxrss * 1024)
     return {
         "wall_seconds": round(wall, 3),  # a short command takes under 50 ms
         "cpu_seconds": round(usage.ru_utime + usage.ru_stime, 1),

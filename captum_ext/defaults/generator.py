@@ -5,7 +5,7 @@ token has one known evidence token in the prompt.
 
 Nothing is downloaded: the tokenizer is built in code and the model starts from
 random weights with a fixed seed. It is trained on first use (on one CPU thread:
-the matmuls are tiny; 2,100 steps, 155 s on a busy 2-core machine, measured)
+the matmuls are tiny; 2,400 steps, 182 s on an idle 2-core machine, measured)
 until its greedy exact-match accuracy on held-out prompts reaches the recipe's
 target, saved with ``save_pretrained`` and cached under
 :func:`captum_ext.defaults.cache.cache_root` as ``default-generator-<fingerprint>``:

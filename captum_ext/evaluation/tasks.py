@@ -97,24 +97,25 @@ BUILT_IN_TASKS = TASKS + (IMAGE_TASK,) + tuple(GENERATION_TASKS)
 
 # The first run's pieces on an idle 2-core CPU. Preparation: the seconds each
 # one-time piece took in the idle first run of docs/results/main (sentiment's
-# fine-tuning, the digits ViT's training, the decoders' fitting, the recall and
-# flags generators' training); source's and recall_long's from earlier first
-# runs. Benchmark: each task's seconds per example, its model's loading
-# included: sentiment, recall and flags from the CPU seconds each took in one
-# cached run of the default job (16 examples, the report's writing counted with
-# the last task), scaled by that job's idle wall time over its CPU time (two
-# threads); source and recall_long from earlier runs of them (recall_long runs
-# 16 prompts at most); digits per image, from `captum-ext benchmark --tasks
-# digits --n 16` (128 images in 11 s).
+# fine-tuning, the decoders' fitting and the digits ViT's training in the main
+# process; the recall and flags generators' training beside them in a second
+# process, :func:`preparing_generators_alongside`); source's and recall_long's from earlier first runs. Benchmark:
+# each task's seconds per example, its model's loading included: sentiment,
+# recall and flags from the CPU seconds each took in one cached run of the
+# default job (16 examples, the report's writing counted with the last task),
+# scaled by that job's idle wall time over its CPU time (two threads); source
+# and recall_long from earlier runs of them (recall_long runs 16 prompts at
+# most); digits per image, from `captum-ext benchmark --tasks digits --n 16`
+# (128 images in 11 s).
 # docs/measurements.rst gives the first run these add up to.
 PREPARATION_SECONDS = {
-    "sentiment": 305.0,
+    "sentiment": 265.0,
     "source": 30.0,
-    "decoders": 30.0,
-    IMAGE_TASK: 20.0,
-    GENERATION_TASK: 298.0,
+    "decoders": 25.0,
+    IMAGE_TASK: 12.0,
+    GENERATION_TASK: 185.0,
     "recall_long": 222.0,
-    "flags": 15.0,
+    "flags": 10.0,
 }
 BENCHMARK_SECONDS_PER_EXAMPLE = {
     "sentiment": 7.0,

@@ -156,3 +156,26 @@ def test_record_run_keeps_the_results_and_what_the_command_printed(
     failing = ["demo", "--out", str(out), "--", sys.executable, "-c", "exit(3)"]
     with pytest.raises(SystemExit, match="exited with 3"):
         record_run.main(failing)
+
+
+def test_record_run_adds_up_processes_that_run_side_by_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r"""A command holding 300 MiB while its child holds another 300 MiB peaks
+    at 600 MiB or more, where the largest single process holds 300."""
+    from benchmarks import record_run
+
+    hold = "import time; block = b'x' * (300 * 2**20); time.sleep(3)"
+    script = (
+        "import subprocess, sys, time;"
+        f"child = subprocess.Popen([sys.executable, '-c', {hold!r}]);"
+        f"{hold}; child.wait()"
+    )
+    monkeypatch.setattr(record_run, "RESULTS", tmp_path / "results")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.csv").write_text(CSV)
+    argv = ["demo", "--out", str(out), "--", sys.executable, "-c", script]
+    assert record_run.main(argv) == 0
+    record = json.loads((tmp_path / "results" / "demo" / "run.json").read_text())
+    assert record["peak_rss_bytes"] >= 600 * 2**20
