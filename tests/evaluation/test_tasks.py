@@ -323,9 +323,12 @@ def test_generators_train_alongside_only_what_overlaps(
         ):
             (tmp_path / name).mkdir()
     started: List[List[GeneratorRecipe]] = []
-    monkeypatch.setattr(
-        tasks, "generators_trained_alongside", lambda r: nullcontext(started.append(r))
-    )
+
+    def recorded(recipes: List[GeneratorRecipe]) -> "nullcontext[None]":
+        started.append(recipes)
+        return nullcontext()
+
+    monkeypatch.setattr(tasks, "generators_trained_alongside", recorded)
     with tasks.preparing_generators_alongside(
         ["sentiment", "digits", "recall", "flags"]
     ):
