@@ -2,7 +2,10 @@
 r"""The application's default models and what they are built from: the text
 they are fine-tuned on (:mod:`~captum_ext.defaults.data`), the fine-tuned
 classifiers (:mod:`~captum_ext.defaults.models`), the decoders fitted on a
-frozen encoder (:mod:`~captum_ext.defaults.decoders`) and the on-disk cache that
+frozen encoder (:mod:`~captum_ext.defaults.decoders`), the generators and the
+digits ViT trained here (:mod:`~captum_ext.defaults.generator`,
+:mod:`~captum_ext.defaults.digits`; the generators in a second process on a
+first run, :mod:`~captum_ext.defaults.background`) and the on-disk cache that
 keeps them (:mod:`~captum_ext.defaults.cache`).
 
 This floor downloads, trains and reads files; the library below it
