@@ -44,7 +44,7 @@ from captum_ext.evaluation.result_views import (
     TIME_DEFINITION,
 )
 from captum_ext.evaluation.results import BenchmarkResult
-from captum_ext.evaluation.tasks import held_out_images
+from captum_ext.evaluation.tasks import held_out_images, IMAGE_TASK
 from captum_ext.visualization import (
     display_texts,
     Explanation,
@@ -197,17 +197,55 @@ def metric_definitions(result: BenchmarkResult) -> List[Tuple[str, str]]:
 
 
 def _definition(result: BenchmarkResult, metric: str) -> str:
-    r"""The column's definition for the kinds of task that have it: a
-    classifier's, generated text's, or both, labelled."""
-    generation = set(result.generation_tasks)
-    kinds = {t in generation for t in result.tasks if metric in result.task_columns(t)}
+    r"""The column's definition for the kinds of task that have it (text
+    classifiers, images, generated text): one, or each labelled."""
+    kinds = {_kind(result, t) for t in result.tasks if metric in result.task_columns(t)}
     classifier = DEFINITIONS.get(metric, "")
-    generated = GENERATION_DEFINITIONS.get(metric, "")
-    if kinds == {True}:
-        return generated
-    if kinds == {True, False}:
-        return f"Classifiers: {classifier} Generated text: {generated}"
-    return classifier
+    texts = {
+        "classifiers": classifier,
+        "images": on_patches(classifier),
+        "generated text": GENERATION_DEFINITIONS.get(metric, ""),
+    }
+    if len(kinds) == 1:
+        return texts[kinds.pop()]
+    labelled = [
+        f"{kind.capitalize()}: {texts[kind]}" for kind in texts if kind in kinds
+    ]
+    return " ".join(labelled)
+
+
+def _kind(result: BenchmarkResult, task: str) -> str:
+    if task in result.generation_tasks:
+        return "generated text"
+    return "images" if task == IMAGE_TASK else "classifiers"
+
+
+def on_patches(text: str) -> str:
+    r"""A classifier's metric text said of an image task, whose tokens are its
+    patches (:class:`~captum_ext.metrics.PatchTokens`: a removed patch is set
+    to the baseline, the class token is never removed)."""
+    for words, said_of_patches in _ON_PATCHES:
+        text = text.replace(words, said_of_patches)
+    return text
+
+
+# How an image task's examples name its patches (their scores as text).
+_PATCH_NAMES = (
+    "Each patch is named by its row and column in the patch grid (0,0 at the "
+    "top left), after the class token; the figure above lays the scores out "
+    "on the images."
+)
+# In this order: the longer phrases first.
+_ON_PATCHES = (
+    ("by [MASK], else the unknown token", "by the baseline (0: the mean pixel)"),
+    ("non-special tokens", "patches"),
+    ("non-special token", "patch"),
+    ("real tokens", "patches"),
+    ("tokens", "patches"),
+    ("token", "patch"),
+    ("deleting", "masking"),
+    ("deleted", "masked"),
+)
 
 
 def _markdown_definitions(result: BenchmarkResult) -> str:
@@ -389,7 +427,10 @@ def _curve_axes(result: BenchmarkResult, task: str, metric: str) -> Tuple[str, s
     axes = CURVE_AXES
     if task in result.generation_tasks:
         axes = GENERATION_CURVE_AXES
-    return axes.get(metric, (metric, "fraction of tokens"))
+    y_label, x_label = axes.get(metric, (metric, "fraction of tokens"))
+    if _kind(result, task) == "images":
+        return on_patches(y_label), on_patches(x_label)
+    return y_label, x_label
 
 
 def _curve_caption(result: BenchmarkResult, task: str, metric: str) -> str:
@@ -436,6 +477,8 @@ def _task_html(
     if _patch_methods(result, task):
         body.append(figure_html(patch_path(out_dir, task), _PATCH_CAPTION))
     body.append("<h3>examples</h3>")
+    if _kind(result, task) == "images":
+        body.append(f'<p class="note">{_PATCH_NAMES}</p>')
     body += examples_html(
         result.examples.get(task, []),
         result.generation_examples.get(task, []),

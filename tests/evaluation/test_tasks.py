@@ -27,7 +27,7 @@ from captum_ext.defaults.generator import (
 from captum_ext.evaluation import tasks
 from captum_ext.evaluation.names import IMAGE_METHOD_NAMES
 from captum_ext.evaluation.options import BenchmarkOptions
-from captum_ext.evaluation.report import write_report
+from captum_ext.evaluation.report import metric_definitions, write_report
 from captum_ext.metrics import aopc, PatchTokens
 
 from tests.helpers import (
@@ -305,6 +305,12 @@ def test_digits_runs_the_vit_methods_on_patch_tokens(
     assert (tmp_path / "digits_patches.png").stat().st_size > 1000
     assert 'alt="digits_patches"' in paths["html"].read_text()
     assert "(digits_patches.png)" in paths["markdown"].read_text()
+    # Its columns are defined on patches, and its examples say how they are named.
+    definitions = dict(metric_definitions(result))
+    assert "top-ranked patches are masked" in definitions["AOPC"]
+    assert "replaced by the baseline" in definitions["Infidelity"]
+    assert "token" not in definitions["AOPC"] + definitions["Infidelity"]
+    assert "row and column in the patch grid" in paths["html"].read_text()
 
 
 @pytest.mark.parametrize("others_cached", [False, True], ids=["overlap", "alone"])
