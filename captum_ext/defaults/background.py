@@ -21,9 +21,8 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator, List, Sequence
 
-from captum_ext.defaults.cache import cache_root
 from captum_ext.defaults.generator import (
-    generator_cache_name,
+    generator_cached,
     GeneratorRecipe,
     prepare_default_generator,
 )
@@ -46,8 +45,7 @@ def generators_trained_alongside(
         recipes (Sequence[GeneratorRecipe]): the generators the body will load,
             in the order it loads them.
     """
-    root = cache_root()
-    missing = [r for r in recipes if not (root / generator_cache_name(r)).is_dir()]
+    missing = [recipe for recipe in recipes if not generator_cached(recipe)]
     if not missing:
         yield missing
         return

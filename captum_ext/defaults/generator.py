@@ -27,7 +27,7 @@ from torch import Tensor
 from captum_ext._utils.progress import Progress
 from captum_ext._utils.teacher_forcing import IGNORE_INDEX, teacher_forced_batch
 from captum_ext.adapters import get_adapter
-from captum_ext.defaults.cache import cached_directory, recipe_fingerprint
+from captum_ext.defaults.cache import cache_root, cached_directory, recipe_fingerprint
 from captum_ext.defaults.flags import FlagTask
 from captum_ext.defaults.recall import (
     encode_examples,
@@ -40,6 +40,7 @@ from captum_ext.defaults.recall import (
 __all__ = [
     "GeneratorRecipe",
     "generator_cache_name",
+    "generator_cached",
     "load_default_generator",
     "prepare_default_generator",
     "recall_accuracy",
@@ -148,6 +149,12 @@ FLAG_RECIPE = GeneratorRecipe(task=FlagTask())
 def generator_cache_name(recipe: GeneratorRecipe = DEFAULT_RECIPE) -> str:
     r"""The cache directory's name for ``recipe``."""
     return f"default-generator-{recipe.fingerprint()}"
+
+
+def generator_cached(recipe: GeneratorRecipe = DEFAULT_RECIPE) -> bool:
+    r"""Whether the cache holds ``recipe``'s trained model (loading it trains
+    nothing)."""
+    return (cache_root() / generator_cache_name(recipe)).is_dir()
 
 
 def load_default_generator(

@@ -282,7 +282,7 @@ def _patch_methods(result: BenchmarkResult, task: str) -> List[str]:
     r"""The :data:`PATCH_METHODS` an image task's kept examples have scores
     of (none for another task)."""
     examples = result.examples.get(task, [])
-    if not examples or held_out_images(task) is None:
+    if not examples or _kind(result, task) != "images":
         return []
     return [m for m in PATCH_METHODS if m in examples[0].scores]
 
@@ -424,11 +424,10 @@ def _layer_caption(result: BenchmarkResult, task: str, name: str) -> str:
 
 def _curve_axes(result: BenchmarkResult, task: str, metric: str) -> Tuple[str, str]:
     r"""The (y, x) labels of ``metric``'s per-level curve on ``task``."""
-    axes = CURVE_AXES
-    if task in result.generation_tasks:
-        axes = GENERATION_CURVE_AXES
+    kind = _kind(result, task)
+    axes = GENERATION_CURVE_AXES if kind == "generated text" else CURVE_AXES
     y_label, x_label = axes.get(metric, (metric, "fraction of tokens"))
-    if _kind(result, task) == "images":
+    if kind == "images":
         return on_patches(y_label), on_patches(x_label)
     return y_label, x_label
 

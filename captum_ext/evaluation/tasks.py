@@ -33,7 +33,7 @@ from captum_ext.defaults.digits import (
 from captum_ext.defaults.generator import (
     DEFAULT_RECIPE,
     FLAG_RECIPE,
-    generator_cache_name,
+    generator_cached,
     GeneratorRecipe,
     load_default_generator,
     LONG_RECALL_RECIPE,
@@ -135,7 +135,7 @@ def _missing(tasks: Sequence[str]) -> List[str]:
         "decoders": any(root.glob("fitted-decoder-*")),
         IMAGE_TASK: (root / digits_cache_name()).is_dir(),
         **{
-            task: (root / generator_cache_name(recipe)).is_dir()
+            task: generator_cached(recipe)
             for task, (recipe, _) in GENERATION_TASKS.items()
         },
     }
